@@ -1,0 +1,14 @@
+# One place for warnings and sanitizers; every funnel target calls funnel_target_defaults().
+function(funnel_target_defaults target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion
+      -Wnon-virtual-dtor -Wold-style-cast -Wcast-align -Wnull-dereference -Wdouble-promotion -Wformat=2>)
+  if(FUNNEL_WERROR)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
+  endif()
+endfunction()
+
+if(FUNNEL_SANITIZE)
+  add_compile_options(-fsanitize=${FUNNEL_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
+  add_link_options(-fsanitize=${FUNNEL_SANITIZE})
+endif()

@@ -1,0 +1,63 @@
+// Every FUNNEL_* environment variable is read, parsed and validated here, and only
+// here (doc/configuration.md has the same table; `funnelctl config` prints it).
+// A bad value is a ConfigError whose message names the variable, the value and
+// what is accepted.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace funnel {
+
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class Backend { Cuda, Sim };
+const char* to_string(Backend b) noexcept;
+
+struct Settings {
+  std::filesystem::path run_dir;    // FUNNEL_RUN_DIR
+  std::string job_id;               // FUNNEL_JOB_ID, else the launcher's job id, else "nojob"
+  Backend backend = Backend::Cuda;  // FUNNEL_BACKEND: for a server that a client starts
+  std::filesystem::path server_binary;  // FUNNEL_SERVER; empty: beside the client runtime
+  std::filesystem::path log_dir;    // FUNNEL_LOG_DIR
+  std::string log_level = "info";   // FUNNEL_LOG_LEVEL
+  std::chrono::milliseconds idle_exit{3000};       // FUNNEL_IDLE_EXIT_MS
+  std::chrono::milliseconds attach_timeout{30000}; // FUNNEL_ATTACH_TIMEOUT_MS
+  std::vector<int> devices;         // FUNNEL_DEVICES; empty: every visible GPU
+  uint32_t staging_slots = 4;       // FUNNEL_STAGING_SLOTS
+  uint64_t staging_slot_bytes = 2u << 20;  // FUNNEL_STAGING_SLOT_KB
+  uint32_t max_clients = 256;       // FUNNEL_MAX_CLIENTS
+
+  // Where each value came from ("default", "environment"), by variable name, in table order.
+  std::vector<std::pair<std::string, std::string>> sources;
+
+  using Lookup = std::function<std::optional<std::string>(const char*)>;
+  static Settings from_environment();
+  static Settings from(const Lookup& env);
+};
+
+// One row of the configuration table.
+struct SettingInfo {
+  const char* variable;
+  const char* default_text;
+  const char* accepted;
+  const char* meaning;
+};
+const std::vector<SettingInfo>& setting_table();
+
+// The job id a launcher gave this process: SLURM_JOB_ID, PBS_JOBID, LSB_JOBID,
+// Open MPI's OMPI_MCA_ess_base_jobid, PMIX_NAMESPACE — or "nojob".
+std::string launcher_job_id(const Settings::Lookup& env);
+
+// The value of the effective setting, as text (for funnelctl config and logs).
+std::string value_text(const Settings& s, const std::string& variable);
+
+}  // namespace funnel

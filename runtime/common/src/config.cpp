@@ -1,0 +1,167 @@
+#include "funnel/common/config.hpp"
+
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "funnel/common/run_dir.hpp"
+
+namespace funnel {
+
+const char* to_string(Backend b) noexcept { return b == Backend::Cuda ? "cuda" : "sim"; }
+
+const std::vector<SettingInfo>& setting_table() {
+  static const std::vector<SettingInfo> table{
+      {"FUNNEL_RUN_DIR", "/dev/shm/funnel-<uid>-<job id>", "an absolute path, socket path under 108 characters",
+       "the job's run directory: the server's socket, start lock and channel files (mode 0700)"},
+      {"FUNNEL_JOB_ID", "SLURM_JOB_ID, PBS_JOBID, LSB_JOBID, OMPI_MCA_ess_base_jobid, PMIX_NAMESPACE, else nojob",
+       "letters, digits, '.', '_', '-'", "names the default run directory: processes of one job share a server"},
+      {"FUNNEL_BACKEND", "cuda", "cuda | sim",
+       "backend of a server that a client starts; sim stands host memory in for a GPU (testing)"},
+      {"FUNNEL_SERVER", "funnel-server beside the client runtime (../bin)", "path to an executable",
+       "the funnel-server binary a client starts when none runs"},
+      {"FUNNEL_LOG_DIR", "/tmp/funnel-<uid>-logs", "a directory path", "where funnel-server writes its log"},
+      {"FUNNEL_LOG_LEVEL", "info", "trace | debug | info | warn | error | off", "log detail"},
+      {"FUNNEL_IDLE_EXIT_MS", "3000", "integer 0..3600000",
+       "a server started by a client exits this long after its last client left"},
+      {"FUNNEL_ATTACH_TIMEOUT_MS", "30000", "integer 100..3600000",
+       "how long a client waits for the start lock and for a server to become ready"},
+      {"FUNNEL_DEVICES", "every visible GPU", "comma-separated GPU ordinals, e.g. 0,1",
+       "GPUs of a server that a client starts"},
+      {"FUNNEL_STAGING_SLOTS", "4", "integer 2..16", "staging buffers per client for pageable copies"},
+      {"FUNNEL_STAGING_SLOT_KB", "2048", "integer 64..262144, a multiple of 4", "size of each staging buffer"},
+      {"FUNNEL_MAX_CLIENTS", "256", "integer 1..4096", "clients one server accepts at once"},
+  };
+  return table;
+}
+
+std::string launcher_job_id(const Settings::Lookup& env) {
+  for (const char* v : {"SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"}) {
+    if (auto s = env(v); s && !s->empty()) return sanitize_for_filename(*s);
+  }
+  return "nojob";
+}
+
+namespace {
+
+[[noreturn]] void bad(const char* var, const std::string& value, const char* accepted) {
+  throw ConfigError(fmt::format("{}='{}' is not valid: expected {}", var, value, accepted));
+}
+
+int64_t parse_int(const char* var, const std::string& v, int64_t lo, int64_t hi, const char* accepted) {
+  int64_t out = 0;
+  const auto* end = v.data() + v.size();
+  auto [p, ec] = std::from_chars(v.data(), end, out);
+  if (ec != std::errc{} || p != end || out < lo || out > hi) bad(var, v, accepted);
+  return out;
+}
+
+const char* accepted_of(const char* var) {
+  for (const auto& row : setting_table())
+    if (std::string_view(row.variable) == var) return row.accepted;
+  return "a valid value";
+}
+
+}  // namespace
+
+Settings Settings::from_environment() {
+  return from([](const char* name) -> std::optional<std::string> {
+    const char* v = std::getenv(name);
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  });
+}
+
+Settings Settings::from(const Lookup& env) {
+  Settings s;
+  auto get = [&](const char* var) -> std::optional<std::string> {
+    auto v = env(var);
+    s.sources.emplace_back(var, v ? "environment" : "default");
+    return v;
+  };
+  auto integer = [&](const char* var, int64_t lo, int64_t hi) -> std::optional<int64_t> {
+    auto v = get(var);
+    if (!v) return std::nullopt;
+    return parse_int(var, *v, lo, hi, accepted_of(var));
+  };
+
+  auto run_dir = get("FUNNEL_RUN_DIR");
+  if (auto j = get("FUNNEL_JOB_ID")) {
+    if (j->empty() || sanitize_for_filename(*j) != *j) bad("FUNNEL_JOB_ID", *j, accepted_of("FUNNEL_JOB_ID"));
+    s.job_id = *j;
+  } else {
+    s.job_id = launcher_job_id(env);
+  }
+  if (run_dir) {
+    if (run_dir->empty() || (*run_dir)[0] != '/') bad("FUNNEL_RUN_DIR", *run_dir, accepted_of("FUNNEL_RUN_DIR"));
+    s.run_dir = *run_dir;
+  } else {
+    s.run_dir = default_run_dir(s.job_id);
+  }
+  if ((s.run_dir / "server.sock").string().size() > 107)
+    bad("FUNNEL_RUN_DIR", s.run_dir.string(), accepted_of("FUNNEL_RUN_DIR"));
+
+  if (auto b = get("FUNNEL_BACKEND")) {
+    if (*b == "cuda") s.backend = Backend::Cuda;
+    else if (*b == "sim") s.backend = Backend::Sim;
+    else bad("FUNNEL_BACKEND", *b, accepted_of("FUNNEL_BACKEND"));
+  }
+  if (auto p = get("FUNNEL_SERVER")) {
+    if (p->empty()) bad("FUNNEL_SERVER", *p, accepted_of("FUNNEL_SERVER"));
+    s.server_binary = *p;
+  }
+  if (auto d = get("FUNNEL_LOG_DIR")) {
+    if (d->empty()) bad("FUNNEL_LOG_DIR", *d, accepted_of("FUNNEL_LOG_DIR"));
+    s.log_dir = *d;
+  } else {
+    s.log_dir = fmt::format("/tmp/funnel-{}-logs", ::geteuid());
+  }
+  if (auto l = get("FUNNEL_LOG_LEVEL")) {
+    static const std::set<std::string> levels{"trace", "debug", "info", "warn", "error", "off"};
+    if (!levels.contains(*l)) bad("FUNNEL_LOG_LEVEL", *l, accepted_of("FUNNEL_LOG_LEVEL"));
+    s.log_level = *l;
+  }
+  if (auto v = integer("FUNNEL_IDLE_EXIT_MS", 0, 3600000)) s.idle_exit = std::chrono::milliseconds(*v);
+  if (auto v = integer("FUNNEL_ATTACH_TIMEOUT_MS", 100, 3600000)) s.attach_timeout = std::chrono::milliseconds(*v);
+  if (auto d = get("FUNNEL_DEVICES")) {
+    std::string_view rest = *d;
+    if (rest.empty()) bad("FUNNEL_DEVICES", *d, accepted_of("FUNNEL_DEVICES"));
+    while (!rest.empty()) {
+      const auto comma = rest.find(',');
+      const std::string item(rest.substr(0, comma));
+      s.devices.push_back(static_cast<int>(parse_int("FUNNEL_DEVICES", item, 0, 63, accepted_of("FUNNEL_DEVICES"))));
+      rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+      if (comma != std::string_view::npos && rest.empty()) bad("FUNNEL_DEVICES", *d, accepted_of("FUNNEL_DEVICES"));
+    }
+  }
+  if (auto v = integer("FUNNEL_STAGING_SLOTS", 2, 16)) s.staging_slots = static_cast<uint32_t>(*v);
+  if (auto v = integer("FUNNEL_STAGING_SLOT_KB", 64, 262144)) {
+    if (*v % 4 != 0) bad("FUNNEL_STAGING_SLOT_KB", std::to_string(*v), accepted_of("FUNNEL_STAGING_SLOT_KB"));
+    s.staging_slot_bytes = static_cast<uint64_t>(*v) * 1024;
+  }
+  if (auto v = integer("FUNNEL_MAX_CLIENTS", 1, 4096)) s.max_clients = static_cast<uint32_t>(*v);
+  return s;
+}
+
+std::string value_text(const Settings& s, const std::string& var) {
+  if (var == "FUNNEL_RUN_DIR") return s.run_dir.string();
+  if (var == "FUNNEL_JOB_ID") return s.job_id;
+  if (var == "FUNNEL_BACKEND") return to_string(s.backend);
+  if (var == "FUNNEL_SERVER") return s.server_binary.empty() ? "(beside the client runtime)" : s.server_binary.string();
+  if (var == "FUNNEL_LOG_DIR") return s.log_dir.string();
+  if (var == "FUNNEL_LOG_LEVEL") return s.log_level;
+  if (var == "FUNNEL_IDLE_EXIT_MS") return std::to_string(s.idle_exit.count());
+  if (var == "FUNNEL_ATTACH_TIMEOUT_MS") return std::to_string(s.attach_timeout.count());
+  if (var == "FUNNEL_DEVICES") return s.devices.empty() ? "(all)" : fmt::format("{}", fmt::join(s.devices, ","));
+  if (var == "FUNNEL_STAGING_SLOTS") return std::to_string(s.staging_slots);
+  if (var == "FUNNEL_STAGING_SLOT_KB") return std::to_string(s.staging_slot_bytes / 1024);
+  if (var == "FUNNEL_MAX_CLIENTS") return std::to_string(s.max_clients);
+  return "";
+}
+
+}  // namespace funnel

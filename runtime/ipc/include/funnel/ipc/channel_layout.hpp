@@ -1,0 +1,147 @@
+// The per-client channel segment: one file in the job's run directory, mapped by
+// the server (which creates it and alone lays it out) and by one client.
+//
+//   [ChannelHeader][RingControl][Completion][ReplySlot x N][staging state x S]
+//   [DeviceRecord x D][command ring bytes][staging slot 0 .. S-1]
+//
+// Everything in here is plain data: fixed-size, trivially copyable, offsets instead
+// of pointers, and only atomics that are always lock-free.  No lock lives in the
+// segment, so a client that dies at any instruction cannot wedge the server.
+// Pinned host allocations (cudaMallocHost) live in files of their own beside the
+// channel (see doc/design/channel.md for why).
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace funnel::ipc {
+
+inline constexpr uint64_t kChannelMagic = 0x31434e4c4e4e5546ull;  // "FUNNLNC1"
+inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kRecordAlign = 64;  // ring records are multiples of this
+inline constexpr uint32_t kMaxReplySlots = 256;
+inline constexpr uint32_t kMaxStagingSlots = 16;
+inline constexpr uint32_t kMaxDevices = 16;
+inline constexpr uint32_t kMaxDeviceAttributes = 256;  // > cudaDevAttrMax, CU_DEVICE_ATTRIBUTE_MAX
+inline constexpr uint32_t kNoReply = 0xffffffffu;
+inline constexpr uint64_t kStagingStateStride = 64;
+
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+static_assert(std::atomic<int32_t>::is_always_lock_free);
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+struct ChannelHeader {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t client_id;
+  uint64_t segment_size;
+  uint64_t control_offset;     // RingControl
+  uint64_t completion_offset;  // Completion
+  uint64_t replies_offset;     // ReplySlot[reply_slots]
+  uint64_t staging_state_offset;  // std::atomic<uint32_t>[staging_slots]
+  uint64_t devices_offset;     // DeviceRecord[device_count]
+  uint64_t ring_offset;
+  uint64_t ring_capacity;      // bytes, power of two, multiple of kRecordAlign
+  uint64_t staging_offset;
+  uint64_t staging_slot_size;  // bytes, multiple of 4096
+  uint32_t reply_slots;
+  uint32_t staging_slots;
+  uint32_t device_count;
+  int32_t server_pid;
+};
+static_assert(std::is_trivially_copyable_v<ChannelHeader>);
+
+// Command ring control.  Positions are monotonically increasing byte counts;
+// the slot of a position is pos & (capacity - 1).
+struct alignas(64) RingControl {
+  std::atomic<uint64_t> tail;  // written by the client (producer)
+  char pad0[56];
+  std::atomic<uint64_t> head;  // written by the server (consumer)
+  char pad1[56];
+  std::atomic<uint32_t> doorbell;           // client bumps after publishing; server sleeps on it
+  std::atomic<uint32_t> consumer_sleeping;  // server sets before sleeping
+  std::atomic<uint32_t> space;              // server bumps after consuming; a client waits here when full
+  std::atomic<uint32_t> producer_waiting;   // a client sets before sleeping on `space`
+};
+
+// Server -> client state.
+struct alignas(64) Completion {
+  std::atomic<uint32_t> reply_epoch;    // futex word: bumped after every reply written
+  std::atomic<uint32_t> client_waiting; // number of client threads asleep on reply_epoch (a hint)
+  std::atomic<int32_t> deferred_error;  // first error of one-way work since the client last looked
+  std::atomic<int32_t> sticky_error;    // context-poisoning error; never cleared for this client
+  std::atomic<uint64_t> commands_done;  // seq of the last command the server consumed
+  std::atomic<uint32_t> server_state;   // ServerState
+  uint32_t reserved;
+};
+
+enum class ServerState : uint32_t { Running = 0, ShuttingDown = 1 };
+
+struct alignas(64) ReplySlot {
+  std::atomic<uint64_t> seq;  // the command's seq, stored (release) once status/value are final
+  int32_t status;             // Status
+  uint32_t reserved;
+  uint64_t value[5];
+};
+
+enum class StagingState : uint32_t {
+  Free = 0,      // the client may fill it (H2D) or hand it to the server (D2H)
+  InFlight = 1,  // the server owns it until the copy completes
+  Ready = 2,     // D2H data is in it; the client copies it out and frees it
+};
+
+struct DeviceRecord {
+  char name[256];
+  uint8_t uuid[16];
+  char pci_bus_id[32];       // "0000:19:00.0"
+  uint64_t total_memory;     // bytes (what cudaMemGetInfo/totalGlobalMem report)
+  int32_t ordinal;           // the server's device ordinal
+  int32_t attributes[kMaxDeviceAttributes];  // indexed by cudaDeviceAttr == CUdevice_attribute
+};
+static_assert(std::is_trivially_copyable_v<DeviceRecord>);
+
+// Sizes a server chooses for a channel; layout() turns them into offsets.
+struct ChannelGeometry {
+  uint64_t ring_capacity = 1u << 20;
+  uint32_t reply_slots = 64;
+  uint32_t staging_slots = 4;
+  uint64_t staging_slot_size = 2u << 20;
+  uint32_t device_count = 1;
+};
+
+// Fills every offset and size of `h` from `g`; returns false if `g` is out of range.
+bool layout(const ChannelGeometry& g, ChannelHeader& h) noexcept;
+
+// Checks a header copied out of a mapped segment of `mapped_size` bytes: magic,
+// version, that every region lies inside the segment and none overlap.  On failure
+// `why` names the first problem.
+bool validate_header(const ChannelHeader& h, uint64_t mapped_size, const char** why) noexcept;
+
+// Typed access to the regions of a mapped segment whose header was validated.
+class ChannelView {
+ public:
+  ChannelView() = default;
+  ChannelView(void* base, const ChannelHeader& h) noexcept : base_(static_cast<std::byte*>(base)), h_(h) {}
+
+  const ChannelHeader& header() const noexcept { return h_; }
+  std::byte* base() const noexcept { return base_; }
+  RingControl& control() const noexcept { return *at<RingControl>(h_.control_offset); }
+  Completion& completion() const noexcept { return *at<Completion>(h_.completion_offset); }
+  ReplySlot& reply(uint32_t i) const noexcept { return at<ReplySlot>(h_.replies_offset)[i]; }
+  // One cache line per staging slot's state word (kStagingStateStride bytes apart).
+  std::atomic<uint32_t>& staging_state(uint32_t i) const noexcept {
+    return *at<std::atomic<uint32_t>>(h_.staging_state_offset + uint64_t{i} * kStagingStateStride);
+  }
+  std::byte* staging(uint32_t i) const noexcept { return base_ + h_.staging_offset + uint64_t{i} * h_.staging_slot_size; }
+  DeviceRecord* devices() const noexcept { return at<DeviceRecord>(h_.devices_offset); }
+  std::byte* ring() const noexcept { return base_ + h_.ring_offset; }
+
+ private:
+  template <class T>
+  T* at(uint64_t off) const noexcept { return reinterpret_cast<T*>(base_ + off); }
+  std::byte* base_ = nullptr;
+  ChannelHeader h_{};
+};
+
+}  // namespace funnel::ipc

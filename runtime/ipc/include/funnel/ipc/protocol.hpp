@@ -1,0 +1,62 @@
+// Messages on the server's Unix socket (SOCK_SEQPACKET: one message per send).
+// A client connection stays open for the client's whole life: its hang-up is how
+// each side learns that the other died.
+//
+//   client  -> server : HelloMsg (role Client)
+//   server  -> client : AttachReply (status, channel file name)
+//   client  -> server : MappedMsg  (the client mapped the channel; the server unlinks the file)
+//   ... all further traffic goes through the channel segment ...
+//
+//   control -> server : HelloMsg (role Control), then ControlRequest; server -> control: JSON text
+#pragma once
+#include <cstdint>
+#include <type_traits>
+
+namespace funnel::ipc {
+
+inline constexpr uint64_t kSocketMagic = 0x314b434f534e4e46ull;  // "FNNSOCK1"
+inline constexpr const char* kSocketName = "server.sock";
+inline constexpr const char* kStartLockName = "start.lock";
+inline constexpr uint32_t kMaxControlReply = 256 * 1024;
+
+enum class Role : uint32_t { Client = 1, Control = 2 };
+
+struct HelloMsg {
+  uint64_t magic;
+  uint32_t version;
+  Role role;
+  int32_t pid;
+  int32_t mpi_rank;     // -1 when unknown
+  char command[128];    // the client's command line, for accounting and logs (NUL-terminated)
+};
+
+struct AttachReply {
+  uint64_t magic;
+  uint32_t version;
+  int32_t status;       // Status
+  uint32_t client_id;
+  uint32_t reserved;
+  uint64_t segment_size;
+  char channel_file[64];  // file name inside the run directory
+  char message[256];      // why, when status != Success
+};
+
+struct MappedMsg {
+  uint32_t client_id;
+  uint32_t reserved;
+};
+
+struct ControlRequest {
+  char verb[32];   // "status", "clients", "stats", "shutdown"
+  char arg[224];
+};
+
+static_assert(std::is_trivially_copyable_v<HelloMsg>);
+static_assert(std::is_trivially_copyable_v<AttachReply>);
+static_assert(std::is_trivially_copyable_v<ControlRequest>);
+
+// File names inside the run directory.
+inline constexpr const char* kChannelFilePrefix = "channel.";  // channel.<client_id>
+inline constexpr const char* kPinnedFilePrefix = "pinned.";    // pinned.<client_id>.<id>
+
+}  // namespace funnel::ipc

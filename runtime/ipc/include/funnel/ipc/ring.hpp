@@ -1,0 +1,136 @@
+// The command ring: one producer side (the client, whose threads serialise on a
+// process-local mutex) and one consumer side (the server's worker for that client).
+// Records never straddle the end of the ring: a Pad record fills the gap.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "funnel/ipc/channel_layout.hpp"
+#include "funnel/ipc/commands.hpp"
+#include "funnel/ipc/futex.hpp"
+
+namespace funnel::ipc {
+
+// Client view.  Not thread-safe: one thread at a time reserves and publishes.
+class RingWriter {
+ public:
+  RingWriter() = default;
+  explicit RingWriter(const ChannelView& v) noexcept
+      : ctl_(&v.control()), data_(v.ring()), cap_(v.header().ring_capacity),
+        tail_(v.control().tail.load(std::memory_order_relaxed)) {}
+
+  // Returns where to write a record of `size` bytes (a multiple of kRecordAlign, at
+  // most kMaxRecordSize), waiting while the ring is full; nullptr once give_up() fires.
+  template <class GiveUp>
+  std::byte* reserve(uint32_t size, GiveUp give_up) {
+    const uint64_t to_end = cap_ - (tail_ & (cap_ - 1));
+    if (to_end < size) {
+      if (!wait_space(to_end, give_up)) return nullptr;
+      CommandHeader pad{};
+      pad.size = static_cast<uint32_t>(to_end);
+      pad.opcode = Opcode::Pad;
+      std::memcpy(data_ + (tail_ & (cap_ - 1)), &pad, sizeof pad);
+      tail_ += to_end;
+    }
+    if (!wait_space(size, give_up)) return nullptr;
+    reserved_ = size;
+    return data_ + (tail_ & (cap_ - 1));
+  }
+
+  // Makes the reserved record (and any Pad before it) visible to the server.
+  void publish() noexcept {
+    tail_ += reserved_;
+    reserved_ = 0;
+    ctl_->tail.store(tail_, std::memory_order_release);
+    ctl_->doorbell.fetch_add(1, std::memory_order_seq_cst);
+    if (ctl_->consumer_sleeping.load(std::memory_order_seq_cst) != 0) futex_wake_all(ctl_->doorbell);
+  }
+
+ private:
+  template <class GiveUp>
+  bool wait_space(uint64_t need, GiveUp& give_up) {
+    auto has_space = [&] { return tail_ + need - ctl_->head.load(std::memory_order_acquire) <= cap_; };
+    if (has_space()) return true;
+    ctl_->producer_waiting.store(1, std::memory_order_seq_cst);
+    const bool ok = wait_until(ctl_->space, has_space, give_up);
+    ctl_->producer_waiting.store(0, std::memory_order_relaxed);
+    return ok;
+  }
+
+  RingControl* ctl_ = nullptr;
+  std::byte* data_ = nullptr;
+  uint64_t cap_ = 0;
+  uint64_t tail_ = 0;
+  uint32_t reserved_ = 0;
+};
+
+// Server view.  Every record is copied out of shared memory before it is examined.
+class RingReader {
+ public:
+  enum class Next { Record, Empty, Corrupt };
+
+  RingReader() = default;
+  explicit RingReader(const ChannelView& v) noexcept
+      : ctl_(&v.control()), data_(v.ring()), cap_(v.header().ring_capacity),
+        head_(v.control().head.load(std::memory_order_relaxed)) {}
+
+  // Copies the next non-Pad record into `out` (kMaxRecordSize bytes) and sets `size`.
+  // Corrupt means the client broke the ring protocol; `why` says how.
+  Next next(std::byte* out, uint32_t& size, const char** why) noexcept {
+    for (;;) {
+      const uint64_t tail = ctl_->tail.load(std::memory_order_acquire);
+      if (tail == head_) return Next::Empty;
+      const uint64_t avail = tail - head_;
+      if (tail < head_ || avail > cap_ || avail % kRecordAlign != 0) {
+        *why = "ring tail out of range";
+        return Next::Corrupt;
+      }
+      const uint64_t to_end = cap_ - (head_ & (cap_ - 1));
+      CommandHeader h;
+      std::memcpy(&h, data_ + (head_ & (cap_ - 1)), sizeof h);
+      if (h.size < kRecordAlign || h.size % kRecordAlign != 0 || h.size > avail || h.size > to_end ||
+          (h.opcode != Opcode::Pad && h.size > kMaxRecordSize)) {
+        *why = "record size out of range";
+        return Next::Corrupt;
+      }
+      if (h.opcode == Opcode::Pad) {
+        if (h.size != to_end) {
+          *why = "pad record does not end at the ring's end";
+          return Next::Corrupt;
+        }
+        advance(h.size);
+        continue;
+      }
+      std::memcpy(out, data_ + (head_ & (cap_ - 1)), h.size);
+      size = h.size;
+      advance(h.size);
+      return Next::Record;
+    }
+  }
+
+  bool empty() const noexcept { return ctl_->tail.load(std::memory_order_acquire) == head_; }
+
+  // Sleeps until the client rings the doorbell or `timeout` passes.
+  void sleep(std::chrono::nanoseconds timeout) noexcept {
+    ctl_->consumer_sleeping.store(1, std::memory_order_seq_cst);
+    const uint32_t bell = ctl_->doorbell.load(std::memory_order_seq_cst);
+    if (empty()) futex_wait(ctl_->doorbell, bell, timeout);
+    ctl_->consumer_sleeping.store(0, std::memory_order_relaxed);
+  }
+
+ private:
+  void advance(uint32_t n) noexcept {
+    head_ += n;
+    ctl_->head.store(head_, std::memory_order_release);
+    ctl_->space.fetch_add(1, std::memory_order_seq_cst);
+    if (ctl_->producer_waiting.load(std::memory_order_seq_cst) != 0) futex_wake_all(ctl_->space);
+  }
+
+  RingControl* ctl_ = nullptr;
+  std::byte* data_ = nullptr;
+  uint64_t cap_ = 0;
+  uint64_t head_ = 0;
+};
+
+}  // namespace funnel::ipc

@@ -1,0 +1,108 @@
+// What the server needs from a GPU: one interface, two implementations.
+//   cuda — the CUDA driver API (opened with dlopen, so the server starts on machines
+//          without a driver), the primary context of each GPU, per-client streams.
+//   sim  — host memory stands in for device memory; every stream is a host thread that
+//          really performs copies and memsets in order; events really complete.
+// Backends are thread-safe: every client's worker calls in concurrently.  Every
+// stream operation is asynchronous and runs in stream order.  Status values are
+// CUDA runtime error numbers; a sticky one (ipc::is_sticky) poisons the device.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "funnel/ipc/channel_layout.hpp"
+#include "funnel/ipc/status.hpp"
+
+namespace funnel::server {
+
+using ipc::Status;
+using DeviceAddress = uint64_t;
+
+class BackendStream {
+ public:
+  virtual ~BackendStream() = default;
+  virtual int device() const noexcept = 0;
+};
+
+class BackendEvent {
+ public:
+  virtual ~BackendEvent() = default;
+};
+
+// One end of a copy: device memory, or host memory in the server's address space
+// (a staging slot or a pinned allocation, both registered with host_register).
+struct CopyEndpoint {
+  bool device;
+  uint64_t address;  // a DeviceAddress, or a host pointer as an integer
+};
+
+struct CopyDesc {
+  CopyEndpoint dst;
+  CopyEndpoint src;
+  uint64_t width;   // bytes per row
+  uint64_t height;  // rows (1 for a 1-D copy)
+  uint64_t dst_pitch;
+  uint64_t src_pitch;
+};
+
+enum class Limit : uint32_t {  // cudaLimit values
+  StackSize = 0,
+  PrintfFifoSize = 1,
+  MallocHeapSize = 2,
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual const char* name() const noexcept = 0;
+  virtual int device_count() const noexcept = 0;
+  // Fills name, uuid, PCI bus id, total memory, ordinal and every attribute.
+  virtual void describe(int device, ipc::DeviceRecord& out) = 0;
+  virtual Status mem_get_info(int device, uint64_t& free_bytes, uint64_t& total_bytes) = 0;
+
+  virtual Status mem_alloc(int device, uint64_t size, DeviceAddress& out) = 0;
+  virtual Status mem_free(int device, DeviceAddress address) = 0;
+  virtual Status mem_alloc_async(BackendStream& s, uint64_t size, DeviceAddress& out) = 0;
+  virtual Status mem_free_async(BackendStream& s, DeviceAddress address) = 0;
+
+  // Makes host memory of this process DMA-capable for every device (cuMemHostRegister).
+  virtual Status host_register(void* p, uint64_t size) = 0;
+  virtual Status host_unregister(void* p) = 0;
+
+  virtual void priority_range(int device, int& least, int& greatest) = 0;
+  // A stream that synchronises with no other stream (the core emulates the legacy
+  // default stream among one client's streams with events).
+  virtual Status create_stream(int device, int priority, std::unique_ptr<BackendStream>& out) = 0;
+  virtual Status create_event(int device, bool timing, std::unique_ptr<BackendEvent>& out) = 0;
+
+  virtual Status copy(BackendStream& s, const CopyDesc& c) = 0;
+  virtual Status memset(BackendStream& s, DeviceAddress dst, uint64_t pitch, uint64_t width, uint64_t height,
+                        uint8_t value) = 0;
+  virtual Status record(BackendEvent& e, BackendStream& s) = 0;
+  virtual Status wait(BackendStream& s, BackendEvent& e) = 0;
+
+  // Success when everything before the event's last record (or in the stream) has
+  // completed, NotReady while it has not, an error if that work failed.
+  virtual Status query(BackendEvent& e) = 0;
+  virtual Status query(BackendStream& s) = 0;
+  virtual Status elapsed_ms(BackendEvent& start, BackendEvent& end, float& ms) = 0;
+  // Blocks until the stream is idle (used when a client is torn down).
+  virtual Status synchronize(BackendStream& s) = 0;
+
+  virtual Status set_limit(int device, Limit limit, uint64_t value) = 0;
+  virtual Status get_limit(int device, Limit limit, uint64_t& value) = 0;
+};
+
+struct SimOptions {
+  int devices = 1;
+  uint64_t memory_bytes = uint64_t{16} << 30;  // per simulated device
+};
+
+std::unique_ptr<Backend> make_sim_backend(const SimOptions& options);
+// Throws std::runtime_error naming the problem (no driver, no GPU, bad ordinal) and the fix.
+std::unique_ptr<Backend> make_cuda_backend(const std::vector<int>& devices);
+
+}  // namespace funnel::server

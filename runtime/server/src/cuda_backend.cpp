@@ -1,10 +1,565 @@
-// Placeholder until the CUDA driver backend lands (owned by the cuda-backend work).
-#include <stdexcept>
+// The CUDA backend: the driver API (opened with dlopen, see cuda_driver.hpp), the primary
+// context of each GPU, non-blocking streams.  doc/design/cuda-backend.md explains it.
+#include <dlfcn.h>
 
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "cuda_driver.hpp"
 #include "funnel/server/backend.hpp"
 
 namespace funnel::server {
-std::unique_ptr<Backend> make_cuda_backend(const std::vector<int>&) {
-  throw std::runtime_error("the cuda backend is not built yet: use --backend sim");
+namespace {
+
+using cuda::Driver;
+
+static_assert(static_cast<uint32_t>(CU_DEVICE_ATTRIBUTE_MAX) <= ipc::kMaxDeviceAttributes,
+              "DeviceRecord::attributes is too small for this cuda.h");
+static_assert(sizeof(CUdeviceptr) == sizeof(uint64_t));
+static_assert(sizeof(size_t) == sizeof(uint64_t));
+
+const char* error_name(const Driver& d, CUresult r) noexcept {
+  const char* s = nullptr;
+  if (d.cuGetErrorName == nullptr || d.cuGetErrorName(r, &s) != CUDA_SUCCESS || s == nullptr) {
+    return "CUDA_ERROR_UNRECOGNIZED";
+  }
+  return s;
 }
+
+const char* error_string(const Driver& d, CUresult r) noexcept {
+  const char* s = nullptr;
+  if (d.cuGetErrorString == nullptr || d.cuGetErrorString(r, &s) != CUDA_SUCCESS || s == nullptr) {
+    return "unrecognized error";
+  }
+  return s;
+}
+
+// CUresult -> funnel Status (cudaError_t numbers).
+Status to_status(CUresult r) noexcept {
+  switch (r) {
+    case CUDA_SUCCESS: return Status::Success;
+    case CUDA_ERROR_INVALID_VALUE: return Status::InvalidValue;
+    case CUDA_ERROR_OUT_OF_MEMORY: return Status::MemoryAllocation;
+    case CUDA_ERROR_NOT_INITIALIZED:
+    case CUDA_ERROR_DEINITIALIZED: return Status::InitializationError;
+    case CUDA_ERROR_NO_DEVICE: return Status::NoDevice;
+    case CUDA_ERROR_INVALID_DEVICE: return Status::InvalidDevice;
+    case CUDA_ERROR_DEVICE_UNAVAILABLE: return Status::DevicesUnavailable;
+    case CUDA_ERROR_UNSUPPORTED_LIMIT: return Status::UnsupportedLimit;
+    case CUDA_ERROR_OPERATING_SYSTEM: return Status::OperatingSystem;
+    case CUDA_ERROR_INVALID_HANDLE:
+    case CUDA_ERROR_NOT_FOUND:
+    case CUDA_ERROR_INVALID_CONTEXT:
+    case CUDA_ERROR_CONTEXT_IS_DESTROYED: return Status::InvalidResourceHandle;
+    case CUDA_ERROR_ILLEGAL_STATE: return Status::IllegalState;
+    case CUDA_ERROR_NOT_READY: return Status::NotReady;
+    case CUDA_ERROR_ILLEGAL_ADDRESS: return Status::IllegalAddress;
+    // The other kernel exceptions are sticky in CUDA too; funnel's Status has no number for
+    // them, so they become LaunchFailure, which ipc::is_sticky treats as poisoning (the log
+    // line names the real error).
+    case CUDA_ERROR_LAUNCH_FAILED:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_LAUNCH_TIMEOUT:
+    case CUDA_ERROR_ECC_UNCORRECTABLE: return Status::LaunchFailure;
+    case CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED:
+    case CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED: return Status::InvalidValue;
+    case CUDA_ERROR_NOT_PERMITTED: return Status::NotPermitted;
+    case CUDA_ERROR_NOT_SUPPORTED: return Status::NotSupported;
+    case CUDA_ERROR_TIMEOUT: return Status::Timeout;
+    default: return Status::Unknown;
+  }
+}
+
+enum class Log { Errors, Quiet };
+
+// The one place every driver call's result goes through.  NOT_READY is an answer, not an
+// error, and is never logged.
+Status check(const Driver& d, const char* call, CUresult r, Log log = Log::Errors) noexcept {
+  if (r == CUDA_SUCCESS) return Status::Success;
+  if (log == Log::Errors && r != CUDA_ERROR_NOT_READY) {
+    spdlog::error("cuda: {} failed: {} ({}: {})", call, error_name(d, r), static_cast<int>(r),
+                  error_string(d, r));
+  }
+  return to_status(r);
+}
+
+// Calls a driver entry point through check().  `fn` is a member of Driver.
+#define FUNNEL_CU(drv, fn, ...) check((drv), #fn, (drv).fn(__VA_ARGS__))
+#define FUNNEL_CU_QUIET(drv, fn, ...) check((drv), #fn, (drv).fn(__VA_ARGS__), Log::Quiet)
+
+[[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what); }
+
+// --- loading -------------------------------------------------------------------------------
+
+using GetProcAddress = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+
+template <typename Pfn>
+void resolve(GetProcAddress gpa, const char* symbol, int version, Pfn& out) {
+  void* p = nullptr;
+  CUdriverProcAddressQueryResult q = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  const CUresult r = gpa(symbol, &p, version, CU_GET_PROC_ADDRESS_DEFAULT, &q);
+  if (r != CUDA_SUCCESS || q != CU_GET_PROC_ADDRESS_SUCCESS || p == nullptr) {
+    fail(std::string("the NVIDIA driver has no usable ") + symbol + " for CUDA " +
+         std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10) +
+         " (cuGetProcAddress result " + std::to_string(static_cast<int>(r)) + ", status " +
+         std::to_string(static_cast<int>(q)) +
+         "): update the NVIDIA driver to one for CUDA 13 (R580 or newer) or use --backend sim");
+  }
+  out = reinterpret_cast<Pfn>(p);
+}
+
+// Opens libcuda.so.1 and resolves every entry point.  The library is never closed:
+// unloading the driver while the process lives is not supported by NVIDIA.
+Driver load_driver() {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    const char* why = dlerror();
+    fail(std::string("no NVIDIA driver (libcuda.so.1) found (") + (why ? why : "dlopen failed") +
+         "): run on a GPU node or use --backend sim");
+  }
+  void* sym = dlsym(lib, "cuGetProcAddress_v2");
+  if (sym == nullptr) {
+    fail("the NVIDIA driver is too old (libcuda.so.1 has no cuGetProcAddress_v2): funnel needs a "
+         "driver for CUDA 13 (R580 or newer); update the driver or use --backend sim");
+  }
+  const auto gpa = reinterpret_cast<GetProcAddress>(sym);
+
+  Driver d;
+  // cuGetProcAddress refuses versions above the driver's own, so ask for the version first
+  // with the version that introduced it.
+  resolve(gpa, "cuDriverGetVersion", 2020, d.cuDriverGetVersion);
+  int version = 0;
+  if (d.cuDriverGetVersion(&version) != CUDA_SUCCESS) version = 0;
+  if (version < cuda::kDriverApiVersion) {
+    fail("the NVIDIA driver supports CUDA " + std::to_string(version / 1000) + "." +
+         std::to_string(version % 1000 / 10) +
+         " but funnel needs CUDA 13.0 or newer: update the driver (R580 or newer) or use --backend sim");
+  }
+#define FUNNEL_CU_RESOLVE(name, pfn) resolve(gpa, #name, cuda::kDriverApiVersion, d.name);
+  FUNNEL_CU_FUNCTIONS(FUNNEL_CU_RESOLVE)
+#undef FUNNEL_CU_RESOLVE
+  return d;
+}
+
+// --- the backend -------------------------------------------------------------------------
+
+struct Device {
+  int ordinal = 0;  // CUDA ordinal (as this process's driver numbers devices)
+  CUdevice handle = 0;
+  CUcontext context = nullptr;
+};
+
+// What streams and events need after the backend is gone: they share ownership of it, so
+// that destruction order does not matter.
+struct Shared {
+  Driver drv;
+  std::vector<Device> devices;
+  uint64_t id = 0;  // unique per backend instance, for the per-thread current-context cache
+
+  ~Shared() {
+    for (const Device& dev : devices) {
+      if (dev.context != nullptr) FUNNEL_CU(drv, cuDevicePrimaryCtxRelease, dev.handle);
+    }
+  }
+
+  // Makes the device's primary context current in this thread (cached per thread).
+  Status bind(int device) const noexcept {
+    struct Current {
+      uint64_t backend = 0;
+      CUcontext context = nullptr;
+    };
+    thread_local Current current;
+    if (device < 0 || static_cast<size_t>(device) >= devices.size()) return Status::InvalidDevice;
+    const CUcontext ctx = devices[static_cast<size_t>(device)].context;
+    if (current.backend == id && current.context == ctx) return Status::Success;
+    const Status s = FUNNEL_CU(drv, cuCtxSetCurrent, ctx);
+    if (ok(s)) current = Current{id, ctx};
+    return s;
+  }
+};
+
+std::atomic<uint64_t> g_next_backend_id{1};
+
+class CudaStream final : public BackendStream {
+ public:
+  CudaStream(std::shared_ptr<const Shared> shared, int device, CUstream stream)
+      : shared_(std::move(shared)), device_(device), stream_(stream) {}
+  ~CudaStream() override {
+    // Returns at once; the driver frees the stream once its work completed.
+    if (ok(shared_->bind(device_))) FUNNEL_CU(shared_->drv, cuStreamDestroy, stream_);
+  }
+  CudaStream(const CudaStream&) = delete;
+  CudaStream& operator=(const CudaStream&) = delete;
+  int device() const noexcept override { return device_; }
+  CUstream handle() const noexcept { return stream_; }
+
+ private:
+  std::shared_ptr<const Shared> shared_;
+  int device_;
+  CUstream stream_;
+};
+
+class CudaEvent final : public BackendEvent {
+ public:
+  CudaEvent(std::shared_ptr<const Shared> shared, int device, CUevent event)
+      : shared_(std::move(shared)), device_(device), event_(event) {}
+  ~CudaEvent() override {
+    if (ok(shared_->bind(device_))) FUNNEL_CU(shared_->drv, cuEventDestroy, event_);
+  }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+  int device() const noexcept { return device_; }
+  CUevent handle() const noexcept { return event_; }
+
+ private:
+  std::shared_ptr<const Shared> shared_;
+  int device_;
+  CUevent event_;
+};
+
+// Every BackendStream/BackendEvent the server hands back was made by this backend.
+CudaStream& as_cuda(BackendStream& s) noexcept { return static_cast<CudaStream&>(s); }
+CudaEvent& as_cuda(BackendEvent& e) noexcept { return static_cast<CudaEvent&>(e); }
+
+void* host_pointer(uint64_t address) noexcept { return reinterpret_cast<void*>(static_cast<uintptr_t>(address)); }
+CUdeviceptr device_pointer(uint64_t address) noexcept { return static_cast<CUdeviceptr>(address); }
+
+bool to_culimit(Limit limit, CUlimit& out) noexcept {
+  switch (limit) {
+    case Limit::StackSize: out = CU_LIMIT_STACK_SIZE; return true;
+    case Limit::PrintfFifoSize: out = CU_LIMIT_PRINTF_FIFO_SIZE; return true;
+    case Limit::MallocHeapSize: out = CU_LIMIT_MALLOC_HEAP_SIZE; return true;
+  }
+  return false;
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(std::shared_ptr<Shared> shared) : s_(std::move(shared)) {}
+
+  const char* name() const noexcept override { return "cuda"; }
+  int device_count() const noexcept override { return static_cast<int>(s_->devices.size()); }
+
+  void describe(int device, ipc::DeviceRecord& out) override {
+    if (device < 0 || device >= device_count()) fail("describe: no device " + std::to_string(device));
+    const Driver& d = s_->drv;
+    const Device& dev = s_->devices[static_cast<size_t>(device)];
+    out = ipc::DeviceRecord{};
+    auto must = [&](Status st, const char* what) {
+      if (!ok(st)) fail(std::string("cuda: cannot read the ") + what + " of device " + std::to_string(dev.ordinal));
+    };
+    must(FUNNEL_CU(d, cuDeviceGetName, out.name, static_cast<int>(sizeof(out.name)), dev.handle), "name");
+    out.name[sizeof(out.name) - 1] = '\0';
+    CUuuid uuid{};
+    must(FUNNEL_CU(d, cuDeviceGetUuid, &uuid, dev.handle), "UUID");
+    static_assert(sizeof(uuid.bytes) == sizeof(out.uuid));
+    std::memcpy(out.uuid, uuid.bytes, sizeof(out.uuid));
+    must(FUNNEL_CU(d, cuDeviceGetPCIBusId, out.pci_bus_id, static_cast<int>(sizeof(out.pci_bus_id)), dev.handle),
+         "PCI bus id");
+    out.pci_bus_id[sizeof(out.pci_bus_id) - 1] = '\0';
+    size_t total = 0;
+    must(FUNNEL_CU(d, cuDeviceTotalMem, &total, dev.handle), "total memory");
+    out.total_memory = total;
+    out.ordinal = dev.ordinal;
+    // Attributes the driver does not know (numbers retired or newer than it) stay 0.
+    for (int a = 1; a < static_cast<int>(CU_DEVICE_ATTRIBUTE_MAX); ++a) {
+      int v = 0;
+      if (ok(FUNNEL_CU_QUIET(d, cuDeviceGetAttribute, &v, static_cast<CUdevice_attribute>(a), dev.handle))) {
+        out.attributes[a] = v;
+      }
+    }
+  }
+
+  Status mem_get_info(int device, uint64_t& free_bytes, uint64_t& total_bytes) override {
+    if (Status st = s_->bind(device); !ok(st)) return st;
+    size_t f = 0, t = 0;
+    const Status st = FUNNEL_CU(s_->drv, cuMemGetInfo, &f, &t);
+    if (ok(st)) {
+      free_bytes = f;
+      total_bytes = t;
+    }
+    return st;
+  }
+
+  Status mem_alloc(int device, uint64_t size, DeviceAddress& out) override {
+    if (Status st = s_->bind(device); !ok(st)) return st;
+    out = 0;
+    if (size == 0) return Status::Success;  // cudaMalloc(0): success, null pointer
+    CUdeviceptr p = 0;
+    const Status st = FUNNEL_CU(s_->drv, cuMemAlloc, &p, size);
+    if (ok(st)) out = p;
+    return st;
+  }
+
+  Status mem_free(int device, DeviceAddress address) override {
+    if (Status st = s_->bind(device); !ok(st)) return st;
+    if (address == 0) return Status::Success;
+    return FUNNEL_CU(s_->drv, cuMemFree, device_pointer(address));
+  }
+
+  Status mem_alloc_async(BackendStream& bs, uint64_t size, DeviceAddress& out) override {
+    CudaStream& s = as_cuda(bs);
+    if (Status st = s_->bind(s.device()); !ok(st)) return st;
+    out = 0;
+    if (size == 0) return Status::Success;
+    CUdeviceptr p = 0;
+    const Status st = FUNNEL_CU(s_->drv, cuMemAllocAsync, &p, size, s.handle());
+    if (ok(st)) out = p;
+    return st;
+  }
+
+  Status mem_free_async(BackendStream& bs, DeviceAddress address) override {
+    CudaStream& s = as_cuda(bs);
+    if (Status st = s_->bind(s.device()); !ok(st)) return st;
+    if (address == 0) return Status::Success;
+    return FUNNEL_CU(s_->drv, cuMemFreeAsync, device_pointer(address), s.handle());
+  }
+
+  // PORTABLE: the pages count as pinned in every context, i.e. for every device.
+  Status host_register(void* p, uint64_t size) override {
+    if (Status st = s_->bind(0); !ok(st)) return st;
+    if (p == nullptr || size == 0) return Status::InvalidValue;
+    return FUNNEL_CU(s_->drv, cuMemHostRegister, p, size, CU_MEMHOSTREGISTER_PORTABLE);
+  }
+
+  Status host_unregister(void* p) override {
+    if (Status st = s_->bind(0); !ok(st)) return st;
+    return FUNNEL_CU(s_->drv, cuMemHostUnregister, p);
+  }
+
+  void priority_range(int device, int& least, int& greatest) override {
+    least = 0;
+    greatest = 0;
+    if (!ok(s_->bind(device))) return;
+    int l = 0, g = 0;
+    if (ok(FUNNEL_CU(s_->drv, cuCtxGetStreamPriorityRange, &l, &g))) {
+      least = l;
+      greatest = g;
+    }
+  }
+
+  // Non-blocking: never synchronises with the context's NULL stream (the core emulates the
+  // legacy stream per client with events).  The driver clamps the priority into range.
+  Status create_stream(int device, int priority, std::unique_ptr<BackendStream>& out) override {
+    if (Status st = s_->bind(device); !ok(st)) return st;
+    CUstream h = nullptr;
+    const Status st = FUNNEL_CU(s_->drv, cuStreamCreateWithPriority, &h, CU_STREAM_NON_BLOCKING, priority);
+    if (ok(st)) out = std::make_unique<CudaStream>(s_, device, h);
+    return st;
+  }
+
+  Status create_event(int device, bool timing, std::unique_ptr<BackendEvent>& out) override {
+    if (Status st = s_->bind(device); !ok(st)) return st;
+    CUevent h = nullptr;
+    const unsigned flags = timing ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING;
+    const Status st = FUNNEL_CU(s_->drv, cuEventCreate, &h, flags);
+    if (ok(st)) out = std::make_unique<CudaEvent>(s_, device, h);
+    return st;
+  }
+
+  Status copy(BackendStream& bs, const CopyDesc& c) override {
+    CudaStream& s = as_cuda(bs);
+    if (Status st = s_->bind(s.device()); !ok(st)) return st;
+    if (c.width == 0 || c.height == 0) return Status::Success;
+    const Driver& d = s_->drv;
+    const CUstream h = s.handle();
+    if (c.height == 1) {
+      if (c.dst.device && !c.src.device) {
+        return FUNNEL_CU(d, cuMemcpyHtoDAsync, device_pointer(c.dst.address), host_pointer(c.src.address), c.width, h);
+      }
+      if (!c.dst.device && c.src.device) {
+        return FUNNEL_CU(d, cuMemcpyDtoHAsync, host_pointer(c.dst.address), device_pointer(c.src.address), c.width, h);
+      }
+      if (c.dst.device && c.src.device) {
+        // cuMemcpyAsync infers both sides from the unified address space, so a copy
+        // between two GPUs works too (cuMemcpyDtoDAsync is for one context).
+        return FUNNEL_CU(d, cuMemcpyAsync, device_pointer(c.dst.address), device_pointer(c.src.address), c.width, h);
+      }
+      // host to host falls through to the 2-D path (HOST/HOST is well defined there).
+    }
+    CUDA_MEMCPY2D m{};
+    m.srcXInBytes = 0;
+    m.srcY = 0;
+    if (c.src.device) {
+      m.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+      m.srcDevice = device_pointer(c.src.address);
+    } else {
+      m.srcMemoryType = CU_MEMORYTYPE_HOST;
+      m.srcHost = host_pointer(c.src.address);
+    }
+    m.srcPitch = c.height == 1 ? c.width : c.src_pitch;
+    m.dstXInBytes = 0;
+    m.dstY = 0;
+    if (c.dst.device) {
+      m.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+      m.dstDevice = device_pointer(c.dst.address);
+    } else {
+      m.dstMemoryType = CU_MEMORYTYPE_HOST;
+      m.dstHost = host_pointer(c.dst.address);
+    }
+    m.dstPitch = c.height == 1 ? c.width : c.dst_pitch;
+    m.WidthInBytes = c.width;
+    m.Height = c.height;
+    return FUNNEL_CU(d, cuMemcpy2DAsync, &m, h);
+  }
+
+  Status memset(BackendStream& bs, DeviceAddress dst, uint64_t pitch, uint64_t width, uint64_t height,
+                uint8_t value) override {
+    CudaStream& s = as_cuda(bs);
+    if (Status st = s_->bind(s.device()); !ok(st)) return st;
+    if (width == 0 || height == 0) return Status::Success;
+    if (height == 1) {
+      return FUNNEL_CU(s_->drv, cuMemsetD8Async, device_pointer(dst), value, width, s.handle());
+    }
+    return FUNNEL_CU(s_->drv, cuMemsetD2D8Async, device_pointer(dst), pitch, value, width, height, s.handle());
+  }
+
+  Status record(BackendEvent& be, BackendStream& bs) override {
+    CudaStream& s = as_cuda(bs);
+    CudaEvent& e = as_cuda(be);
+    // cuEventRecord needs the event and the stream in one context.
+    if (e.device() != s.device()) return Status::InvalidResourceHandle;
+    if (Status st = s_->bind(s.device()); !ok(st)) return st;
+    return FUNNEL_CU(s_->drv, cuEventRecord, e.handle(), s.handle());
+  }
+
+  // The event may belong to another device: cuStreamWaitEvent allows that.
+  Status wait(BackendStream& bs, BackendEvent& be) override {
+    CudaStream& s = as_cuda(bs);
+    if (Status st = s_->bind(s.device()); !ok(st)) return st;
+    return FUNNEL_CU(s_->drv, cuStreamWaitEvent, s.handle(), as_cuda(be).handle(), CU_EVENT_WAIT_DEFAULT);
+  }
+
+  Status query(BackendEvent& be) override {
+    CudaEvent& e = as_cuda(be);
+    if (Status st = s_->bind(e.device()); !ok(st)) return st;
+    return FUNNEL_CU(s_->drv, cuEventQuery, e.handle());
+  }
+
+  Status query(BackendStream& bs) override {
+    CudaStream& s = as_cuda(bs);
+    if (Status st = s_->bind(s.device()); !ok(st)) return st;
+    return FUNNEL_CU(s_->drv, cuStreamQuery, s.handle());
+  }
+
+  Status elapsed_ms(BackendEvent& start, BackendEvent& end, float& ms) override {
+    CudaEvent& a = as_cuda(start);
+    if (Status st = s_->bind(a.device()); !ok(st)) return st;
+    float v = 0.0f;
+    const Status st = FUNNEL_CU(s_->drv, cuEventElapsedTime, &v, a.handle(), as_cuda(end).handle());
+    if (ok(st)) ms = v;
+    return st;
+  }
+
+  Status synchronize(BackendStream& bs) override {
+    CudaStream& s = as_cuda(bs);
+    if (Status st = s_->bind(s.device()); !ok(st)) return st;
+    return FUNNEL_CU(s_->drv, cuStreamSynchronize, s.handle());
+  }
+
+  Status set_limit(int device, Limit limit, uint64_t value) override {
+    CUlimit l{};
+    if (!to_culimit(limit, l)) return Status::UnsupportedLimit;
+    if (Status st = s_->bind(device); !ok(st)) return st;
+    return FUNNEL_CU(s_->drv, cuCtxSetLimit, l, value);
+  }
+
+  Status get_limit(int device, Limit limit, uint64_t& value) override {
+    CUlimit l{};
+    if (!to_culimit(limit, l)) return Status::UnsupportedLimit;
+    if (Status st = s_->bind(device); !ok(st)) return st;
+    size_t v = 0;
+    const Status st = FUNNEL_CU(s_->drv, cuCtxGetLimit, &v, l);
+    if (ok(st)) value = v;
+    return st;
+  }
+
+ private:
+  std::shared_ptr<Shared> s_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(const std::vector<int>& devices) {
+  auto shared = std::make_shared<Shared>();
+  shared->drv = load_driver();
+  shared->id = g_next_backend_id.fetch_add(1);
+  const Driver& d = shared->drv;
+
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string visible_note =
+      visible != nullptr ? std::string(" (CUDA_VISIBLE_DEVICES=\"") + visible + "\")" : std::string();
+  if (const CUresult r = d.cuInit(0); r != CUDA_SUCCESS) {
+    if (r == CUDA_ERROR_NO_DEVICE) {
+      fail("no CUDA device found" + visible_note +
+           ": check nvidia-smi and CUDA_VISIBLE_DEVICES, run on a GPU node, or use --backend sim");
+    }
+    fail(std::string("the CUDA driver failed to initialise: cuInit: ") + error_name(d, r) + " (" +
+         error_string(d, r) + "): check nvidia-smi and the driver installation, or use --backend sim");
+  }
+  int count = 0;
+  if (!ok(FUNNEL_CU(d, cuDeviceGetCount, &count)) || count <= 0) {
+    fail("no CUDA device found" + visible_note + ": run on a GPU node or use --backend sim");
+  }
+
+  std::vector<int> ordinals = devices;
+  if (ordinals.empty()) {
+    for (int i = 0; i < count; ++i) ordinals.push_back(i);
+  }
+  if (ordinals.size() > ipc::kMaxDevices) {
+    fail("funnel serves at most " + std::to_string(ipc::kMaxDevices) + " devices per server; " +
+         std::to_string(ordinals.size()) + " requested: choose fewer devices");
+  }
+  for (size_t i = 0; i < ordinals.size(); ++i) {
+    const int o = ordinals[i];
+    if (o < 0 || o >= count) {
+      fail("CUDA device " + std::to_string(o) + " does not exist: this node has " + std::to_string(count) +
+           " visible device(s), ordinals 0.." + std::to_string(count - 1) + visible_note +
+           ": choose a valid device ordinal");
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (ordinals[j] == o) fail("CUDA device " + std::to_string(o) + " is listed twice: list each device once");
+    }
+  }
+
+  for (const int o : ordinals) {
+    Device dev;
+    dev.ordinal = o;
+    if (!ok(FUNNEL_CU(d, cuDeviceGet, &dev.handle, o))) fail("cuDeviceGet failed for CUDA device " + std::to_string(o));
+    CUcontext ctx = nullptr;
+    if (const CUresult r = d.cuDevicePrimaryCtxRetain(&ctx, dev.handle); r != CUDA_SUCCESS) {
+      check(d, "cuDevicePrimaryCtxRetain", r);
+      fail("cannot create the CUDA context of device " + std::to_string(o) + ": " + error_name(d, r) + " (" +
+           error_string(d, r) +
+           "): is the GPU in exclusive-process compute mode and used by another process, or out of memory? "
+           "Check nvidia-smi");
+    }
+    dev.context = ctx;
+    shared->devices.push_back(dev);  // from here on ~Shared releases it
+  }
+
+  int major = 0, minor = 0;
+  for (const Device& dev : shared->devices) {
+    char name[256] = {};
+    FUNNEL_CU(d, cuDeviceGetName, name, static_cast<int>(sizeof(name)), dev.handle);
+    FUNNEL_CU(d, cuDeviceGetAttribute, &major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev.handle);
+    FUNNEL_CU(d, cuDeviceGetAttribute, &minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev.handle);
+    spdlog::info("cuda: device {} = CUDA ordinal {}: {} (sm_{}{})", &dev - shared->devices.data(), dev.ordinal, name,
+                 major, minor);
+  }
+  return std::make_unique<CudaBackend>(std::move(shared));
+}
+
 }  // namespace funnel::server

@@ -1,0 +1,80 @@
+// The CUDA driver API, opened at run time (dlopen "libcuda.so.1") so that funnel-server
+// starts on machines without a driver.  Included only by cuda_backend.cpp.
+//
+// Every entry point is resolved with cuGetProcAddress_v2 by its BASE name for CUDA 13.0.
+// The driver then returns the newest ABI of that symbol introduced at or before 13.0, so
+// each pointer's type must be the cudaTypedefs.h PFN of exactly that version (the highest
+// _vNNNNN <= 13000).  Careful: that is not always what cuda.h's macros pick: at 13000
+// "cuCtxSynchronize" is cuCtxSynchronize_v2(CUcontext), while cuda.h's cuCtxSynchronize is
+// the old (void) one.  The static_asserts below check each PFN against the declaration
+// the header's macros select, so a mismatch shows up at compile time.
+#pragma once
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <type_traits>
+
+namespace funnel::server::cuda {
+
+inline constexpr int kDriverApiVersion = 13000;  // CUDA 13.0
+
+// X(base name, PFN type of the version that cuGetProcAddress returns at 13000)
+#define FUNNEL_CU_FUNCTIONS(X)                                          \
+  X(cuInit, PFN_cuInit_v2000)                                           \
+  X(cuGetErrorName, PFN_cuGetErrorName_v6000)                           \
+  X(cuGetErrorString, PFN_cuGetErrorString_v6000)                       \
+  X(cuDeviceGetCount, PFN_cuDeviceGetCount_v2000)                       \
+  X(cuDeviceGet, PFN_cuDeviceGet_v2000)                                 \
+  X(cuDeviceGetName, PFN_cuDeviceGetName_v2000)                         \
+  X(cuDeviceGetUuid, PFN_cuDeviceGetUuid_v11040)                        \
+  X(cuDeviceTotalMem, PFN_cuDeviceTotalMem_v3020)                       \
+  X(cuDeviceGetPCIBusId, PFN_cuDeviceGetPCIBusId_v4010)                 \
+  X(cuDeviceGetAttribute, PFN_cuDeviceGetAttribute_v2000)               \
+  X(cuDevicePrimaryCtxRetain, PFN_cuDevicePrimaryCtxRetain_v7000)       \
+  X(cuDevicePrimaryCtxRelease, PFN_cuDevicePrimaryCtxRelease_v11000)    \
+  X(cuCtxSetCurrent, PFN_cuCtxSetCurrent_v4000)                         \
+  X(cuCtxGetStreamPriorityRange, PFN_cuCtxGetStreamPriorityRange_v5050) \
+  X(cuCtxSetLimit, PFN_cuCtxSetLimit_v3010)                             \
+  X(cuCtxGetLimit, PFN_cuCtxGetLimit_v3010)                             \
+  X(cuMemGetInfo, PFN_cuMemGetInfo_v3020)                               \
+  X(cuMemAlloc, PFN_cuMemAlloc_v3020)                                   \
+  X(cuMemFree, PFN_cuMemFree_v3020)                                     \
+  X(cuMemAllocAsync, PFN_cuMemAllocAsync_v11020)                        \
+  X(cuMemFreeAsync, PFN_cuMemFreeAsync_v11020)                          \
+  X(cuMemHostRegister, PFN_cuMemHostRegister_v6050)                     \
+  X(cuMemHostUnregister, PFN_cuMemHostUnregister_v4000)                 \
+  X(cuStreamCreateWithPriority, PFN_cuStreamCreateWithPriority_v5050)   \
+  X(cuStreamDestroy, PFN_cuStreamDestroy_v4000)                         \
+  X(cuStreamQuery, PFN_cuStreamQuery_v2000)                             \
+  X(cuStreamSynchronize, PFN_cuStreamSynchronize_v2000)                 \
+  X(cuStreamWaitEvent, PFN_cuStreamWaitEvent_v3020)                     \
+  X(cuEventCreate, PFN_cuEventCreate_v2000)                             \
+  X(cuEventDestroy, PFN_cuEventDestroy_v4000)                           \
+  X(cuEventRecord, PFN_cuEventRecord_v2000)                             \
+  X(cuEventQuery, PFN_cuEventQuery_v2000)                               \
+  X(cuEventElapsedTime, PFN_cuEventElapsedTime_v12080)                  \
+  X(cuMemcpyHtoDAsync, PFN_cuMemcpyHtoDAsync_v3020)                     \
+  X(cuMemcpyDtoHAsync, PFN_cuMemcpyDtoHAsync_v3020)                     \
+  X(cuMemcpyDtoDAsync, PFN_cuMemcpyDtoDAsync_v3020)                     \
+  X(cuMemcpyAsync, PFN_cuMemcpyAsync_v4000)                             \
+  X(cuMemcpy2DAsync, PFN_cuMemcpy2DAsync_v3020)                         \
+  X(cuMemsetD8Async, PFN_cuMemsetD8Async_v3020)                         \
+  X(cuMemsetD2D8Async, PFN_cuMemsetD2D8Async_v3020)
+
+// The driver's entry points.  Filled by load_driver() in cuda_backend.cpp.
+struct Driver {
+#define FUNNEL_CU_MEMBER(name, pfn) pfn name = nullptr;
+  FUNNEL_CU_FUNCTIONS(FUNNEL_CU_MEMBER)
+#undef FUNNEL_CU_MEMBER
+  PFN_cuDriverGetVersion_v2020 cuDriverGetVersion = nullptr;
+};
+
+// Each PFN must have the signature of the declaration cuda.h's macros select (decltype is
+// unevaluated: no link-time reference to libcuda).
+#define FUNNEL_CU_CHECK_TYPE(name, pfn)                                    \
+  static_assert(std::is_same_v<pfn, decltype(&::name)>, #name ": the PFN " \
+                                                        "version does not match cuda.h");
+FUNNEL_CU_FUNCTIONS(FUNNEL_CU_CHECK_TYPE)
+#undef FUNNEL_CU_CHECK_TYPE
+
+}  // namespace funnel::server::cuda

@@ -134,7 +134,14 @@ Settings Settings::from(const Lookup& env) {
     while (!rest.empty()) {
       const auto comma = rest.find(',');
       const std::string item(rest.substr(0, comma));
-      s.devices.push_back(static_cast<int>(parse_int("FUNNEL_DEVICES", item, 0, 63, accepted_of("FUNNEL_DEVICES"))));
+      int64_t ordinal = 0;
+      // Report the whole value, not just the item that failed ("0,,1" rather than '').
+      try {
+        ordinal = parse_int("FUNNEL_DEVICES", item, 0, 63, accepted_of("FUNNEL_DEVICES"));
+      } catch (const ConfigError&) {
+        bad("FUNNEL_DEVICES", *d, accepted_of("FUNNEL_DEVICES"));
+      }
+      s.devices.push_back(static_cast<int>(ordinal));
       rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
       if (comma != std::string_view::npos && rest.empty()) bad("FUNNEL_DEVICES", *d, accepted_of("FUNNEL_DEVICES"));
     }

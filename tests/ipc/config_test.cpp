@@ -1,0 +1,187 @@
+// Settings: every FUNNEL_* variable's default, accepted values, and rejected values
+// (a ConfigError that names the variable and the value).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "funnel/common/config.hpp"
+#include "funnel/common/run_dir.hpp"
+#include "watchdog.hpp"
+
+namespace funnel {
+namespace {
+
+using Env = std::map<std::string, std::string>;
+
+Settings settings(const Env& env) {
+  return Settings::from([&](const char* name) -> std::optional<std::string> {
+    auto it = env.find(name);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  });
+}
+
+WATCHED_TEST(Settings, Defaults) {
+  const Settings s = settings({});
+  EXPECT_EQ(s.job_id, "nojob");
+  EXPECT_EQ(s.run_dir, default_run_dir("nojob"));
+  EXPECT_EQ(s.backend, Backend::Cuda);
+  EXPECT_TRUE(s.server_binary.empty());
+  EXPECT_EQ(s.log_dir, "/tmp/funnel-" + std::to_string(::geteuid()) + "-logs");
+  EXPECT_EQ(s.log_level, "info");
+  EXPECT_EQ(s.idle_exit.count(), 3000);
+  EXPECT_EQ(s.attach_timeout.count(), 30000);
+  EXPECT_TRUE(s.devices.empty());
+  EXPECT_EQ(s.staging_slots, 4u);
+  EXPECT_EQ(s.staging_slot_bytes, 2u << 20);
+  EXPECT_EQ(s.max_clients, 256u);
+}
+
+WATCHED_TEST(Settings, SourcesFollowTheTableAndSayWhereEachValueCameFrom) {
+  const auto& table = setting_table();
+  const Settings d = settings({});
+  ASSERT_EQ(d.sources.size(), table.size());
+  for (size_t i = 0; i < table.size(); ++i) {
+    EXPECT_EQ(d.sources[i].first, table[i].variable);
+    EXPECT_EQ(d.sources[i].second, "default");
+  }
+  const Settings e = settings({{"FUNNEL_MAX_CLIENTS", "8"}});
+  for (const auto& [var, source] : e.sources)
+    EXPECT_EQ(source, var == "FUNNEL_MAX_CLIENTS" ? "environment" : "default") << var;
+}
+
+WATCHED_TEST(Settings, TableRowsAreCompleteAndUnique) {
+  std::set<std::string> seen;
+  for (const auto& row : setting_table()) {
+    const std::string var = row.variable;
+    EXPECT_EQ(var.rfind("FUNNEL_", 0), 0u) << var;
+    EXPECT_TRUE(seen.insert(var).second) << var << " twice";
+    EXPECT_NE(std::string(row.default_text), "") << var;
+    EXPECT_NE(std::string(row.accepted), "") << var;
+    EXPECT_NE(std::string(row.meaning), "") << var;
+    EXPECT_NE(value_text(settings({}), var), "") << var << " has no value_text";
+  }
+  EXPECT_EQ(value_text(settings({}), "FUNNEL_NOT_A_SETTING"), "");
+}
+
+WATCHED_TEST(Settings, GoodValues) {
+  const Settings s = settings({
+      {"FUNNEL_RUN_DIR", "/dev/shm/my-run"},
+      {"FUNNEL_JOB_ID", "job-42_a.b"},
+      {"FUNNEL_BACKEND", "sim"},
+      {"FUNNEL_SERVER", "/opt/funnel/bin/funnel-server"},
+      {"FUNNEL_LOG_DIR", "/var/tmp/logs"},
+      {"FUNNEL_LOG_LEVEL", "debug"},
+      {"FUNNEL_IDLE_EXIT_MS", "0"},
+      {"FUNNEL_ATTACH_TIMEOUT_MS", "100"},
+      {"FUNNEL_DEVICES", "0,3,63"},
+      {"FUNNEL_STAGING_SLOTS", "16"},
+      {"FUNNEL_STAGING_SLOT_KB", "64"},
+      {"FUNNEL_MAX_CLIENTS", "4096"},
+  });
+  EXPECT_EQ(s.run_dir, "/dev/shm/my-run");
+  EXPECT_EQ(s.job_id, "job-42_a.b");
+  EXPECT_EQ(s.backend, Backend::Sim);
+  EXPECT_EQ(s.server_binary, "/opt/funnel/bin/funnel-server");
+  EXPECT_EQ(s.log_dir, "/var/tmp/logs");
+  EXPECT_EQ(s.log_level, "debug");
+  EXPECT_EQ(s.idle_exit.count(), 0);
+  EXPECT_EQ(s.attach_timeout.count(), 100);
+  EXPECT_EQ(s.devices, (std::vector<int>{0, 3, 63}));
+  EXPECT_EQ(s.staging_slots, 16u);
+  EXPECT_EQ(s.staging_slot_bytes, 64u * 1024);
+  EXPECT_EQ(s.max_clients, 4096u);
+  EXPECT_EQ(value_text(s, "FUNNEL_DEVICES"), "0,3,63");
+  EXPECT_EQ(value_text(s, "FUNNEL_BACKEND"), "sim");
+  EXPECT_EQ(value_text(s, "FUNNEL_STAGING_SLOT_KB"), "64");
+
+  const Settings upper = settings({{"FUNNEL_BACKEND", "cuda"}, {"FUNNEL_IDLE_EXIT_MS", "3600000"},
+                                   {"FUNNEL_STAGING_SLOT_KB", "262144"}, {"FUNNEL_DEVICES", "5"}});
+  EXPECT_EQ(upper.backend, Backend::Cuda);
+  EXPECT_EQ(upper.idle_exit.count(), 3600000);
+  EXPECT_EQ(upper.staging_slot_bytes, 262144ull * 1024);
+  EXPECT_EQ(upper.devices, std::vector<int>{5});
+  for (const char* level : {"trace", "debug", "info", "warn", "error", "off"})
+    EXPECT_EQ(settings({{"FUNNEL_LOG_LEVEL", level}}).log_level, level);
+}
+
+WATCHED_TEST(Settings, JobIdComesFromTheLauncher) {
+  EXPECT_EQ(settings({{"SLURM_JOB_ID", "123"}}).job_id, "123");
+  EXPECT_EQ(settings({{"PBS_JOBID", "77.pbs-server"}}).job_id, "77.pbs-server");
+  EXPECT_EQ(settings({{"PMIX_NAMESPACE", "prterun/1"}}).job_id, "prterun_1") << "sanitized for a file name";
+  EXPECT_EQ(settings({{"SLURM_JOB_ID", "9"}, {"PBS_JOBID", "8"}}).job_id, "9") << "SLURM first";
+  EXPECT_EQ(settings({{"SLURM_JOB_ID", "9"}, {"FUNNEL_JOB_ID", "mine"}}).job_id, "mine") << "FUNNEL_JOB_ID wins";
+  const Settings s = settings({{"SLURM_JOB_ID", "123"}});
+  EXPECT_EQ(s.run_dir.filename(), "funnel-" + std::to_string(::geteuid()) + "-123");
+}
+
+struct Bad {
+  std::string variable;
+  std::string value;
+};
+
+WATCHED_TEST(Settings, BadValuesNameTheVariableAndTheValue) {
+  const std::vector<Bad> cases{
+      {"FUNNEL_BACKEND", "gpu"},
+      {"FUNNEL_BACKEND", ""},
+      {"FUNNEL_IDLE_EXIT_MS", "-1"},
+      {"FUNNEL_IDLE_EXIT_MS", "3600001"},
+      {"FUNNEL_IDLE_EXIT_MS", "12ms"},
+      {"FUNNEL_IDLE_EXIT_MS", ""},
+      {"FUNNEL_ATTACH_TIMEOUT_MS", "99"},
+      {"FUNNEL_STAGING_SLOT_KB", "5"},
+      {"FUNNEL_STAGING_SLOT_KB", "66"},
+      {"FUNNEL_STAGING_SLOT_KB", "262148"},
+      {"FUNNEL_STAGING_SLOTS", "1"},
+      {"FUNNEL_STAGING_SLOTS", "17"},
+      {"FUNNEL_MAX_CLIENTS", "0"},
+      {"FUNNEL_MAX_CLIENTS", "4097"},
+      {"FUNNEL_DEVICES", "0,,1"},
+      {"FUNNEL_DEVICES", "0,1,"},
+      {"FUNNEL_DEVICES", ",0"},
+      {"FUNNEL_DEVICES", ""},
+      {"FUNNEL_DEVICES", "-1"},
+      {"FUNNEL_DEVICES", "64"},
+      {"FUNNEL_DEVICES", "0,a"},
+      {"FUNNEL_RUN_DIR", "relative/dir"},
+      {"FUNNEL_RUN_DIR", ""},
+      {"FUNNEL_RUN_DIR", "/" + std::string(120, 'd')},
+      {"FUNNEL_JOB_ID", "a/b"},
+      {"FUNNEL_JOB_ID", ""},
+      {"FUNNEL_JOB_ID", "x y"},
+      {"FUNNEL_SERVER", ""},
+      {"FUNNEL_LOG_DIR", ""},
+      {"FUNNEL_LOG_LEVEL", "verbose"},
+  };
+  for (const auto& c : cases) {
+    try {
+      settings({{c.variable, c.value}});
+      ADD_FAILURE() << c.variable << "='" << c.value << "' was accepted";
+    } catch (const ConfigError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(c.variable), std::string::npos) << msg;
+      EXPECT_NE(msg.find("'" + c.value + "'"), std::string::npos) << "the message must quote the whole value: " << msg;
+      EXPECT_NE(msg.find("expected"), std::string::npos) << msg;
+    }
+  }
+}
+
+WATCHED_TEST(Settings, ARunDirWhoseSocketPathIsTooLongIsRejected) {
+  // 107 characters is the most a socket address holds: dir + "/server.sock".
+  const std::string ok_dir = "/" + std::string(107 - 1 - 12, 'r');
+  EXPECT_NO_THROW(settings({{"FUNNEL_RUN_DIR", ok_dir}}));
+  EXPECT_THROW(settings({{"FUNNEL_RUN_DIR", ok_dir + "r"}}), ConfigError);
+}
+
+WATCHED_TEST(Settings, ToStringOfBackends) {
+  EXPECT_STREQ(to_string(Backend::Cuda), "cuda");
+  EXPECT_STREQ(to_string(Backend::Sim), "sim");
+}
+
+}  // namespace
+}  // namespace funnel

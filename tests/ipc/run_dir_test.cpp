@@ -1,0 +1,123 @@
+// The run directory: created 0700, and refused — with the fix in the message —
+// when it is a symlink, a file, has the wrong mode or belongs to someone else.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+
+#include "funnel/common/run_dir.hpp"
+#include "funnel/ipc/protocol.hpp"
+#include "watchdog.hpp"
+
+namespace funnel {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempBase {
+ public:
+  TempBase() {
+    std::string tmpl = (fs::temp_directory_path() / "funnel-rundir-test-XXXXXX").string();
+    EXPECT_NE(::mkdtemp(tmpl.data()), nullptr);
+    path_ = tmpl;
+  }
+  ~TempBase() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+std::string error_of(const fs::path& dir) {
+  try {
+    ensure_run_dir(dir);
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+mode_t mode_of(const fs::path& p) {
+  struct stat st {};
+  EXPECT_EQ(::lstat(p.c_str(), &st), 0);
+  return st.st_mode & 07777;
+}
+
+WATCHED_TEST(RunDir, CreatesA0700Directory) {
+  TempBase base;
+  const fs::path dir = base.path() / "run";
+  EXPECT_EQ(error_of(dir), "");
+  EXPECT_TRUE(fs::is_directory(dir));
+  EXPECT_EQ(mode_of(dir), 0700u);
+  EXPECT_EQ(error_of(dir), "") << "an existing good run directory is fine";
+}
+
+WATCHED_TEST(RunDir, RefusesAWrongMode) {
+  TempBase base;
+  const fs::path dir = base.path() / "run";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);
+  const std::string msg = error_of(dir);
+  EXPECT_NE(msg.find(dir.string()), std::string::npos) << msg;
+  EXPECT_NE(msg.find("755"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("chmod 700"), std::string::npos) << msg;
+}
+
+WATCHED_TEST(RunDir, RefusesASymlink) {
+  TempBase base;
+  const fs::path target = base.path() / "elsewhere";
+  ASSERT_EQ(::mkdir(target.c_str(), 0700), 0);
+  const fs::path dir = base.path() / "run";
+  fs::create_directory_symlink(target, dir);
+  const std::string msg = error_of(dir);
+  EXPECT_NE(msg.find(dir.string()), std::string::npos) << msg;
+  EXPECT_NE(msg.find("symlink"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("FUNNEL_RUN_DIR"), std::string::npos) << msg;
+}
+
+WATCHED_TEST(RunDir, RefusesAFile) {
+  TempBase base;
+  const fs::path dir = base.path() / "run";
+  std::ofstream(dir) << "not a directory";
+  const std::string msg = error_of(dir);
+  EXPECT_NE(msg.find("not a directory"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("remove it"), std::string::npos) << msg;
+}
+
+WATCHED_TEST(RunDir, RefusesAMissingParentWithTheFix) {
+  TempBase base;
+  const std::string msg = error_of(base.path() / "missing" / "run");
+  EXPECT_NE(msg.find("cannot create"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("FUNNEL_RUN_DIR"), std::string::npos) << msg;
+}
+
+WATCHED_TEST(RunDir, RefusesADirectoryOfAnotherUser) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to chown a directory to another user";
+  TempBase base;
+  const fs::path dir = base.path() / "run";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  ASSERT_EQ(::chown(dir.c_str(), 65534, 65534), 0);
+  const std::string msg = error_of(dir);
+  EXPECT_NE(msg.find("65534"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("FUNNEL_RUN_DIR"), std::string::npos) << msg;
+}
+
+WATCHED_TEST(RunDir, DefaultNamesAndPaths) {
+  const fs::path d = default_run_dir("a/b c");
+  EXPECT_EQ(d.filename(), "funnel-" + std::to_string(::geteuid()) + "-a_b_c");
+  EXPECT_TRUE(d.is_absolute());
+  EXPECT_EQ(socket_path("/x"), fs::path("/x") / ipc::kSocketName);
+  EXPECT_EQ(start_lock_path("/x"), fs::path("/x") / ipc::kStartLockName);
+  EXPECT_EQ(sanitize_for_filename("Ab-9_.x/y:z"), "Ab-9_.x_y_z");
+}
+
+}  // namespace
+}  // namespace funnel

@@ -1,0 +1,227 @@
+// Smoke test of the cuda backend alone (no server, no client): compiled by tests/gpu/run.sh
+// straight from runtime/server/src/cuda_backend.cpp.  On a machine without a driver it checks
+// that make_cuda_backend() throws the "no driver" error; with a GPU it exercises every
+// Backend call and checks the data.
+#include <sys/mman.h>
+
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "funnel/server/backend.hpp"
+
+using namespace funnel::server;
+using funnel::ipc::DeviceRecord;
+
+static int failures = 0;
+#define EXPECT(cond)                                                      \
+  do {                                                                    \
+    if (!(cond)) {                                                        \
+      std::printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);         \
+      ++failures;                                                         \
+    }                                                                     \
+  } while (0)
+#define EXPECT_OK(expr) EXPECT((expr) == Status::Success)
+
+static void* host_alloc(size_t n) {
+  void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::runtime_error("mmap");
+  return p;
+}
+static uint64_t addr(const void* p) { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)); }
+
+static Status wait_event(Backend& b, BackendEvent& e) {
+  for (;;) {
+    Status s = b.query(e);
+    if (s != Status::NotReady) return s;
+    std::this_thread::yield();
+  }
+}
+
+int main(int argc, char** argv) {
+  const bool expect_no_driver = argc > 1 && std::strcmp(argv[1], "--expect-no-driver") == 0;
+  std::unique_ptr<Backend> b;
+  try {
+    b = make_cuda_backend({});
+  } catch (const std::exception& e) {
+    std::printf("make_cuda_backend threw: %s\n", e.what());
+    return expect_no_driver ? 0 : 1;
+  }
+  if (expect_no_driver) {
+    std::printf("FAIL: expected no driver\n");
+    return 1;
+  }
+  try {
+    make_cuda_backend({99});
+    std::printf("FAIL: ordinal 99 accepted\n");
+    ++failures;
+  } catch (const std::exception& e) {
+    std::printf("bad ordinal -> %s\n", e.what());
+  }
+
+  std::printf("devices: %d\n", b->device_count());
+  EXPECT(b->device_count() >= 1);
+  auto rec = std::make_unique<DeviceRecord>();
+  b->describe(0, *rec);
+  std::printf("name=%s pci=%s total=%" PRIu64 " ordinal=%d cc=%d.%d sms=%d maxThreadsPerBlock=%d uuid=",
+              rec->name, rec->pci_bus_id, rec->total_memory, rec->ordinal, rec->attributes[75], rec->attributes[76],
+              rec->attributes[16], rec->attributes[1]);
+  for (uint8_t x : rec->uuid) std::printf("%02x", x);
+  std::printf("\n");
+  EXPECT(rec->attributes[1] == 1024);
+  EXPECT(rec->total_memory > (uint64_t{1} << 30));
+  int nonzero = 0;
+  for (int v : rec->attributes) nonzero += v != 0;
+  std::printf("nonzero attributes: %d\n", nonzero);
+
+  uint64_t fr = 0, tot = 0;
+  EXPECT_OK(b->mem_get_info(0, fr, tot));
+  std::printf("mem_get_info free=%" PRIu64 " total=%" PRIu64 "\n", fr, tot);
+  int least = 0, greatest = 0;
+  b->priority_range(0, least, greatest);
+  std::printf("priority range least=%d greatest=%d\n", least, greatest);
+
+  std::unique_ptr<BackendStream> s, s2;
+  EXPECT_OK(b->create_stream(0, greatest, s));
+  EXPECT_OK(b->create_stream(0, least, s2));
+  std::unique_ptr<BackendEvent> e, t0, t1;
+  EXPECT_OK(b->create_event(0, false, e));
+  EXPECT_OK(b->create_event(0, true, t0));
+  EXPECT_OK(b->create_event(0, true, t1));
+  EXPECT_OK(b->query(*e));  // never recorded -> complete
+
+  const size_t n = size_t{64} << 20;
+  auto* A = static_cast<uint8_t*>(host_alloc(n));
+  auto* B = static_cast<uint8_t*>(host_alloc(n));
+  EXPECT_OK(b->host_register(A, n));
+  EXPECT_OK(b->host_register(B, n));
+  EXPECT(b->host_register(A, n) != Status::Success);  // already registered
+  for (size_t i = 0; i < n; ++i) A[i] = static_cast<uint8_t>(i * 7 + 3);
+
+  DeviceAddress d1 = 0, d2 = 0;
+  EXPECT_OK(b->mem_alloc(0, n, d1));
+  EXPECT_OK(b->mem_alloc(0, n, d2));
+  DeviceAddress huge = 0;
+  EXPECT(b->mem_alloc(0, uint64_t{1} << 50, huge) == Status::MemoryAllocation);
+
+  // 1-D H2D, D2D, D2H
+  EXPECT_OK(b->record(*t0, *s));
+  EXPECT_OK(b->copy(*s, CopyDesc{{true, d1}, {false, addr(A)}, n, 1, n, n}));
+  EXPECT_OK(b->record(*t1, *s));
+  EXPECT_OK(b->memset(*s, d2, n, n, 1, 0xee));
+  EXPECT_OK(b->copy(*s, CopyDesc{{true, d2}, {true, d1}, n / 2, 1, 0, 0}));
+  EXPECT_OK(b->copy(*s, CopyDesc{{false, addr(B)}, {true, d2}, n, 1, n, n}));
+  EXPECT_OK(b->record(*e, *s));
+  EXPECT_OK(wait_event(*b, *e));
+  EXPECT(std::memcmp(A, B, n / 2) == 0);
+  bool tail_ok = true;
+  for (size_t i = n / 2; i < n; ++i) tail_ok = tail_ok && B[i] == 0xee;
+  EXPECT(tail_ok);
+  float ms = 0;
+  EXPECT_OK(b->elapsed_ms(*t0, *t1, ms));
+  std::printf("H2D 64 MiB pinned: %.3f ms = %.1f GB/s\n", static_cast<double>(ms), static_cast<double>(n) / (static_cast<double>(ms) * 1e6));
+  EXPECT(b->elapsed_ms(*e, *t1, ms) != Status::Success);  // e has no timing
+
+  // 2-D: 100 rows of 1000 bytes, host pitch 4096, device pitch 1024, then back to pitch 2048
+  std::memset(B, 0, n);
+  EXPECT_OK(b->memset(*s2, d1, n, n, 1, 0));
+  EXPECT_OK(b->copy(*s2, CopyDesc{{true, d1}, {false, addr(A)}, 1000, 100, 1024, 4096}));
+  EXPECT_OK(b->memset(*s2, d1 + 1000, 1024, 24, 100, 0x55));  // 2-D memset of the row gaps
+  EXPECT_OK(b->copy(*s2, CopyDesc{{false, addr(B)}, {true, d1}, 1024, 100, 2048, 1024}));
+  EXPECT_OK(b->synchronize(*s2));
+  EXPECT_OK(b->query(*s2));
+  bool ok2d = true;
+  for (size_t r = 0; r < 100; ++r) {
+    ok2d = ok2d && std::memcmp(B + r * 2048, A + r * 4096, 1000) == 0;
+    for (size_t c = 1000; c < 1024; ++c) ok2d = ok2d && B[r * 2048 + c] == 0x55;
+    for (size_t c = 1024; c < 2048; ++c) ok2d = ok2d && B[r * 2048 + c] == 0;
+  }
+  EXPECT(ok2d);
+
+  // host to host (1-D and 2-D)
+  EXPECT_OK(b->copy(*s, CopyDesc{{false, addr(B)}, {false, addr(A)}, 4096, 1, 4096, 4096}));
+  EXPECT_OK(b->synchronize(*s));
+  EXPECT(std::memcmp(A, B, 4096) == 0);
+
+  // cross-stream wait: s2 waits for s's event
+  EXPECT_OK(b->memset(*s, d2, n, n, 1, 0x11));
+  EXPECT_OK(b->record(*e, *s));
+  EXPECT_OK(b->wait(*s2, *e));
+  EXPECT_OK(b->copy(*s2, CopyDesc{{false, addr(B)}, {true, d2}, n, 1, n, n}));
+  EXPECT_OK(b->synchronize(*s2));
+  EXPECT(B[0] == 0x11 && B[n - 1] == 0x11);
+
+  // stream-ordered allocation
+  DeviceAddress da = 0;
+  EXPECT_OK(b->mem_alloc_async(*s, 1 << 20, da));
+  EXPECT(da != 0);
+  EXPECT_OK(b->memset(*s, da, 1 << 20, 1 << 20, 1, 0x42));
+  EXPECT_OK(b->copy(*s, CopyDesc{{false, addr(B)}, {true, da}, 1 << 20, 1, 0, 0}));
+  EXPECT_OK(b->mem_free_async(*s, da));
+  EXPECT_OK(b->synchronize(*s));
+  EXPECT(B[0] == 0x42 && B[(1 << 20) - 1] == 0x42);
+
+  // limits
+  uint64_t v = 0;
+  EXPECT_OK(b->get_limit(0, Limit::MallocHeapSize, v));
+  std::printf("malloc heap limit %" PRIu64 "\n", v);
+  EXPECT_OK(b->set_limit(0, Limit::MallocHeapSize, uint64_t{64} << 20));
+  EXPECT_OK(b->get_limit(0, Limit::MallocHeapSize, v));
+  EXPECT(v == uint64_t{64} << 20);
+  EXPECT_OK(b->get_limit(0, Limit::StackSize, v));
+  EXPECT_OK(b->get_limit(0, Limit::PrintfFifoSize, v));
+  EXPECT(b->get_limit(0, static_cast<Limit>(7), v) == Status::UnsupportedLimit);
+
+  // errors: bad pointer (not sticky), bad device
+  EXPECT(b->copy(*s, CopyDesc{{true, 0x10}, {false, addr(A)}, 4096, 1, 0, 0}) != Status::Success);
+  EXPECT(b->mem_alloc(5, 16, huge) == Status::InvalidDevice);
+
+  // threads: each its own stream and buffers, concurrently
+  std::vector<std::thread> th;
+  std::vector<int> thread_ok(8, 0);
+  for (int t = 0; t < 8; ++t) {
+    th.emplace_back([&, t] {
+      std::unique_ptr<BackendStream> ts;
+      std::unique_ptr<BackendEvent> te;
+      if (b->create_stream(0, 0, ts) != Status::Success || b->create_event(0, false, te) != Status::Success) return;
+      const size_t m = 4 << 20;
+      uint8_t* src = A + static_cast<size_t>(t) * m;
+      uint8_t* dst = B + static_cast<size_t>(t) * m;
+      DeviceAddress dd = 0;
+      if (b->mem_alloc(0, m, dd) != Status::Success) return;
+      bool good = true;
+      for (int it = 0; it < 20; ++it) {
+        good = good && b->copy(*ts, CopyDesc{{true, dd}, {false, addr(src)}, m, 1, 0, 0}) == Status::Success;
+        good = good && b->copy(*ts, CopyDesc{{false, addr(dst)}, {true, dd}, m, 1, 0, 0}) == Status::Success;
+        good = good && b->record(*te, *ts) == Status::Success;
+        good = good && wait_event(*b, *te) == Status::Success;
+        good = good && std::memcmp(src, dst, m) == 0;
+      }
+      good = good && b->mem_free(0, dd) == Status::Success;
+      thread_ok[static_cast<size_t>(t)] = good ? 1 : 0;
+    });
+  }
+  for (auto& x : th) x.join();
+  for (int t = 0; t < 8; ++t) EXPECT(thread_ok[static_cast<size_t>(t)] == 1);
+
+  EXPECT_OK(b->mem_free(0, d1));
+  EXPECT_OK(b->mem_free(0, d2));
+  EXPECT_OK(b->host_unregister(A));
+  EXPECT_OK(b->host_unregister(B));
+  EXPECT(b->host_unregister(B) != Status::Success);
+  // destroy a stream and an event after the backend (shared ownership)
+  b.reset();
+  s.reset();
+  e.reset();
+  s2.reset();
+  t0.reset();
+  t1.reset();
+  std::printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
+  return failures ? 1 : 0;
+}

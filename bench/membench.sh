@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# membench natively and through funnel-run, in the same run on the same GPU, and a ratio
+# table funnel/native per benchmark line.
+#   bench/membench.sh [membench options, e.g. --reps 20 --max-bytes 268435456]
+# Environment: BUILD_DIR (default build-gpu if it exists, else build), OUT (logs; default
+#   $PWD/bench-out), TIMEOUT (seconds per run, default 600), FUNNEL_RUN_OPTS (funnel-run options).
+# Writes OUT/native.jsonl, OUT/funnel.jsonl, OUT/*.log and OUT/ratios.txt; prints the table.
+# For bandwidth lines the ratio is funnel GB/s / native GB/s (1.0 = as fast, lower = slower);
+# for latency lines it is funnel µs / native µs (higher = slower).
+set -u -o pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+if [[ -z ${BUILD_DIR:-} ]]; then
+  if [[ -x $ROOT/build-gpu/bin/membench ]]; then BUILD_DIR=$ROOT/build-gpu; else BUILD_DIR=$ROOT/build; fi
+fi
+OUT_DIR=${OUT:-$PWD/bench-out}
+TIMEOUT=${TIMEOUT:-600}
+mkdir -p "$OUT_DIR"
+MB=$BUILD_DIR/bin/membench
+FR=$BUILD_DIR/bin/funnel-run
+for f in "$MB" "$FR"; do
+  [[ -x $f ]] || { echo "membench.sh: $f not found: build funnel first (BUILD_DIR=$BUILD_DIR)" >&2; exit 2; }
+done
+OPTS=()
+if [[ -n ${FUNNEL_RUN_OPTS+x} ]]; then
+  read -r -a OPTS <<<"$FUNNEL_RUN_OPTS"
+elif "$FR" --help 2>&1 | grep -q -- '--backend'; then
+  OPTS=(--backend cuda)
+fi
+export FUNNEL_BACKEND=cuda
+export FUNNEL_JOB_ID=membench-$$
+
+rc=0
+echo "=== membench native"
+LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+  timeout "$TIMEOUT" "$MB" "$@" >"$OUT_DIR/native.log" 2>&1 || { echo "native membench failed (exit $?)"; rc=1; }
+echo "=== membench through funnel ($FR ${OPTS[*]})"
+timeout "$TIMEOUT" "$FR" "${OPTS[@]}" "$MB" "$@" >"$OUT_DIR/funnel.log" 2>&1 || { echo "funnel membench failed (exit $?)"; rc=1; }
+grep '^{' "$OUT_DIR/native.log" >"$OUT_DIR/native.jsonl"
+grep '^{' "$OUT_DIR/funnel.log" >"$OUT_DIR/funnel.jsonl"
+
+python3 - "$OUT_DIR/native.jsonl" "$OUT_DIR/funnel.jsonl" <<'PY' | tee "$OUT_DIR/ratios.txt"
+import json, sys
+def load(p):
+    rows = {}
+    for line in open(p):
+        try:
+            o = json.loads(line)
+        except ValueError:
+            continue
+        if o.get("bench") == "verify":
+            rows[("verify", 0)] = o
+            continue
+        rows[(o["bench"], o.get("bytes", 0))] = o
+    return rows
+nat, fun = load(sys.argv[1]), load(sys.argv[2])
+def size(b):
+    for u, s in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if b >= s and b % s == 0:
+            return f"{b // s} {u}"
+    return "-" if b == 0 else str(b)
+print(f"{'bench':<20} {'size':>8} {'native':>12} {'funnel':>12} {'unit':>5} {'funnel/native':>14}")
+for key in sorted(set(nat) | set(fun), key=lambda k: (k[0], k[1])):
+    if key[0] == "verify":
+        for name, rows in (("native", nat), ("funnel", fun)):
+            v = rows.get(key)
+            print(f"{'data check ' + name:<20} {'':>8} " + (" ".join(f"{k}={v[k]}" for k in v if k != 'bench') if v else "missing"))
+        continue
+    n, f = nat.get(key), fun.get(key)
+    unit = "GB/s" if (n or f or {}).get("gbps") is not None else "us"
+    field = "gbps" if unit == "GB/s" else "us"
+    nv = n[field] if n else None
+    fv = f[field] if f else None
+    ratio = f"{fv / nv:.3f}" if nv and fv is not None else "-"
+    fmt = lambda v: f"{v:12.3f}" if v is not None else f"{'missing':>12}"
+    print(f"{key[0]:<20} {size(key[1]):>8} {fmt(nv)} {fmt(fv)} {unit:>5} {ratio:>14}")
+PY
+exit $rc

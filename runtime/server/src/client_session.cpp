@@ -1,0 +1,136 @@
+#include "client_session.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "funnel/ipc/futex.hpp"
+
+namespace funnel::server {
+
+ClientSession::ClientSession(uint32_t id, ipc::UniqueFd fd, const ipc::HelloMsg& hello, pid_t peer_pid)
+    : fd_(std::move(fd)), pid_(peer_pid), rank_(hello.mpi_rank) {
+  shared_.id = id;
+  shared_.client_fd = fd_.get();
+  command_.assign(hello.command, strnlen(hello.command, sizeof hello.command));
+}
+
+ClientSession::~ClientSession() {
+  request_stop(false);
+  join();
+  if (registered_ && channel_) shared_.backend->host_unregister(view_.staging(0));
+  if (phase_ == Phase::AwaitMapped && !channel_path_.empty()) ::unlink(channel_path_.c_str());
+}
+
+void ClientSession::create_channel(const ChannelSpec& spec) {
+  shared_.run_dir = spec.run_dir;
+  shared_.backend = spec.backend;
+  shared_.totals = spec.totals;
+  shared_.notify_fd = spec.notify_fd;
+  ipc::ChannelHeader h{};
+  if (!ipc::layout(spec.geometry, h))
+    throw std::runtime_error("the channel geometry is out of range (check --staging-slots and --staging-slot-kb)");
+  h.client_id = shared_.id;
+  h.server_pid = static_cast<int32_t>(::getpid());
+  channel_file_ = fmt::format("{}{}", ipc::kChannelFilePrefix, shared_.id);
+  const auto path = spec.run_dir / channel_file_;
+  channel_ = ipc::MappedFile::create(path, h.segment_size);
+  channel_path_ = path;
+  std::memcpy(channel_.data(), &h, sizeof h);
+  view_ = ipc::ChannelView(channel_.data(), h);
+  // The file is fresh (zero-filled), but the atomics are stored explicitly so that
+  // their initial values do not depend on how the file was created.
+  auto& ctl = view_.control();
+  ctl.tail.store(0);
+  ctl.head.store(0);
+  ctl.doorbell.store(0);
+  ctl.consumer_sleeping.store(0);
+  ctl.space.store(0);
+  ctl.producer_waiting.store(0);
+  auto& c = view_.completion();
+  c.reply_epoch.store(0);
+  c.client_waiting.store(0);
+  c.deferred_error.store(0);
+  c.sticky_error.store(0);
+  c.commands_done.store(0);
+  c.server_state.store(static_cast<uint32_t>(ipc::ServerState::Running));
+  for (uint32_t i = 0; i < h.reply_slots; ++i) view_.reply(i).seq.store(0);
+  for (uint32_t i = 0; i < h.staging_slots; ++i)
+    view_.staging_state(i).store(static_cast<uint32_t>(ipc::StagingState::Free));
+  for (uint32_t d = 0; d < h.device_count; ++d) spec.backend->describe(static_cast<int>(d), view_.devices()[d]);
+  const Status st = spec.backend->host_register(view_.staging(0), uint64_t{h.staging_slots} * h.staging_slot_size);
+  if (st != Status::Success) {
+    ::unlink(path.c_str());
+    throw std::runtime_error(fmt::format("cannot register the staging area with the driver (status {})",
+                                         static_cast<int>(st)));
+  }
+  registered_ = true;
+}
+
+void ClientSession::start_worker() {
+  if (::unlink(channel_path_.c_str()) != 0 && errno != ENOENT)
+    spdlog::warn("client {}: cannot remove {}: {}", shared_.id, channel_path_.string(), std::strerror(errno));
+  phase_ = Phase::Running;
+  worker_ = std::make_unique<Worker>(shared_, view_);
+  thread_ = std::thread([w = worker_.get()] { w->run(); });
+}
+
+void ClientSession::request_stop(bool server_shutting_down) noexcept {
+  if (server_shutting_down) {
+    shared_.shutting_down.store(true);
+    if (channel_) view_.completion().server_state.store(static_cast<uint32_t>(ipc::ServerState::ShuttingDown));
+  }
+  shared_.stop.store(true, std::memory_order_release);
+  if (channel_) {
+    // Wake a worker asleep on the doorbell so it sees the flag now, not after its slice.
+    view_.control().doorbell.fetch_add(1);
+    ipc::futex_wake_all(view_.control().doorbell);
+  }
+}
+
+void ClientSession::join() noexcept {
+  if (thread_.joinable()) thread_.join();
+  worker_.reset();
+}
+
+// ---- the worker's side of the teardown ---------------------------------------
+
+void Worker::teardown() noexcept {
+  try {
+    if (shared_.shutting_down.load()) {
+      for (auto& p : pending_) {
+        if (p.slot != ipc::kNoReply && !p.answered) {
+          reply(p.slot, p.seq, Status::DevicesUnavailable);
+          p.answered = true;
+        }
+      }
+    }
+    for (StreamEntry* s : streams_.on_device(-1)) backend_.synchronize(*s->stream);
+    // What is still pending waits on work that is queued and now finishing (destroyed
+    // streams); give it a bounded time, then run the frees regardless.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!pending_.empty() && std::chrono::steady_clock::now() < deadline) {
+      poll_pending();
+      if (!pending_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    for (auto& p : pending_)
+      if (p.done) p.done(Status::Unknown);
+    pending_.clear();
+    for (const auto& [addr, a] : allocations_) free_allocation(addr, a);
+    allocations_.clear();
+    sub(counters_.events, events_.size());
+    events_.clear();
+    sub(counters_.streams, streams_.client_streams());
+    streams_.clear();
+    for (auto& [id, p] : pinned_) free_pinned(p);
+    pinned_.clear();
+  } catch (const std::exception& e) {
+    spdlog::error("client {}: teardown failed: {}", shared_.id, e.what());
+  }
+}
+
+}  // namespace funnel::server

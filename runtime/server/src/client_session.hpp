@@ -1,0 +1,73 @@
+// The main loop's handle on one client connection: its handshake phase, its
+// channel mapping and its worker thread.
+#pragma once
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "funnel/ipc/channel_layout.hpp"
+#include "funnel/ipc/protocol.hpp"
+#include "funnel/ipc/segment.hpp"
+#include "funnel/ipc/socket.hpp"
+#include "session.hpp"
+
+namespace funnel::server {
+
+struct ChannelSpec {
+  ipc::ChannelGeometry geometry;
+  std::filesystem::path run_dir;
+  Backend* backend = nullptr;
+  ServerTotals* totals = nullptr;
+  int notify_fd = -1;
+};
+
+class ClientSession {
+ public:
+  enum class Phase { AwaitMapped, Running };
+
+  ClientSession(uint32_t id, ipc::UniqueFd fd, const ipc::HelloMsg& hello, pid_t peer_pid);
+  ~ClientSession();
+  ClientSession(const ClientSession&) = delete;
+  ClientSession& operator=(const ClientSession&) = delete;
+
+  // Creates and fills channel.<id>.  Throws std::system_error (full /dev/shm) or
+  // std::runtime_error; nothing is left behind on failure.
+  void create_channel(const ChannelSpec& spec);
+  // The client mapped the channel: unlink it and start serving.
+  void start_worker();
+  void request_stop(bool server_shutting_down) noexcept;
+  bool finished() const noexcept { return shared_.finished.load(std::memory_order_acquire); }
+  void join() noexcept;
+
+  uint32_t id() const noexcept { return shared_.id; }
+  int fd() const noexcept { return fd_.get(); }
+  Phase phase() const noexcept { return phase_; }
+  pid_t pid() const noexcept { return pid_; }
+  int mpi_rank() const noexcept { return rank_; }
+  const std::string& command() const noexcept { return command_; }
+  const std::string& channel_file() const noexcept { return channel_file_; }
+  uint64_t segment_size() const noexcept { return channel_.size(); }
+  bool detached() const noexcept { return shared_.detached.load(); }
+  const ClientCounters& counters() const noexcept { return shared_.counters; }
+
+ private:
+  SessionShared shared_;
+  ipc::UniqueFd fd_;
+  pid_t pid_;
+  int rank_;
+  std::string command_;
+  std::string channel_file_;
+  std::filesystem::path channel_path_;
+  ipc::MappedFile channel_;
+  ipc::ChannelView view_;
+  bool registered_ = false;
+  Phase phase_ = Phase::AwaitMapped;
+  std::unique_ptr<Worker> worker_;
+  std::thread thread_;
+};
+
+}  // namespace funnel::server

@@ -1,0 +1,512 @@
+// One function per opcode.  Each validates what it was given (everything came out
+// of shared memory) and returns an error status without side effects, or does
+// the work and answers (at once or through a Pending).
+#include <unistd.h>
+
+#include <bit>
+#include <cstring>
+#include <system_error>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "funnel/ipc/futex.hpp"
+#include "funnel/ipc/protocol.hpp"
+#include "session.hpp"
+#include "validation.hpp"
+
+namespace funnel::server {
+namespace {
+
+constexpr uint64_t kPage = 4096;
+
+bool one_way(const ipc::CommandHeader& h) noexcept { return h.reply_slot == ipc::kNoReply; }
+
+}  // namespace
+
+Status Worker::check_device(int device) const {
+  return (device >= 0 && static_cast<uint32_t>(device) < view_.header().device_count) ? Status::Success
+                                                                                       : Status::InvalidDevice;
+}
+
+EventEntry* Worker::find_event(uint64_t id) {
+  auto it = events_.find(id);
+  return it == events_.end() ? nullptr : &it->second;
+}
+
+Status Worker::resolve_location(const ipc::Location& l, uint64_t pitch, uint64_t width, uint64_t height,
+                                CopyEndpoint& out, bool& is_device) const {
+  uint64_t extent = 0;
+  if (Status st = region_extent(pitch, width, height, extent); st != Status::Success) return st;
+  switch (l.space) {
+    case ipc::MemSpace::Device: {
+      if (containing(allocations_, l.address, extent) == allocations_.end()) return Status::InvalidValue;
+      out = {true, l.address};
+      is_device = true;
+      return Status::Success;
+    }
+    case ipc::MemSpace::Staging: {
+      const auto& hd = view_.header();
+      if (l.index >= hd.staging_slots || !within(l.address, extent, hd.staging_slot_size)) return Status::InvalidValue;
+      out = {false, reinterpret_cast<uint64_t>(view_.staging(l.index)) + l.address};
+      is_device = false;
+      return Status::Success;
+    }
+    case ipc::MemSpace::Pinned: {
+      auto it = pinned_.find(l.id);
+      if (it == pinned_.end() || !within(l.address, extent, it->second.size)) return Status::InvalidValue;
+      out = {false, reinterpret_cast<uint64_t>(it->second.file.data()) + l.address};
+      is_device = false;
+      return Status::Success;
+    }
+  }
+  return Status::InvalidValue;
+}
+
+void Worker::when_complete(StreamEntry& s, uint32_t slot, uint64_t seq, std::function<Status(Status)> done) {
+  Pending p;
+  p.slot = slot;
+  p.seq = seq;
+  p.done = std::move(done);
+  std::unique_ptr<BackendEvent> e;
+  Status st = backend_.create_event(s.device, false, e);
+  if (st == Status::Success) st = backend_.record(*e, *s.stream);
+  if (st != Status::Success) {
+    // Without an event, completion cannot be observed: answer with the error now.
+    const Status r = p.done ? p.done(st) : st;
+    if (slot != ipc::kNoReply) reply(slot, seq, r);
+    return;
+  }
+  p.events.push_back(std::move(e));
+  pending_.push_back(std::move(p));
+}
+
+void Worker::when_drained(int device, uint32_t slot, uint64_t seq, std::function<Status(Status)> done) {
+  Pending p;
+  p.slot = slot;
+  p.seq = seq;
+  p.done = std::move(done);
+  for (StreamEntry* s : streams_.on_device(device)) {
+    if (backend_.query(*s->stream) == Status::Success) continue;
+    std::unique_ptr<BackendEvent> e;
+    if (backend_.create_event(s->device, false, e) != Status::Success || backend_.record(*e, *s->stream) != Status::Success)
+      continue;  // cannot observe this stream; it is drained at teardown at the latest
+    p.events.push_back(std::move(e));
+  }
+  if (p.events.empty()) {
+    const Status r = p.done ? p.done(Status::Success) : Status::Success;
+    if (slot != ipc::kNoReply) reply(slot, seq, r);
+    else if (r != Status::Success) {
+      ipc::CommandHeader h{};
+      h.reply_slot = ipc::kNoReply;
+      fail(h, r);
+    }
+    return;
+  }
+  pending_.push_back(std::move(p));
+}
+
+void Worker::free_allocation(uint64_t address, const DeviceAllocation& a) {
+  const Status st = backend_.mem_free(a.device, address);
+  if (st != Status::Success) spdlog::warn("client {}: freeing {:#x} failed: status {}", shared_.id, address, static_cast<int>(st));
+  sub(counters_.device_memory_bytes, a.size);
+  sub(counters_.allocations, 1);
+}
+
+void Worker::free_pinned(PinnedEntry& p) {
+  backend_.host_unregister(p.file.data());
+  p.file = ipc::MappedFile();
+  if (::unlink(p.path.c_str()) != 0 && errno != ENOENT)
+    spdlog::warn("client {}: cannot remove {}: {}", shared_.id, p.path.string(), std::strerror(errno));
+  sub(counters_.pinned_bytes, p.size);
+  sub(counters_.pinned_allocations, 1);
+}
+
+// ---- memory ----------------------------------------------------------------
+
+Status Worker::mem_alloc(const ipc::CommandHeader& h, const ipc::MemAllocCmd& c, bool async) {
+  if (one_way(h)) return Status::InvalidValue;
+  if (Status st = check_device(h.device); st != Status::Success) return st;
+  if (c.size == 0) {
+    answer(h, {0});
+    return Status::Success;
+  }
+  DeviceAddress addr = 0;
+  int device = h.device;
+  if (async) {
+    Status st;
+    StreamEntry* s = streams_.find(h.stream, h.device, st);
+    if (s == nullptr) return st;
+    if (st = streams_.before_work(*s); st != Status::Success) return st;
+    if (st = backend_.mem_alloc_async(*s->stream, c.size, addr); st != Status::Success) return st;
+    streams_.after_work(*s);
+    device = s->device;
+  } else if (Status st = backend_.mem_alloc(h.device, c.size, addr); st != Status::Success) {
+    return st;
+  }
+  allocations_[addr] = {device, c.size};
+  add(counters_.device_memory_bytes, c.size);
+  add(counters_.allocations, 1);
+  answer(h, {addr});
+  return Status::Success;
+}
+
+Status Worker::mem_free(const ipc::CommandHeader& h, const ipc::AddressCmd& c, bool async) {
+  if (c.address == 0) {
+    answer(h);
+    return Status::Success;
+  }
+  auto it = allocations_.find(c.address);
+  if (it == allocations_.end()) return Status::InvalidDevicePointer;
+  const DeviceAllocation a = it->second;
+  if (async) {
+    Status st;
+    StreamEntry* s = streams_.find(h.stream, h.device, st);
+    if (s == nullptr) return st;
+    if (st = streams_.before_work(*s); st != Status::Success) return st;
+    if (st = backend_.mem_free_async(*s->stream, c.address); st != Status::Success) return st;
+    streams_.after_work(*s);
+    allocations_.erase(it);
+    sub(counters_.device_memory_bytes, a.size);
+    sub(counters_.allocations, 1);
+    answer(h);
+    return Status::Success;
+  }
+  // Removed now so that later commands cannot use it; freed once earlier work is done.
+  allocations_.erase(it);
+  const uint64_t address = c.address;
+  when_drained(a.device, h.reply_slot, h.seq, [this, address, a](Status) {
+    free_allocation(address, a);
+    return Status::Success;
+  });
+  return Status::Success;
+}
+
+Status Worker::mem_get_info(const ipc::CommandHeader& h) {
+  if (one_way(h)) return Status::InvalidValue;
+  if (Status st = check_device(h.device); st != Status::Success) return st;
+  uint64_t free_bytes = 0, total = 0;
+  if (Status st = backend_.mem_get_info(h.device, free_bytes, total); st != Status::Success) return st;
+  answer(h, {free_bytes, total});
+  return Status::Success;
+}
+
+Status Worker::pinned_alloc(const ipc::CommandHeader& h, const ipc::PinnedAllocCmd& c) {
+  if (one_way(h)) return Status::InvalidValue;
+  if (c.size == 0) {
+    answer(h, {0, 0});
+    return Status::Success;
+  }
+  if (c.size > (uint64_t{1} << 46)) return Status::MemoryAllocation;
+  const uint64_t size = (c.size + kPage - 1) / kPage * kPage;
+  const uint64_t id = next_pinned_id_++;
+  PinnedEntry p;
+  p.path = shared_.run_dir / fmt::format("{}{}.{}", ipc::kPinnedFilePrefix, shared_.id, id);
+  p.size = size;
+  try {
+    p.file = ipc::MappedFile::create(p.path, size);
+  } catch (const std::system_error& e) {
+    spdlog::error("client {}: pinned allocation of {} bytes failed: {}", shared_.id, size, e.what());
+    return Status::MemoryAllocation;
+  }
+  if (Status st = backend_.host_register(p.file.data(), size); st != Status::Success) {
+    p.file = ipc::MappedFile();
+    ::unlink(p.path.c_str());
+    return st;
+  }
+  pinned_.emplace(id, std::move(p));
+  add(counters_.pinned_bytes, size);
+  add(counters_.pinned_allocations, 1);
+  answer(h, {id, size});
+  return Status::Success;
+}
+
+Status Worker::pinned_free(const ipc::CommandHeader& h, const ipc::PinnedFreeCmd& c) {
+  auto it = pinned_.find(c.id);
+  if (it == pinned_.end()) return Status::InvalidValue;
+  auto entry = std::make_shared<PinnedEntry>(std::move(it->second));
+  pinned_.erase(it);
+  when_drained(-1, h.reply_slot, h.seq, [this, entry](Status) {
+    free_pinned(*entry);
+    return Status::Success;
+  });
+  return Status::Success;
+}
+
+// ---- copies -----------------------------------------------------------------
+
+void Worker::release_staging(const ipc::CopyCmd& c) {
+  // A staging slot handed to the server must come back even when its copy fails,
+  // or the client would wait for it forever.
+  const auto& hd = view_.header();
+  auto set = [&](const ipc::Location& l, ipc::StagingState s) {
+    if (l.space != ipc::MemSpace::Staging || l.index >= hd.staging_slots) return;
+    auto& w = view_.staging_state(l.index);
+    w.store(static_cast<uint32_t>(s), std::memory_order_release);
+    ipc::futex_wake_all(w);
+  };
+  set(c.src, ipc::StagingState::Free);
+  set(c.dst, ipc::StagingState::Ready);
+}
+
+Status Worker::copy(const ipc::CommandHeader& h, const ipc::CopyCmd& c) {
+  CopyDesc d{};
+  bool dst_dev = false, src_dev = false;
+  Status st = resolve_location(c.dst, c.dst_pitch, c.width, c.height, d.dst, dst_dev);
+  if (st == Status::Success) st = resolve_location(c.src, c.src_pitch, c.width, c.height, d.src, src_dev);
+  StreamEntry* s = nullptr;
+  if (st == Status::Success) s = streams_.find(h.stream, h.device, st);
+  if (st == Status::Success && c.width != 0 && c.height != 0) {
+    d.width = c.width;
+    d.height = c.height;
+    d.dst_pitch = c.height > 1 ? c.dst_pitch : c.width;
+    d.src_pitch = c.height > 1 ? c.src_pitch : c.width;
+    st = streams_.before_work(*s);
+    if (st == Status::Success) st = backend_.copy(*s->stream, d);
+    if (st == Status::Success) streams_.after_work(*s);
+  }
+  if (st != Status::Success) {
+    release_staging(c);
+    return st;
+  }
+  const uint64_t bytes = c.width * c.height;
+  if (dst_dev && !src_dev) add(counters_.bytes_h2d, bytes);
+  if (src_dev && !dst_dev) add(counters_.bytes_d2h, bytes);
+  const bool staging = c.src.space == ipc::MemSpace::Staging || c.dst.space == ipc::MemSpace::Staging;
+  if (!staging && one_way(h)) return Status::Success;
+  when_complete(*s, h.reply_slot, h.seq, [this, c](Status done) {
+    release_staging(c);
+    return done;
+  });
+  return Status::Success;
+}
+
+Status Worker::memset(const ipc::CommandHeader& h, const ipc::MemsetCmd& c) {
+  uint64_t extent = 0;
+  if (Status st = region_extent(c.pitch, c.width, c.height, extent); st != Status::Success) return st;
+  if (extent == 0) {
+    answer(h);
+    return Status::Success;
+  }
+  if (containing(allocations_, c.address, extent) == allocations_.end()) return Status::InvalidValue;
+  Status st;
+  StreamEntry* s = streams_.find(h.stream, h.device, st);
+  if (s == nullptr) return st;
+  if (st = streams_.before_work(*s); st != Status::Success) return st;
+  const uint64_t pitch = c.height > 1 ? c.pitch : c.width;
+  if (st = backend_.memset(*s->stream, c.address, pitch, c.width, c.height, static_cast<uint8_t>(c.value & 0xff));
+      st != Status::Success)
+    return st;
+  streams_.after_work(*s);
+  answer(h);
+  return Status::Success;
+}
+
+// ---- streams and events ----------------------------------------------------
+
+Status Worker::stream_create(const ipc::CommandHeader& h, const ipc::StreamCreateCmd& c) {
+  if (Status st = check_device(h.device); st != Status::Success) return st;
+  if (Status st = streams_.create(c.stream_id, h.device, c.flags, c.priority); st != Status::Success) return st;
+  add(counters_.streams, 1);
+  answer(h);
+  return Status::Success;
+}
+
+Status Worker::stream_destroy(const ipc::CommandHeader& h) {
+  std::shared_ptr<BackendStream> gone;
+  if (h.stream == 0) return Status::InvalidResourceHandle;
+  if (Status st = streams_.destroy(h.stream, gone); st != Status::Success) return st;
+  sub(counters_.streams, 1);
+  StreamEntry tmp;
+  tmp.stream = gone;
+  tmp.device = gone->device();
+  // The stream object lives until its queued work completed.
+  when_complete(tmp, ipc::kNoReply, 0, [gone](Status) mutable {
+    gone.reset();
+    return Status::Success;
+  });
+  answer(h);
+  return Status::Success;
+}
+
+Status Worker::stream_synchronize(const ipc::CommandHeader& h) {
+  if (one_way(h)) return Status::InvalidValue;
+  Status st;
+  StreamEntry* s = streams_.find(h.stream, h.device, st);
+  if (s == nullptr) return st;
+  if (backend_.query(*s->stream) == Status::Success) {
+    answer(h);
+    return Status::Success;
+  }
+  when_complete(*s, h.reply_slot, h.seq, [](Status done) { return done; });
+  return Status::Success;
+}
+
+Status Worker::stream_query(const ipc::CommandHeader& h) {
+  if (one_way(h)) return Status::InvalidValue;
+  Status st;
+  StreamEntry* s = streams_.find(h.stream, h.device, st);
+  if (s == nullptr) return st;
+  st = backend_.query(*s->stream);
+  if (st != Status::Success && st != Status::NotReady) return st;
+  reply(h.reply_slot, h.seq, st);
+  return Status::Success;
+}
+
+Status Worker::stream_wait_event(const ipc::CommandHeader& h, const ipc::EventCmd& c) {
+  EventEntry* e = find_event(c.event_id);
+  if (e == nullptr) return Status::InvalidResourceHandle;
+  Status st;
+  StreamEntry* s = streams_.find(h.stream, h.device, st);
+  if (s == nullptr) return st;
+  if (e->recorded) {
+    if (st = streams_.before_work(*s); st != Status::Success) return st;
+    if (st = backend_.wait(*s->stream, *e->event); st != Status::Success) return st;
+    streams_.after_work(*s);
+  }
+  answer(h);
+  return Status::Success;
+}
+
+Status Worker::event_create(const ipc::CommandHeader& h, const ipc::EventCreateCmd& c) {
+  if (Status st = check_device(h.device); st != Status::Success) return st;
+  if (c.event_id == 0 || events_.count(c.event_id) != 0) return Status::InvalidResourceHandle;
+  if ((c.flags & ~(ipc::kEventBlockingSync | ipc::kEventDisableTiming | 0x4u)) != 0) return Status::InvalidValue;
+  const bool timing = (c.flags & ipc::kEventDisableTiming) == 0;
+  std::unique_ptr<BackendEvent> e;
+  if (Status st = backend_.create_event(h.device, timing, e); st != Status::Success) return st;
+  events_.emplace(c.event_id, EventEntry{std::move(e), h.device, timing});
+  add(counters_.events, 1);
+  answer(h);
+  return Status::Success;
+}
+
+Status Worker::event_destroy(const ipc::CommandHeader& h, const ipc::EventCmd& c) {
+  // Pending waits hold their own reference, so the event may go at once.
+  if (events_.erase(c.event_id) == 0) return Status::InvalidResourceHandle;
+  sub(counters_.events, 1);
+  answer(h);
+  return Status::Success;
+}
+
+Status Worker::event_record(const ipc::CommandHeader& h, const ipc::EventCmd& c) {
+  EventEntry* e = find_event(c.event_id);
+  if (e == nullptr) return Status::InvalidResourceHandle;
+  Status st;
+  StreamEntry* s = streams_.find(h.stream, h.device, st);
+  if (s == nullptr) return st;
+  if (s->device != e->device) return Status::InvalidResourceHandle;
+  if (st = streams_.before_work(*s); st != Status::Success) return st;
+  if (st = backend_.record(*e->event, *s->stream); st != Status::Success) return st;
+  streams_.after_work(*s);
+  e->recorded = true;
+  answer(h);
+  return Status::Success;
+}
+
+Status Worker::event_synchronize(const ipc::CommandHeader& h, const ipc::EventCmd& c) {
+  if (one_way(h)) return Status::InvalidValue;
+  EventEntry* e = find_event(c.event_id);
+  if (e == nullptr) return Status::InvalidResourceHandle;
+  if (!e->recorded || backend_.query(*e->event) == Status::Success) {
+    answer(h);
+    return Status::Success;
+  }
+  Pending p;
+  p.slot = h.reply_slot;
+  p.seq = h.seq;
+  p.events.push_back(e->event);
+  pending_.push_back(std::move(p));
+  return Status::Success;
+}
+
+Status Worker::event_query(const ipc::CommandHeader& h, const ipc::EventCmd& c) {
+  if (one_way(h)) return Status::InvalidValue;
+  EventEntry* e = find_event(c.event_id);
+  if (e == nullptr) return Status::InvalidResourceHandle;
+  const Status st = e->recorded ? backend_.query(*e->event) : Status::Success;
+  if (st != Status::Success && st != Status::NotReady) return st;
+  reply(h.reply_slot, h.seq, st);
+  return Status::Success;
+}
+
+Status Worker::event_elapsed(const ipc::CommandHeader& h, const ipc::EventPairCmd& c) {
+  if (one_way(h)) return Status::InvalidValue;
+  EventEntry* a = find_event(c.start_id);
+  EventEntry* b = find_event(c.end_id);
+  if (a == nullptr || b == nullptr || !a->timing || !b->timing || !a->recorded || !b->recorded)
+    return Status::InvalidResourceHandle;
+  float ms = 0;
+  const Status st = backend_.elapsed_ms(*a->event, *b->event, ms);
+  if (st != Status::Success) return st;
+  answer(h, {std::bit_cast<uint32_t>(ms)});
+  return Status::Success;
+}
+
+// ---- device -----------------------------------------------------------------
+
+Status Worker::device_synchronize(const ipc::CommandHeader& h) {
+  if (one_way(h)) return Status::InvalidValue;
+  if (Status st = check_device(h.device); st != Status::Success) return st;
+  when_drained(h.device, h.reply_slot, h.seq, [](Status done) { return done; });
+  return Status::Success;
+}
+
+Status Worker::device_reset(const ipc::CommandHeader& h) {
+  if (Status st = check_device(h.device); st != Status::Success) return st;
+  std::vector<std::pair<uint64_t, DeviceAllocation>> gone;
+  for (auto it = allocations_.begin(); it != allocations_.end();) {
+    if (it->second.device == h.device) {
+      gone.emplace_back(*it);
+      it = allocations_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = events_.begin(); it != events_.end();) {
+    if (it->second.device == h.device) {
+      it = events_.erase(it);
+      sub(counters_.events, 1);
+    } else {
+      ++it;
+    }
+  }
+  // Collected before the streams are dropped, so the drain covers their work too.
+  when_drained(h.device, h.reply_slot, h.seq, [this, gone](Status) {
+    for (const auto& [addr, a] : gone) free_allocation(addr, a);
+    return Status::Success;
+  });
+  auto dropped = streams_.drop_device(h.device);
+  sub(counters_.streams, dropped.size());
+  if (!dropped.empty()) {
+    Pending p;
+    for (auto& s : dropped) {
+      std::unique_ptr<BackendEvent> e;
+      if (backend_.create_event(s->device(), false, e) == Status::Success && backend_.record(*e, *s) == Status::Success)
+        p.events.push_back(std::move(e));
+    }
+    p.done = [dropped](Status st) mutable {
+      dropped.clear();
+      return st;
+    };
+    pending_.push_back(std::move(p));
+  }
+  return Status::Success;
+}
+
+Status Worker::limit(const ipc::CommandHeader& h, const ipc::LimitCmd& c, bool set) {
+  if (one_way(h) && !set) return Status::InvalidValue;
+  if (Status st = check_device(h.device); st != Status::Success) return st;
+  const auto l = static_cast<Limit>(c.limit);
+  if (set) {
+    if (Status st = backend_.set_limit(h.device, l, c.value); st != Status::Success) return st;
+    answer(h);
+    return Status::Success;
+  }
+  uint64_t v = 0;
+  if (Status st = backend_.get_limit(h.device, l, v); st != Status::Success) return st;
+  answer(h, {v});
+  return Status::Success;
+}
+
+}  // namespace funnel::server

@@ -1,0 +1,133 @@
+#include "legacy_stream.hpp"
+
+#include "funnel/ipc/commands.hpp"
+
+namespace funnel::server {
+
+Status StreamTable::create(uint64_t id, int device, uint32_t flags, int priority) {
+  if (id == 0 || streams_.count(id) != 0) return Status::InvalidResourceHandle;
+  if ((flags & ~ipc::kStreamNonBlocking) != 0) return Status::InvalidValue;
+  std::unique_ptr<BackendStream> s;
+  const Status st = backend_.create_stream(device, priority, s);
+  if (st != Status::Success) return st;
+  StreamEntry e;
+  e.stream = std::move(s);
+  e.device = device;
+  e.blocking = (flags & ipc::kStreamNonBlocking) == 0;
+  streams_.emplace(id, std::move(e));
+  return Status::Success;
+}
+
+Status StreamTable::destroy(uint64_t id, std::shared_ptr<BackendStream>& out) {
+  auto it = streams_.find(id);
+  if (it == streams_.end()) return Status::InvalidResourceHandle;
+  StreamEntry& s = it->second;
+  if (s.blocking && s.dirty) {
+    // The legacy stream must still order after this stream's last work.
+    Status st;
+    if (StreamEntry* l = legacy(s.device, st); l != nullptr && ensure_mark(s) == Status::Success &&
+                                               backend_.record(*s.mark, *s.stream) == Status::Success)
+      l->orphans.push_back(s.mark);
+  }
+  out = std::move(s.stream);
+  streams_.erase(it);
+  return Status::Success;
+}
+
+StreamEntry* StreamTable::legacy(int device, Status& st) {
+  auto it = legacy_.find(device);
+  if (it != legacy_.end()) return &it->second;
+  std::unique_ptr<BackendStream> s;
+  st = backend_.create_stream(device, 0, s);
+  if (st != Status::Success) return nullptr;
+  StreamEntry e;
+  e.stream = std::move(s);
+  e.device = device;
+  e.legacy = true;
+  e.blocking = false;
+  return &legacy_.emplace(device, std::move(e)).first->second;
+}
+
+StreamEntry* StreamTable::find(uint64_t id, int device, Status& st) {
+  st = Status::Success;
+  if (id == 0) return legacy(device, st);
+  auto it = streams_.find(id);
+  if (it == streams_.end()) {
+    st = Status::InvalidResourceHandle;
+    return nullptr;
+  }
+  return &it->second;
+}
+
+Status StreamTable::ensure_mark(StreamEntry& s) {
+  if (s.mark) return Status::Success;
+  std::unique_ptr<BackendEvent> e;
+  const Status st = backend_.create_event(s.device, false, e);
+  if (st == Status::Success) s.mark = std::move(e);
+  return st;
+}
+
+Status StreamTable::before_work(StreamEntry& s) {
+  if (s.legacy) {
+    for (auto& [id, b] : streams_) {
+      if (b.device != s.device || !b.blocking || !b.dirty) continue;
+      if (Status st = ensure_mark(b); st != Status::Success) return st;
+      if (Status st = backend_.record(*b.mark, *b.stream); st != Status::Success) return st;
+      if (Status st = backend_.wait(*s.stream, *b.mark); st != Status::Success) return st;
+      b.dirty = false;
+    }
+    for (auto& e : s.orphans)
+      if (Status st = backend_.wait(*s.stream, *e); st != Status::Success) return st;
+    s.orphans.clear();
+    return Status::Success;
+  }
+  if (!s.blocking) return Status::Success;
+  auto it = legacy_.find(s.device);
+  if (it == legacy_.end()) return Status::Success;
+  StreamEntry& l = it->second;
+  if (l.generation == s.legacy_seen) return Status::Success;
+  if (l.marked_generation != l.generation) {
+    if (Status st = ensure_mark(l); st != Status::Success) return st;
+    if (Status st = backend_.record(*l.mark, *l.stream); st != Status::Success) return st;
+    l.marked_generation = l.generation;
+  }
+  if (Status st = backend_.wait(*s.stream, *l.mark); st != Status::Success) return st;
+  s.legacy_seen = l.generation;
+  return Status::Success;
+}
+
+void StreamTable::after_work(StreamEntry& s) noexcept {
+  if (s.legacy)
+    ++s.generation;
+  else if (s.blocking)
+    s.dirty = true;
+}
+
+std::vector<StreamEntry*> StreamTable::on_device(int device) {
+  std::vector<StreamEntry*> out;
+  for (auto& [d, l] : legacy_)
+    if (device < 0 || d == device) out.push_back(&l);
+  for (auto& [id, s] : streams_)
+    if (device < 0 || s.device == device) out.push_back(&s);
+  return out;
+}
+
+std::vector<std::shared_ptr<BackendStream>> StreamTable::drop_device(int device) {
+  std::vector<std::shared_ptr<BackendStream>> out;
+  for (auto it = streams_.begin(); it != streams_.end();) {
+    if (it->second.device == device) {
+      out.push_back(std::move(it->second.stream));
+      it = streams_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return out;
+}
+
+void StreamTable::clear() noexcept {
+  streams_.clear();
+  legacy_.clear();
+}
+
+}  // namespace funnel::server

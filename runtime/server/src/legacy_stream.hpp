@@ -1,0 +1,61 @@
+// One client's streams, and the emulation of CUDA's legacy default stream among
+// them (doc/design/channel.md, "Streams and events").  Backend streams never
+// synchronise implicitly, so the ordering is made of backend events:
+//   - before work on the legacy stream, it waits for each blocking stream that had
+//     work since the legacy stream last waited for it;
+//   - before work on a blocking stream, it waits for the legacy stream's work so far.
+// Events are recorded only when someone has to wait, not after every command.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "funnel/server/backend.hpp"
+
+namespace funnel::server {
+
+struct StreamEntry {
+  std::shared_ptr<BackendStream> stream;
+  int device = 0;
+  bool legacy = false;
+  bool blocking = true;
+  std::shared_ptr<BackendEvent> mark;  // re-recorded when another stream must wait for this one
+  bool dirty = false;          // blocking: work the legacy stream has not waited for yet
+  uint64_t legacy_seen = 0;    // blocking: the legacy generation it has waited for
+  uint64_t generation = 0;     // legacy: bumped by every work item
+  uint64_t marked_generation = 0;  // legacy: generation captured by `mark`
+  std::vector<std::shared_ptr<BackendEvent>> orphans;  // legacy: last work of destroyed blocking streams
+};
+
+class StreamTable {
+ public:
+  explicit StreamTable(Backend& b) : backend_(b) {}
+
+  Status create(uint64_t id, int device, uint32_t flags, int priority);
+  // Removes a client stream; its pending work still completes.  The caller keeps
+  // the returned stream alive until that work is done.
+  Status destroy(uint64_t id, std::shared_ptr<BackendStream>& out);
+  // id 0 is the legacy stream of `device` (created on first use).
+  StreamEntry* find(uint64_t id, int device, Status& st);
+
+  Status before_work(StreamEntry& s);
+  void after_work(StreamEntry& s) noexcept;
+
+  // Every stream of `device` (-1: all), the legacy ones included.
+  std::vector<StreamEntry*> on_device(int device);
+  // Drops the client streams of `device` (DeviceReset); returns them for deferred destruction.
+  std::vector<std::shared_ptr<BackendStream>> drop_device(int device);
+  size_t client_streams() const noexcept { return streams_.size(); }
+  void clear() noexcept;
+
+ private:
+  Status ensure_mark(StreamEntry& s);
+  StreamEntry* legacy(int device, Status& st);
+
+  Backend& backend_;
+  std::map<uint64_t, StreamEntry> streams_;
+  std::map<int, StreamEntry> legacy_;
+};
+
+}  // namespace funnel::server

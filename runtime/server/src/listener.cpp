@@ -1,0 +1,240 @@
+// The run directory, the listening socket, and the attach handshake.
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "funnel/common/run_dir.hpp"
+#include "funnel/ipc/protocol.hpp"
+#include "funnel/ipc/status.hpp"
+#include "funnel/server/check.hpp"
+#include "server_impl.hpp"
+
+namespace funnel::server {
+namespace {
+
+template <size_t N>
+void copy_text(char (&dst)[N], const std::string& s) {
+  const size_t n = std::min(N - 1, s.size());
+  std::memcpy(dst, s.data(), n);
+  dst[n] = '\0';
+}
+
+void send_attach_reply(int fd, Status st, const std::string& message, uint32_t id = 0, uint64_t size = 0,
+                       const std::string& file = {}) {
+  ipc::AttachReply r{};
+  r.magic = ipc::kSocketMagic;
+  r.version = ipc::kProtocolVersion;
+  r.status = static_cast<int32_t>(st);
+  r.client_id = id;
+  r.segment_size = size;
+  copy_text(r.channel_file, file);
+  copy_text(r.message, message);
+  if (!ipc::send_message(fd, &r, sizeof r)) spdlog::warn("cannot send the attach reply: {}", std::strerror(errno));
+}
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+}  // namespace
+
+void Server::Impl::remove_stale_files() {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(options.run_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (starts_with(name, ipc::kChannelFilePrefix) || starts_with(name, ipc::kPinnedFilePrefix)) {
+      std::error_code rm;
+      std::filesystem::remove(e.path(), rm);
+    }
+  }
+}
+
+void Server::Impl::prepare_run_dir() {
+  ensure_run_dir(options.run_dir);
+  const auto sock = socket_path(options.run_dir);
+  struct stat st {};
+  if (::lstat(sock.c_str(), &st) == 0) {
+    int err = 0;
+    ipc::UniqueFd probe = ipc::connect_seqpacket(sock, err);
+    if (probe) {
+      const auto peer = ipc::peer_credentials(probe.get());
+      throw AlreadyRunning(
+          fmt::format("a funnel-server already serves {} (pid {})", options.run_dir.string(), peer.pid));
+    }
+    if (err != ECONNREFUSED)
+      throw std::runtime_error(fmt::format("cannot tell whether a server owns {}: connect: {}", sock.string(),
+                                           std::strerror(err)));
+    remove_stale_files();
+    FUNNEL_SYSCHECK(::unlink(sock.c_str()));
+    spdlog::warn("removed the files of a dead server in {}", options.run_dir.string());
+  }
+  listen_fd = ipc::listen_seqpacket(sock);
+  listening = true;
+  const int flags = FUNNEL_SYSCHECK(::fcntl(listen_fd.get(), F_GETFL));
+  FUNNEL_SYSCHECK(::fcntl(listen_fd.get(), F_SETFL, flags | O_NONBLOCK));
+}
+
+void Server::Impl::accept_connections() {
+  for (;;) {
+    const int fd = ::accept4(listen_fd.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) spdlog::warn("accept: {}", std::strerror(errno));
+      return;
+    }
+    Connection c;
+    c.fd = ipc::UniqueFd(fd);
+    try {
+      c.peer = ipc::peer_credentials(fd);
+    } catch (const std::exception& e) {
+      spdlog::warn("dropping a connection: {}", e.what());
+      continue;
+    }
+    watch(fd);
+    connections.emplace(fd, std::move(c));
+  }
+}
+
+void Server::Impl::on_connection(int fd) {
+  auto it = connections.find(fd);
+  if (it == connections.end()) return;
+  Connection& c = it->second;
+  alignas(8) char buf[512];
+  const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+  bool keep = false;
+  if (n > 0) {
+    if (c.phase == Connection::Phase::AwaitHello && static_cast<size_t>(n) == sizeof(ipc::HelloMsg)) {
+      ipc::HelloMsg hello;
+      std::memcpy(&hello, buf, sizeof hello);
+      hello.command[sizeof hello.command - 1] = '\0';
+      if (hello.magic == ipc::kSocketMagic) {
+        on_hello(c, hello);
+        // attach() moves a client's fd into its session; a control connection stays here.
+        keep = c.fd && c.phase == Connection::Phase::AwaitRequest;
+        if (!c.fd) {
+          connections.erase(it);
+          return;
+        }
+      } else {
+        spdlog::warn("pid {}: a hello without funnel's magic; dropping the connection", c.peer.pid);
+      }
+    } else if (c.phase == Connection::Phase::AwaitRequest && static_cast<size_t>(n) == sizeof(ipc::ControlRequest)) {
+      ipc::ControlRequest req;
+      std::memcpy(&req, buf, sizeof req);
+      req.verb[sizeof req.verb - 1] = '\0';
+      req.arg[sizeof req.arg - 1] = '\0';
+      on_control(c, req);
+    } else {
+      spdlog::warn("pid {}: unexpected message of {} bytes; dropping the connection", c.peer.pid, n);
+    }
+  }
+  if (!keep) {
+    unwatch(fd);
+    connections.erase(it);
+  }
+}
+
+void Server::Impl::on_hello(Connection& c, const ipc::HelloMsg& hello) {
+  if (c.peer.uid != ::geteuid()) {
+    spdlog::warn("pid {} of uid {} tried to attach; only uid {} may", c.peer.pid, c.peer.uid, ::geteuid());
+    if (hello.role == ipc::Role::Client)
+      send_attach_reply(c.fd.get(), Status::NotPermitted,
+                        fmt::format("this funnel-server serves uid {} only", ::geteuid()));
+    return;
+  }
+  if (hello.role == ipc::Role::Control) {
+    c.phase = Connection::Phase::AwaitRequest;
+    return;
+  }
+  if (hello.role != ipc::Role::Client) {
+    spdlog::warn("pid {}: unknown role {}", c.peer.pid, static_cast<uint32_t>(hello.role));
+    return;
+  }
+  if (hello.version != ipc::kProtocolVersion) {
+    send_attach_reply(c.fd.get(), Status::InitializationError,
+                      fmt::format("the client speaks protocol {} and this funnel-server {}: use the client runtime "
+                                  "and funnel-server of one installation",
+                                  hello.version, ipc::kProtocolVersion));
+    spdlog::warn("pid {}: protocol version {} rejected", c.peer.pid, hello.version);
+    return;
+  }
+  if (stopping) {
+    send_attach_reply(c.fd.get(), Status::DevicesUnavailable, "the funnel-server is shutting down");
+    return;
+  }
+  if (clients.size() >= options.max_clients) {
+    send_attach_reply(c.fd.get(), Status::MpsMaxClientsReached,
+                      fmt::format("the funnel-server serves {} clients already (--max-clients)", clients.size()));
+    spdlog::warn("pid {}: refused, {} clients attached (--max-clients)", c.peer.pid, clients.size());
+    return;
+  }
+  attach(c, hello);
+}
+
+void Server::Impl::attach(Connection& c, const ipc::HelloMsg& hello) {
+  const uint32_t id = next_client_id++;
+  auto s = std::make_unique<ClientSession>(id, std::move(c.fd), hello, c.peer.pid);
+  ChannelSpec spec;
+  spec.geometry.ring_capacity = options.ring_capacity;
+  spec.geometry.reply_slots = options.reply_slots;
+  spec.geometry.staging_slots = options.staging_slots;
+  spec.geometry.staging_slot_size = options.staging_slot_bytes;
+  spec.geometry.device_count = static_cast<uint32_t>(backend->device_count());
+  spec.run_dir = options.run_dir;
+  spec.backend = backend.get();
+  spec.totals = &totals;
+  spec.notify_fd = notify_fd.get();
+  try {
+    s->create_channel(spec);
+  } catch (const std::system_error& e) {
+    const Status st = e.code().value() == ENOSPC ? Status::MemoryAllocation : Status::OperatingSystem;
+    spdlog::error("client {} (pid {}): cannot create its channel: {}", id, c.peer.pid, e.what());
+    send_attach_reply(s->fd(), st, e.what());
+    unwatch(s->fd());
+    return;
+  } catch (const std::exception& e) {
+    spdlog::error("client {} (pid {}): cannot create its channel: {}", id, c.peer.pid, e.what());
+    send_attach_reply(s->fd(), Status::OperatingSystem, e.what());
+    unwatch(s->fd());
+    return;
+  }
+  send_attach_reply(s->fd(), Status::Success, "", id, s->segment_size(), s->channel_file());
+  client_by_fd[s->fd()] = id;
+  clients.emplace(id, std::move(s));
+}
+
+void Server::Impl::on_client_message(ClientSession& s) {
+  alignas(8) char buf[512];
+  const ssize_t n = ::recv(s.fd(), buf, sizeof buf, 0);
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+  if (n > 0 && s.phase() == ClientSession::Phase::AwaitMapped && static_cast<size_t>(n) == sizeof(ipc::MappedMsg)) {
+    ipc::MappedMsg m;
+    std::memcpy(&m, buf, sizeof m);
+    if (m.client_id == s.id()) {
+      s.start_worker();
+      add(totals.clients_attached, 1);
+      spdlog::info("client {} attached: pid {} rank {} command '{}'", s.id(), s.pid(), s.mpi_rank(), s.command());
+      return;
+    }
+  }
+  if (n > 0 && s.phase() == ClientSession::Phase::Running) {
+    spdlog::warn("client {}: unexpected message of {} bytes on its socket; ignored", s.id(), n);
+    return;
+  }
+  // Hang-up (or a broken handshake): the client is gone.
+  unwatch(s.fd());
+  if (s.phase() == ClientSession::Phase::AwaitMapped) {
+    spdlog::warn("client {} (pid {}) left before it mapped its channel", s.id(), s.pid());
+    drop_client(s.id());
+    return;
+  }
+  s.request_stop(false);
+}
+
+}  // namespace funnel::server

@@ -1,0 +1,181 @@
+// funnel-server: parse options, daemonize, set up logging, run the Server.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "funnel/common/config.hpp"
+#include "funnel/common/run_dir.hpp"
+#include "funnel/server/server.hpp"
+
+namespace {
+
+// Tells whoever started us (funnel-run, the client runtime) how the start went.
+class ReadyPipe {
+ public:
+  explicit ReadyPipe(int fd) : fd_(fd) {}
+  void ready() { finish("R"); }
+  void failed(const std::string& why) { finish(why); }
+
+ private:
+  void finish(const std::string& text) {
+    if (fd_ < 0) return;
+    [[maybe_unused]] const ssize_t n = ::write(fd_, text.data(), text.size());
+    ::close(fd_);
+    fd_ = -1;
+  }
+  int fd_;
+};
+
+void daemonize() {
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::system_error(errno, std::generic_category(), "fork");
+  if (pid > 0) ::_exit(0);
+  if (::setsid() < 0) throw std::system_error(errno, std::generic_category(), "setsid");
+  // The daemon keeps no terminal: its log file is where it speaks.
+  const int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null >= 0) {
+    ::dup2(null, STDIN_FILENO);
+    ::dup2(null, STDOUT_FILENO);
+    ::dup2(null, STDERR_FILENO);
+    if (null > STDERR_FILENO) ::close(null);
+  }
+}
+
+std::vector<int> parse_devices(const std::string& text) {
+  std::vector<int> out;
+  size_t pos = 0;
+  while (pos <= text.size() && !text.empty()) {
+    const size_t comma = text.find(',', pos);
+    const std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    size_t used = 0;
+    int v = -1;
+    try {
+      v = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || v < 0) throw CLI::ValidationError("--devices", "expected a list like 0,1, got '" + text + "'");
+    out.push_back(v);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  funnel::Settings settings;
+  try {
+    settings = funnel::Settings::from_environment();
+  } catch (const funnel::ConfigError& e) {
+    std::fprintf(stderr, "funnel-server: %s\n", e.what());
+    return 2;
+  }
+
+  CLI::App app{"funnel-server: the node-local server that runs the CUDA work of every funnel client"};
+  std::string devices_text;
+  std::string backend_name = settings.backend == funnel::Backend::Sim ? "sim" : "cuda";
+  std::string run_dir = settings.run_dir.string();
+  std::string log_dir = settings.log_dir.string();
+  std::string log_level = settings.log_level;
+  bool foreground = false;
+  std::optional<int64_t> idle_exit_ms;
+  int ready_fd = -1;
+  uint32_t max_clients = settings.max_clients;
+  uint32_t staging_slots = settings.staging_slots;
+  uint64_t staging_slot_kb = settings.staging_slot_bytes / 1024;
+  int sim_devices = 1;
+  uint64_t sim_memory_mb = 16 * 1024;
+  app.add_option("--devices", devices_text, "GPU ordinals to serve, e.g. 0,1 (default: FUNNEL_DEVICES or all)");
+  app.add_option("--backend", backend_name, "cuda or sim")->check(CLI::IsMember({"cuda", "sim"}));
+  app.add_option("--run-dir", run_dir, "the job's run directory (FUNNEL_RUN_DIR)");
+  app.add_flag("--foreground", foreground, "do not daemonize; log to stderr too");
+  app.add_option("--log-dir", log_dir, "directory for the log file (FUNNEL_LOG_DIR)");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+  app.add_option("--idle-exit-ms", idle_exit_ms, "exit this long after the last client left");
+  app.add_option("--ready-fd", ready_fd, "write 'R' (or the start error) to this fd, then close it");
+  app.add_option("--max-clients", max_clients, "refuse clients beyond this many")->check(CLI::Range(1u, 4096u));
+  app.add_option("--staging-slots", staging_slots, "staging buffers per client")->check(CLI::Range(2u, 16u));
+  app.add_option("--staging-slot-kb", staging_slot_kb, "size of one staging buffer, KiB (multiple of 4)")
+      ->check(CLI::Range(uint64_t{4}, uint64_t{1} << 20));
+  app.add_option("--sim-devices", sim_devices, "devices of the sim backend")->check(CLI::Range(1, 16));
+  app.add_option("--sim-memory-mb", sim_memory_mb, "memory per sim device, MiB");
+  CLI11_PARSE(app, argc, argv);
+
+  ReadyPipe ready(ready_fd);
+  if (ready_fd >= 0) ::fcntl(ready_fd, F_SETFD, FD_CLOEXEC);
+  try {
+    std::vector<int> devices = devices_text.empty() ? settings.devices : parse_devices(devices_text);
+    if (staging_slot_kb % 4 != 0) throw std::runtime_error("--staging-slot-kb must be a multiple of 4");
+    if (!foreground) daemonize();
+
+    // Signals go through the server's signalfd; block them before any thread starts.
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    ::signal(SIGPIPE, SIG_IGN);
+
+    std::vector<spdlog::sink_ptr> sinks;
+    std::error_code ec;
+    std::filesystem::create_directories(log_dir, ec);
+    const auto log_file = std::filesystem::path(log_dir) /
+                          fmt::format("funnel-server-{}-{}.log", funnel::sanitize_for_filename(settings.job_id), ::getpid());
+    sinks.push_back(std::make_shared<spdlog::sinks::basic_file_sink_mt>(log_file.string()));
+    if (foreground) sinks.push_back(std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+    auto logger = std::make_shared<spdlog::logger>("funnel-server", sinks.begin(), sinks.end());
+    logger->set_level(spdlog::level::from_str(log_level));
+    logger->flush_on(spdlog::level::info);
+    spdlog::set_default_logger(logger);
+
+    std::unique_ptr<funnel::server::Backend> backend;
+    if (backend_name == "sim") {
+      funnel::server::SimOptions so;
+      so.devices = sim_devices;
+      so.memory_bytes = sim_memory_mb << 20;
+      backend = funnel::server::make_sim_backend(so);
+    } else {
+      backend = funnel::server::make_cuda_backend(devices);
+    }
+
+    funnel::server::ServerOptions opt;
+    opt.run_dir = run_dir;
+    if (idle_exit_ms) opt.idle_exit = std::chrono::milliseconds(*idle_exit_ms);
+    opt.max_clients = max_clients;
+    opt.staging_slots = staging_slots;
+    opt.staging_slot_bytes = staging_slot_kb * 1024;
+    opt.handle_signals = true;
+    funnel::server::Server server(std::move(opt), std::move(backend));
+    try {
+      server.start();
+    } catch (const funnel::server::AlreadyRunning& e) {
+      spdlog::error("{}", e.what());
+      ready.failed(e.what());
+      return 1;
+    }
+    ready.ready();
+    server.run();
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "funnel-server: %s\n", e.what());
+    if (spdlog::default_logger()) spdlog::error("cannot start: {}", e.what());
+    ready.failed(e.what());
+    return 1;
+  }
+}

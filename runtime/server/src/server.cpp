@@ -1,0 +1,168 @@
+// The main loop: epoll over the listening socket, every connection, a signalfd,
+// an eventfd for request_stop() and one for finished workers.  Idle exit is the
+// epoll timeout.
+#include "funnel/server/server.hpp"
+
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "funnel/common/run_dir.hpp"
+#include "funnel/server/check.hpp"
+#include "server_impl.hpp"
+
+namespace funnel::server {
+
+Server::Server(ServerOptions options, std::unique_ptr<Backend> backend) : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+  impl_->backend = std::move(backend);
+}
+
+Server::~Server() {
+  if (impl_->listening) impl_->shutdown_all();
+}
+
+const std::filesystem::path& Server::run_dir() const noexcept { return impl_->options.run_dir; }
+
+void Server::request_stop() noexcept {
+  const uint64_t one = 1;
+  if (impl_->wake_fd) [[maybe_unused]] const ssize_t n = ::write(impl_->wake_fd.get(), &one, sizeof one);
+}
+
+void Server::start() {
+  Impl& m = *impl_;
+  m.epoll_fd = ipc::UniqueFd(FUNNEL_SYSCHECK(::epoll_create1(EPOLL_CLOEXEC)));
+  m.wake_fd = ipc::UniqueFd(FUNNEL_SYSCHECK(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)));
+  m.notify_fd = ipc::UniqueFd(FUNNEL_SYSCHECK(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)));
+  if (m.options.handle_signals) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    m.signal_fd = ipc::UniqueFd(FUNNEL_SYSCHECK(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK)));
+    m.watch(m.signal_fd.get());
+  }
+  m.prepare_run_dir();
+  m.watch(m.wake_fd.get());
+  m.watch(m.notify_fd.get());
+  m.watch(m.listen_fd.get());
+  m.started_at = m.idle_since = Clock::now();
+  spdlog::info("funnel-server {} serving {} with the {} backend ({} device(s))", ::getpid(), m.options.run_dir.string(),
+               m.backend->name(), m.backend->device_count());
+}
+
+void Server::Impl::watch(int fd) {
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.fd = fd;
+  FUNNEL_SYSCHECK(::epoll_ctl(epoll_fd.get(), EPOLL_CTL_ADD, fd, &ev));
+}
+
+void Server::Impl::unwatch(int fd) { ::epoll_ctl(epoll_fd.get(), EPOLL_CTL_DEL, fd, nullptr); }
+
+void Server::run() {
+  Impl& m = *impl_;
+  epoll_event events[64];
+  while (!m.stopping) {
+    int timeout = -1;
+    if (m.options.idle_exit && m.clients.empty()) {
+      const auto left = *m.options.idle_exit - std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - m.idle_since);
+      if (left.count() <= 0) {
+        spdlog::info("no client for {} ms: exiting", m.options.idle_exit->count());
+        break;
+      }
+      timeout = static_cast<int>(left.count()) + 1;
+    }
+    const int n = ::epoll_wait(m.epoll_fd.get(), events, 64, timeout);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw std::system_error(errno, std::generic_category(), "epoll_wait");
+    }
+    for (int i = 0; i < n && !m.stopping; ++i) {
+      const int fd = events[i].data.fd;
+      uint64_t count = 0;
+      if (fd == m.wake_fd.get()) {
+        [[maybe_unused]] const ssize_t r = ::read(fd, &count, sizeof count);
+        spdlog::info("stop requested");
+        m.stopping = true;
+      } else if (m.signal_fd && fd == m.signal_fd.get()) {
+        signalfd_siginfo si{};
+        [[maybe_unused]] const ssize_t r = ::read(fd, &si, sizeof si);
+        spdlog::info("signal {} from pid {}: shutting down", strsignal(static_cast<int>(si.ssi_signo)), si.ssi_pid);
+        m.stopping = true;
+      } else if (fd == m.notify_fd.get()) {
+        [[maybe_unused]] const ssize_t r = ::read(fd, &count, sizeof count);
+      } else if (fd == m.listen_fd.get()) {
+        m.accept_connections();
+      } else if (auto it = m.client_by_fd.find(fd); it != m.client_by_fd.end()) {
+        auto c = m.clients.find(it->second);
+        if (c != m.clients.end()) m.on_client_message(*c->second);
+      } else {
+        m.on_connection(fd);
+      }
+    }
+    m.reap_finished();
+  }
+  m.shutdown_all();
+}
+
+void Server::Impl::drop_client(uint32_t id) {
+  auto it = clients.find(id);
+  if (it == clients.end()) return;
+  client_by_fd.erase(it->second->fd());
+  clients.erase(it);
+  if (clients.empty()) idle_since = Clock::now();
+}
+
+void Server::Impl::reap_finished() {
+  std::vector<uint32_t> done;
+  for (auto& [id, s] : clients)
+    if (s->finished()) done.push_back(id);
+  for (uint32_t id : done) {
+    auto& s = *clients.at(id);
+    unwatch(s.fd());
+    s.join();
+    const auto& c = s.counters();
+    if (s.detached()) {
+      add(totals.clients_detached, 1);
+      spdlog::info("client {} detached: pid {} rank {} command '{}' ({} commands, {} errors)", id, s.pid(), s.mpi_rank(),
+                   s.command(), c.commands.load(), c.errors.load());
+    } else {
+      add(totals.clients_died, 1);
+      spdlog::warn("client {} died: pid {} rank {} command '{}' ({} commands, {} errors); its resources are freed",
+                   id, s.pid(), s.mpi_rank(), s.command(), c.commands.load(), c.errors.load());
+    }
+    drop_client(id);
+  }
+}
+
+void Server::Impl::shutdown_all() {
+  if (!listening) return;
+  listening = false;
+  unwatch(listen_fd.get());
+  listen_fd.reset();
+  ::unlink(socket_path(options.run_dir).c_str());
+  for (auto& [id, s] : clients) s->request_stop(true);
+  for (auto& [id, s] : clients) s->join();
+  const size_t n = clients.size();
+  for (auto& [id, s] : clients) unwatch(s->fd());
+  clients.clear();
+  client_by_fd.clear();
+  for (auto& [fd, c] : connections) unwatch(fd);
+  connections.clear();
+  remove_stale_files();
+  ::unlink(start_lock_path(options.run_dir).c_str());
+  if (::rmdir(options.run_dir.c_str()) != 0 && errno != ENOTEMPTY && errno != EEXIST)
+    spdlog::warn("cannot remove the run directory {}: {}", options.run_dir.string(), std::strerror(errno));
+  spdlog::info("funnel-server {} stopped ({} client(s) were attached; {} attached in all, {} detached, {} died)",
+               ::getpid(), n, totals.clients_attached.load(), totals.clients_detached.load(),
+               totals.clients_died.load());
+}
+
+}  // namespace funnel::server

@@ -1,0 +1,63 @@
+// The server's state, shared by the files that make up the main loop
+// (server.cpp: epoll loop and shutdown; listener.cpp: run directory, accept and
+// handshake; control.cpp: control verbs).  Only the main-loop thread touches it.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "client_session.hpp"
+#include "funnel/ipc/socket.hpp"
+#include "funnel/server/server.hpp"
+#include "session.hpp"
+
+namespace funnel::server {
+
+using Clock = std::chrono::steady_clock;
+
+// A connection that has not said who it is yet, or a control connection.
+struct Connection {
+  enum class Phase { AwaitHello, AwaitRequest };
+  ipc::UniqueFd fd;
+  ipc::PeerCredentials peer{};
+  Phase phase = Phase::AwaitHello;
+};
+
+struct Server::Impl {
+  ServerOptions options;
+  std::unique_ptr<Backend> backend;
+  ipc::UniqueFd listen_fd, epoll_fd, wake_fd, notify_fd, signal_fd;
+  ServerTotals totals;
+  std::map<int, Connection> connections;                      // by fd
+  std::map<uint32_t, std::unique_ptr<ClientSession>> clients;  // by client id
+  std::map<int, uint32_t> client_by_fd;
+  uint32_t next_client_id = 1;
+  Clock::time_point started_at = Clock::now();
+  Clock::time_point idle_since = Clock::now();
+  bool listening = false;
+  bool stopping = false;
+
+  // listener.cpp
+  void prepare_run_dir();
+  void accept_connections();
+  void on_connection(int fd);
+  void on_hello(Connection& c, const ipc::HelloMsg& hello);
+  void attach(Connection& c, const ipc::HelloMsg& hello);
+  void on_client_message(ClientSession& s);
+  void remove_stale_files();
+
+  // control.cpp
+  void on_control(Connection& c, const ipc::ControlRequest& req);
+  std::string stats_json() const;
+
+  // server.cpp
+  void watch(int fd);
+  void unwatch(int fd);
+  void reap_finished();
+  void drop_client(uint32_t id);
+  void shutdown_all();
+};
+
+}  // namespace funnel::server

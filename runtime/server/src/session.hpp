@@ -1,0 +1,159 @@
+// A client's session: what the server holds for one attached process, and the
+// worker thread that reads its ring.  Everything in Worker is touched only by the
+// worker thread; the main loop reads only the atomics (counters, flags).
+#pragma once
+#include <sys/types.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "funnel/ipc/channel_layout.hpp"
+#include "funnel/ipc/commands.hpp"
+#include "funnel/ipc/ring.hpp"
+#include "funnel/ipc/segment.hpp"
+#include "funnel/ipc/socket.hpp"
+#include "funnel/server/backend.hpp"
+#include "legacy_stream.hpp"
+
+namespace funnel::server {
+
+// Relaxed counters: the stats verb reads them without stopping anyone.
+struct ClientCounters {
+  std::atomic<uint64_t> device_memory_bytes{0}, allocations{0}, streams{0}, events{0}, pinned_bytes{0},
+      pinned_allocations{0}, commands{0}, bytes_h2d{0}, bytes_d2h{0}, errors{0};
+};
+
+struct ServerTotals {
+  std::atomic<uint64_t> clients_attached{0}, clients_detached{0}, clients_died{0}, bad_commands{0};
+};
+
+inline void add(std::atomic<uint64_t>& c, uint64_t v) noexcept { c.fetch_add(v, std::memory_order_relaxed); }
+inline void sub(std::atomic<uint64_t>& c, uint64_t v) noexcept { c.fetch_sub(v, std::memory_order_relaxed); }
+
+struct SessionShared {
+  uint32_t id = 0;
+  std::filesystem::path run_dir;
+  Backend* backend = nullptr;
+  ServerTotals* totals = nullptr;
+  ClientCounters counters;
+  std::atomic<bool> stop{false};
+  std::atomic<bool> shutting_down{false};  // the server stops: answer waiting replies with DevicesUnavailable
+  std::atomic<bool> detached{false};
+  std::atomic<bool> finished{false};
+  int client_fd = -1;   // hung up by the worker when the client breaks the ring protocol
+  int notify_fd = -1;   // eventfd of the main loop: a worker finished
+};
+
+// Work whose completion someone waits for: a reply, a staging slot, a deferred free.
+struct Pending {
+  std::vector<std::shared_ptr<BackendEvent>> events;
+  uint32_t slot = ipc::kNoReply;
+  uint64_t seq = 0;
+  std::array<uint64_t, 5> values{};
+  bool answered = false;
+  // Runs once every event completed (with the first error among them); returns the reply status.
+  std::function<Status(Status)> done;
+};
+
+struct DeviceAllocation {
+  int device;
+  uint64_t size;
+};
+
+struct EventEntry {
+  std::shared_ptr<BackendEvent> event;
+  int device;
+  bool timing;
+  bool recorded = false;
+};
+
+struct PinnedEntry {
+  ipc::MappedFile file;
+  std::filesystem::path path;
+  uint64_t size;
+};
+
+class Worker {
+ public:
+  Worker(SessionShared& shared, const ipc::ChannelView& view);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  // The thread body: serve until stop, then tear down.  Never throws.
+  void run() noexcept;
+
+ private:
+  // worker.cpp: the loop and the dispatch
+  void serve();
+  void execute(const ipc::CommandHeader& h, const std::byte* payload);
+  Status dispatch(const ipc::CommandHeader& h, const std::byte* payload);
+  void fail(const ipc::CommandHeader& h, Status st);
+  void reply(uint32_t slot, uint64_t seq, Status st, const std::array<uint64_t, 5>& values = {});
+  void answer(const ipc::CommandHeader& h, const std::array<uint64_t, 5>& values = {});
+  void poll_pending();
+  void drop_for_protocol_error(const char* why);
+
+  // commands.cpp: one function per opcode
+  Status mem_alloc(const ipc::CommandHeader& h, const ipc::MemAllocCmd& c, bool async);
+  Status mem_free(const ipc::CommandHeader& h, const ipc::AddressCmd& c, bool async);
+  Status mem_get_info(const ipc::CommandHeader& h);
+  Status pinned_alloc(const ipc::CommandHeader& h, const ipc::PinnedAllocCmd& c);
+  Status pinned_free(const ipc::CommandHeader& h, const ipc::PinnedFreeCmd& c);
+  Status copy(const ipc::CommandHeader& h, const ipc::CopyCmd& c);
+  Status memset(const ipc::CommandHeader& h, const ipc::MemsetCmd& c);
+  Status stream_create(const ipc::CommandHeader& h, const ipc::StreamCreateCmd& c);
+  Status stream_destroy(const ipc::CommandHeader& h);
+  Status stream_synchronize(const ipc::CommandHeader& h);
+  Status stream_query(const ipc::CommandHeader& h);
+  Status stream_wait_event(const ipc::CommandHeader& h, const ipc::EventCmd& c);
+  Status event_create(const ipc::CommandHeader& h, const ipc::EventCreateCmd& c);
+  Status event_destroy(const ipc::CommandHeader& h, const ipc::EventCmd& c);
+  Status event_record(const ipc::CommandHeader& h, const ipc::EventCmd& c);
+  Status event_synchronize(const ipc::CommandHeader& h, const ipc::EventCmd& c);
+  Status event_query(const ipc::CommandHeader& h, const ipc::EventCmd& c);
+  Status event_elapsed(const ipc::CommandHeader& h, const ipc::EventPairCmd& c);
+  Status device_synchronize(const ipc::CommandHeader& h);
+  Status device_reset(const ipc::CommandHeader& h);
+  Status limit(const ipc::CommandHeader& h, const ipc::LimitCmd& c, bool set);
+
+  // Helpers shared by the commands.
+  Status check_device(int device) const;
+  Status resolve_location(const ipc::Location& l, uint64_t pitch, uint64_t width, uint64_t height,
+                          CopyEndpoint& out, bool& is_device) const;
+  EventEntry* find_event(uint64_t id);
+  // Runs `done` (and answers h's reply slot) once all of this client's work so far on
+  // `device` (-1: every device) completed; at once when its streams are idle.
+  void when_drained(int device, uint32_t slot, uint64_t seq, std::function<Status(Status)> done);
+  void when_complete(StreamEntry& s, uint32_t slot, uint64_t seq, std::function<Status(Status)> done);
+  void release_staging(const ipc::CopyCmd& c);
+  void free_allocation(uint64_t address, const DeviceAllocation& a);
+  void free_pinned(PinnedEntry& p);
+
+  // client_session.cpp
+  void teardown() noexcept;
+
+  SessionShared& shared_;
+  Backend& backend_;
+  ipc::ChannelView view_;
+  ipc::RingReader reader_;
+  ClientCounters& counters_;
+  StreamTable streams_;
+  std::map<uint64_t, DeviceAllocation> allocations_;  // by base address
+  std::unordered_map<uint64_t, EventEntry> events_;
+  std::unordered_map<uint64_t, PinnedEntry> pinned_;
+  uint64_t next_pinned_id_ = 1;
+  std::vector<Pending> pending_;
+  std::vector<std::byte> record_;
+};
+
+}  // namespace funnel::server

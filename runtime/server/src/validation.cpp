@@ -1,0 +1,21 @@
+#include "validation.hpp"
+
+namespace funnel::server {
+
+Status region_extent(uint64_t pitch, uint64_t width, uint64_t height, uint64_t& extent) noexcept {
+  if (width == 0 || height == 0) {
+    extent = 0;
+    return Status::Success;
+  }
+  if (height > 1 && pitch < width) return Status::InvalidPitchValue;
+  uint64_t rows = 0;
+  if (__builtin_mul_overflow(height - 1, pitch, &rows)) return Status::InvalidValue;
+  if (__builtin_add_overflow(rows, width, &extent)) return Status::InvalidValue;
+  return Status::Success;
+}
+
+bool within(uint64_t offset, uint64_t extent, uint64_t size) noexcept {
+  return offset <= size && extent <= size - offset;
+}
+
+}  // namespace funnel::server

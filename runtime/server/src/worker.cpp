@@ -1,0 +1,243 @@
+// The worker loop: copy each record out of the ring, validate it, execute it, and
+// poll the work other commands wait for.  The worker never blocks on GPU work, so a
+// long kernel of one stream never stops it from reading the ring.
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "funnel/ipc/futex.hpp"
+#include "session.hpp"
+
+namespace funnel::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+// Spinning this long on an empty ring catches the next command of a chatty client
+// without a futex round trip; after it, sleep on the doorbell.
+constexpr auto kSpin = std::chrono::microseconds(50);
+constexpr auto kSleep = std::chrono::milliseconds(20);
+// While GPU work is pending, sleep only briefly so completions are noticed soon.
+constexpr auto kPendingSleep = std::chrono::microseconds(200);
+
+template <class T>
+T payload_as(const std::byte* p) noexcept {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+bool is_kernel_opcode(uint16_t op) noexcept { return op >= 60 && op < 80; }
+
+}  // namespace
+
+Worker::Worker(SessionShared& shared, const ipc::ChannelView& view)
+    : shared_(shared), backend_(*shared.backend), view_(view), reader_(view), counters_(shared.counters),
+      streams_(*shared.backend), record_(ipc::kMaxRecordSize) {}
+
+Worker::~Worker() = default;
+
+void Worker::run() noexcept {
+  try {
+    serve();
+  } catch (const std::exception& e) {
+    spdlog::error("client {}: worker failed: {}", shared_.id, e.what());
+    view_.completion().sticky_error.store(static_cast<int32_t>(Status::Unknown), std::memory_order_release);
+    ::shutdown(shared_.client_fd, SHUT_RDWR);
+  }
+  teardown();
+  shared_.finished.store(true, std::memory_order_release);
+  const uint64_t one = 1;
+  // The main loop reaps finished sessions when its eventfd fires; a lost wake-up would
+  // only delay the reaping until the next event, so the result needs no handling.
+  [[maybe_unused]] const ssize_t n = ::write(shared_.notify_fd, &one, sizeof one);
+}
+
+void Worker::serve() {
+  auto& completion = view_.completion();
+  auto idle_since = Clock::now();
+  while (!shared_.stop.load(std::memory_order_acquire)) {
+    if (!pending_.empty()) poll_pending();
+    uint32_t size = 0;
+    const char* why = nullptr;
+    switch (reader_.next(record_.data(), size, &why)) {
+      case ipc::RingReader::Next::Record: {
+        ipc::CommandHeader h;
+        std::memcpy(&h, record_.data(), sizeof h);
+        execute(h, record_.data() + sizeof h);
+        completion.commands_done.store(h.seq, std::memory_order_release);
+        add(counters_.commands, 1);
+        idle_since = Clock::now();
+        continue;
+      }
+      case ipc::RingReader::Next::Corrupt:
+        drop_for_protocol_error(why);
+        return;
+      case ipc::RingReader::Next::Empty:
+        break;
+    }
+    if (Clock::now() - idle_since < kSpin) {
+#if defined(__x86_64__)
+      __builtin_ia32_pause();
+#endif
+      continue;
+    }
+    reader_.sleep(pending_.empty() ? std::chrono::nanoseconds(kSleep) : std::chrono::nanoseconds(kPendingSleep));
+  }
+  // Stopped by a hang-up: a Detach still in the ring tells a clean exit from a death.
+  for (;;) {
+    uint32_t size = 0;
+    const char* why = nullptr;
+    if (reader_.next(record_.data(), size, &why) != ipc::RingReader::Next::Record) break;
+    ipc::CommandHeader h;
+    std::memcpy(&h, record_.data(), sizeof h);
+    if (h.opcode == ipc::Opcode::Detach) shared_.detached.store(true);
+  }
+}
+
+void Worker::drop_for_protocol_error(const char* why) {
+  spdlog::error("client {}: broke the ring protocol ({}); dropping it", shared_.id, why);
+  view_.completion().sticky_error.store(static_cast<int32_t>(Status::IllegalState), std::memory_order_release);
+  add(shared_.totals->bad_commands, 1);
+  add(counters_.errors, 1);
+  shared_.stop.store(true);
+  // The hang-up tells the client; the main loop sees it too and reaps this session.
+  ::shutdown(shared_.client_fd, SHUT_RDWR);
+}
+
+void Worker::execute(const ipc::CommandHeader& h, const std::byte* payload) {
+  const auto op = static_cast<uint16_t>(h.opcode);
+  if (h.reply_slot != ipc::kNoReply && h.reply_slot >= view_.header().reply_slots) {
+    spdlog::warn("client {}: command {} seq {} names reply slot {} of {}", shared_.id, op, h.seq, h.reply_slot,
+                 view_.header().reply_slots);
+    ipc::CommandHeader one_way = h;
+    one_way.reply_slot = ipc::kNoReply;
+    add(shared_.totals->bad_commands, 1);
+    fail(one_way, Status::InvalidValue);
+    return;
+  }
+  Status st;
+  if (is_kernel_opcode(op)) {
+    st = Status::NotSupported;  // funnel core part 2: launches dispatch from here
+  } else {
+    const int64_t want = ipc::payload_size(h.opcode);
+    if (want < 0) {
+      st = Status::NotSupported;
+    } else if (h.size != ipc::record_size_for(static_cast<uint64_t>(want))) {
+      st = Status::InvalidValue;
+    } else {
+      st = dispatch(h, payload);
+    }
+  }
+  if (st != Status::Success) {
+    if (st == Status::NotSupported || st == Status::InvalidValue || st == Status::InvalidResourceHandle ||
+        st == Status::InvalidDevice)
+      add(shared_.totals->bad_commands, 1);
+    spdlog::debug("client {}: command {} seq {} failed: status {}", shared_.id, op, h.seq, static_cast<int>(st));
+    fail(h, st);
+  }
+}
+
+Status Worker::dispatch(const ipc::CommandHeader& h, const std::byte* p) {
+  using ipc::Opcode;
+  switch (h.opcode) {
+    case Opcode::Pad: return Status::Success;
+    case Opcode::MemAlloc: return mem_alloc(h, payload_as<ipc::MemAllocCmd>(p), false);
+    case Opcode::MemAllocAsync: return mem_alloc(h, payload_as<ipc::MemAllocCmd>(p), true);
+    case Opcode::MemFree: return mem_free(h, payload_as<ipc::AddressCmd>(p), false);
+    case Opcode::MemFreeAsync: return mem_free(h, payload_as<ipc::AddressCmd>(p), true);
+    case Opcode::MemGetInfo: return mem_get_info(h);
+    case Opcode::PinnedAlloc: return pinned_alloc(h, payload_as<ipc::PinnedAllocCmd>(p));
+    case Opcode::PinnedFree: return pinned_free(h, payload_as<ipc::PinnedFreeCmd>(p));
+    case Opcode::Copy: return copy(h, payload_as<ipc::CopyCmd>(p));
+    case Opcode::Memset: return memset(h, payload_as<ipc::MemsetCmd>(p));
+    case Opcode::StreamCreate: return stream_create(h, payload_as<ipc::StreamCreateCmd>(p));
+    case Opcode::StreamDestroy: return stream_destroy(h);
+    case Opcode::StreamSynchronize: return stream_synchronize(h);
+    case Opcode::StreamQuery: return stream_query(h);
+    case Opcode::StreamWaitEvent: return stream_wait_event(h, payload_as<ipc::EventCmd>(p));
+    case Opcode::EventCreate: return event_create(h, payload_as<ipc::EventCreateCmd>(p));
+    case Opcode::EventDestroy: return event_destroy(h, payload_as<ipc::EventCmd>(p));
+    case Opcode::EventRecord: return event_record(h, payload_as<ipc::EventCmd>(p));
+    case Opcode::EventSynchronize: return event_synchronize(h, payload_as<ipc::EventCmd>(p));
+    case Opcode::EventQuery: return event_query(h, payload_as<ipc::EventCmd>(p));
+    case Opcode::EventElapsedTime: return event_elapsed(h, payload_as<ipc::EventPairCmd>(p));
+    case Opcode::DeviceSynchronize: return device_synchronize(h);
+    case Opcode::DeviceReset: return device_reset(h);
+    case Opcode::SetLimit: return limit(h, payload_as<ipc::LimitCmd>(p), true);
+    case Opcode::GetLimit: return limit(h, payload_as<ipc::LimitCmd>(p), false);
+    case Opcode::Fence: answer(h); return Status::Success;
+    case Opcode::Detach:
+      shared_.detached.store(true);
+      shared_.stop.store(true);
+      answer(h);
+      return Status::Success;
+  }
+  return Status::NotSupported;
+}
+
+void Worker::fail(const ipc::CommandHeader& h, Status st) {
+  add(counters_.errors, 1);
+  auto& c = view_.completion();
+  if (ipc::is_sticky(st)) c.sticky_error.store(static_cast<int32_t>(st), std::memory_order_release);
+  if (h.reply_slot != ipc::kNoReply) {
+    reply(h.reply_slot, h.seq, st);
+    return;
+  }
+  if (!ipc::is_sticky(st)) {
+    int32_t expected = 0;
+    c.deferred_error.compare_exchange_strong(expected, static_cast<int32_t>(st), std::memory_order_acq_rel);
+  }
+}
+
+void Worker::reply(uint32_t slot, uint64_t seq, Status st, const std::array<uint64_t, 5>& values) {
+  auto& r = view_.reply(slot);
+  r.status = static_cast<int32_t>(st);
+  for (size_t i = 0; i < values.size(); ++i) r.value[i] = values[i];
+  r.seq.store(seq, std::memory_order_release);
+  auto& c = view_.completion();
+  c.reply_epoch.fetch_add(1, std::memory_order_seq_cst);
+  ipc::futex_wake_all(c.reply_epoch);
+}
+
+void Worker::answer(const ipc::CommandHeader& h, const std::array<uint64_t, 5>& values) {
+  if (h.reply_slot != ipc::kNoReply) reply(h.reply_slot, h.seq, Status::Success, values);
+}
+
+void Worker::poll_pending() {
+  // Completions are independent of each other (each names its own reply slot), so
+  // any completed entry is answered without waiting for older ones.
+  for (size_t i = 0; i < pending_.size();) {
+    Pending& p = pending_[i];
+    Status first = Status::Success;
+    bool ready = true;
+    for (auto& e : p.events) {
+      const Status s = backend_.query(*e);
+      if (s == Status::NotReady) {
+        ready = false;
+        break;
+      }
+      if (s != Status::Success && first == Status::Success) first = s;
+    }
+    if (!ready) {
+      ++i;
+      continue;
+    }
+    const Status st = p.done ? p.done(first) : first;
+    if (!p.answered && p.slot != ipc::kNoReply) {
+      reply(p.slot, p.seq, st, p.values);
+    } else if (st != Status::Success && p.slot == ipc::kNoReply) {
+      ipc::CommandHeader h{};
+      h.reply_slot = ipc::kNoReply;
+      fail(h, st);
+    }
+    if (i + 1 != pending_.size()) pending_[i] = std::move(pending_.back());
+    pending_.pop_back();
+  }
+}
+
+}  // namespace funnel::server

@@ -1,0 +1,79 @@
+// Shared by the api_*.cpp files: the export macro, the per-thread state (current
+// device, last error, per-thread default streams) and the error-safe wrapper that
+// every exported function goes through.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <exception>
+
+#include "log.hpp"
+#include "runtime.hpp"
+
+#define FUNNEL_API extern "C" __attribute__((visibility("default")))
+
+namespace funnel::client {
+
+// funnel::ipc::Status crosses the channel; its numbers are cudaError_t's.
+static_assert(int(Status::Success) == cudaSuccess);
+static_assert(int(Status::InvalidValue) == cudaErrorInvalidValue);
+static_assert(int(Status::MemoryAllocation) == cudaErrorMemoryAllocation);
+static_assert(int(Status::InitializationError) == cudaErrorInitializationError);
+static_assert(int(Status::InvalidPitchValue) == cudaErrorInvalidPitchValue);
+static_assert(int(Status::InvalidDevicePointer) == cudaErrorInvalidDevicePointer);
+static_assert(int(Status::InvalidMemcpyDirection) == cudaErrorInvalidMemcpyDirection);
+static_assert(int(Status::DevicesUnavailable) == cudaErrorDevicesUnavailable);
+static_assert(int(Status::NoDevice) == cudaErrorNoDevice);
+static_assert(int(Status::InvalidDevice) == cudaErrorInvalidDevice);
+static_assert(int(Status::UnsupportedLimit) == cudaErrorUnsupportedLimit);
+static_assert(int(Status::OperatingSystem) == cudaErrorOperatingSystem);
+static_assert(int(Status::InvalidResourceHandle) == cudaErrorInvalidResourceHandle);
+static_assert(int(Status::IllegalState) == cudaErrorIllegalState);
+static_assert(int(Status::NotReady) == cudaErrorNotReady);
+static_assert(int(Status::IllegalAddress) == cudaErrorIllegalAddress);
+static_assert(int(Status::LaunchFailure) == cudaErrorLaunchFailure);
+static_assert(int(Status::NotPermitted) == cudaErrorNotPermitted);
+static_assert(int(Status::NotSupported) == cudaErrorNotSupported);
+static_assert(int(Status::MpsMaxClientsReached) == cudaErrorMpsMaxClientsReached);
+static_assert(int(Status::Timeout) == cudaErrorTimeout);
+static_assert(int(Status::Unknown) == cudaErrorUnknown);
+
+inline cudaError_t to_cuda(Status s) noexcept { return static_cast<cudaError_t>(s); }
+
+int& current_device() noexcept;          // per host thread, as the CUDA runtime's current context
+cudaError_t& last_error() noexcept;      // per host thread
+
+// Records a failing status as the thread's last error (cudaErrorNotReady is not an
+// error: CUDA does not record it) and returns it.
+inline cudaError_t record(cudaError_t e) noexcept {
+  if (e != cudaSuccess && e != cudaErrorNotReady) last_error() = e;
+  return e;
+}
+
+// Runs the body of an exported function: no exception escapes the library.
+template <class F>
+cudaError_t guarded(const char* name, F&& body) noexcept {
+  try {
+    return record(body());
+  } catch (const std::exception& e) {
+    log_error(fmt::format("funnel: internal error in {}: {}", name, e.what()));
+  } catch (...) {
+    log_error(fmt::format("funnel: internal error in {}", name));
+  }
+  return record(cudaErrorUnknown);
+}
+
+// ready() of the process's runtime, as a cudaError_t.
+inline cudaError_t attach() noexcept { return to_cuda(Runtime::get().ready()); }
+
+// A stream as the server knows it.
+struct StreamRef {
+  uint64_t id = 0;  // 0: the legacy default stream
+  int device = 0;
+};
+
+// Resolves an application's stream handle.  `per_thread` is true in the _ptsz/_ptds
+// entry points, where stream 0 means the calling thread's default stream.
+// Attaches when needed.  cudaErrorInvalidResourceHandle for unknown handles.
+cudaError_t resolve_stream(cudaStream_t s, bool per_thread, StreamRef& out) noexcept;
+
+}  // namespace funnel::client

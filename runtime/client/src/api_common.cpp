@@ -1,0 +1,69 @@
+#include <map>
+
+#include "api.hpp"
+
+namespace funnel::client {
+namespace {
+
+// The per-thread default streams of this thread (one per device), destroyed when the
+// thread exits.
+struct PerThreadStreams {
+  Runtime* owner = nullptr;
+  std::map<int, uint64_t> ids;
+  ~PerThreadStreams() {
+    if (owner == nullptr || owner != &Runtime::get()) return;  // forked since: not ours to destroy
+    for (const auto& [dev, id] : ids) (void)owner->post(Opcode::StreamDestroy, dev, id, nullptr, 0);
+  }
+};
+
+thread_local int t_device = 0;
+thread_local cudaError_t t_last_error = cudaSuccess;
+thread_local PerThreadStreams t_ptds;
+
+}  // namespace
+
+int& current_device() noexcept { return t_device; }
+cudaError_t& last_error() noexcept { return t_last_error; }
+
+cudaError_t resolve_stream(cudaStream_t s, bool per_thread, StreamRef& out) noexcept {
+  Runtime& rt = Runtime::get();
+  if (cudaError_t e = to_cuda(rt.ready()); e != cudaSuccess) return e;
+  if (s == nullptr) s = per_thread ? cudaStreamPerThread : cudaStreamLegacy;
+  if (s == cudaStreamLegacy) {
+    out = {0, t_device};
+    return cudaSuccess;
+  }
+  if (s == cudaStreamPerThread) {
+    if (t_ptds.owner != &rt) {
+      t_ptds.owner = &rt;
+      t_ptds.ids.clear();
+    }
+    auto it = t_ptds.ids.find(t_device);
+    if (it == t_ptds.ids.end()) {
+      // An ordinary blocking stream, created without a round trip (ids are ours).
+      const uint64_t id = rt.next_stream_id.fetch_add(1);
+      ipc::StreamCreateCmd c{id, 0, 0};
+      if (cudaError_t e = to_cuda(rt.post(Opcode::StreamCreate, t_device, 0, &c, sizeof c)); e != cudaSuccess)
+        return e;
+      it = t_ptds.ids.emplace(t_device, id).first;
+    }
+    out = {it->second, t_device};
+    return cudaSuccess;
+  }
+  auto* obj = reinterpret_cast<StreamObj*>(s);
+  std::lock_guard lk(rt.tables_mu);
+  if (!rt.streams.contains(obj)) return cudaErrorInvalidResourceHandle;
+  out = {obj->id, obj->device};
+  return cudaSuccess;
+}
+
+}  // namespace funnel::client
+
+namespace funnel::client {
+
+int stub_unsupported(const char* name) noexcept {
+  report_unsupported(name);
+  return record(cudaErrorNotSupported);
+}
+
+}  // namespace funnel::client

@@ -1,0 +1,240 @@
+// Device management.  Everything about a device is answered from the channel's
+// device table (filled by the server at attach): no round trip.
+#include <cstring>
+
+#include "api.hpp"
+
+using namespace funnel::client;
+using funnel::ipc::DeviceRecord;
+using funnel::ipc::kMaxDeviceAttributes;
+
+namespace {
+
+cudaError_t check_device(int device) noexcept {
+  if (cudaError_t e = attach(); e != cudaSuccess) return e;
+  if (device < 0 || device >= Runtime::get().device_count()) return cudaErrorInvalidDevice;
+  return cudaSuccess;
+}
+
+int attr(const DeviceRecord& d, cudaDeviceAttr a) noexcept {
+  const auto i = static_cast<uint32_t>(a);
+  return i < kMaxDeviceAttributes ? d.attributes[i] : 0;
+}
+
+void fill_properties(cudaDeviceProp& p, const DeviceRecord& d) noexcept {
+  std::memset(&p, 0, sizeof p);
+  static_assert(sizeof p.name == sizeof d.name);
+  std::memcpy(p.name, d.name, sizeof p.name);
+  p.name[sizeof p.name - 1] = '\0';
+  std::memcpy(p.uuid.bytes, d.uuid, sizeof p.uuid.bytes);
+  p.totalGlobalMem = d.total_memory;
+  auto sz = [&](cudaDeviceAttr a) { return static_cast<size_t>(static_cast<unsigned>(attr(d, a))); };
+  p.sharedMemPerBlock = sz(cudaDevAttrMaxSharedMemoryPerBlock);
+  p.regsPerBlock = attr(d, cudaDevAttrMaxRegistersPerBlock);
+  p.warpSize = attr(d, cudaDevAttrWarpSize);
+  p.memPitch = sz(cudaDevAttrMaxPitch);
+  p.maxThreadsPerBlock = attr(d, cudaDevAttrMaxThreadsPerBlock);
+  p.maxThreadsDim[0] = attr(d, cudaDevAttrMaxBlockDimX);
+  p.maxThreadsDim[1] = attr(d, cudaDevAttrMaxBlockDimY);
+  p.maxThreadsDim[2] = attr(d, cudaDevAttrMaxBlockDimZ);
+  p.maxGridSize[0] = attr(d, cudaDevAttrMaxGridDimX);
+  p.maxGridSize[1] = attr(d, cudaDevAttrMaxGridDimY);
+  p.maxGridSize[2] = attr(d, cudaDevAttrMaxGridDimZ);
+  p.totalConstMem = sz(cudaDevAttrTotalConstantMemory);
+  p.major = attr(d, cudaDevAttrComputeCapabilityMajor);
+  p.minor = attr(d, cudaDevAttrComputeCapabilityMinor);
+  p.textureAlignment = sz(cudaDevAttrTextureAlignment);
+  p.texturePitchAlignment = sz(cudaDevAttrTexturePitchAlignment);
+  p.multiProcessorCount = attr(d, cudaDevAttrMultiProcessorCount);
+  p.integrated = attr(d, cudaDevAttrIntegrated);
+  p.canMapHostMemory = attr(d, cudaDevAttrCanMapHostMemory);
+  p.maxTexture1D = attr(d, cudaDevAttrMaxTexture1DWidth);
+  p.maxTexture2D[0] = attr(d, cudaDevAttrMaxTexture2DWidth);
+  p.maxTexture2D[1] = attr(d, cudaDevAttrMaxTexture2DHeight);
+  p.maxTexture3D[0] = attr(d, cudaDevAttrMaxTexture3DWidth);
+  p.maxTexture3D[1] = attr(d, cudaDevAttrMaxTexture3DHeight);
+  p.maxTexture3D[2] = attr(d, cudaDevAttrMaxTexture3DDepth);
+  p.surfaceAlignment = sz(cudaDevAttrSurfaceAlignment);
+  p.concurrentKernels = attr(d, cudaDevAttrConcurrentKernels);
+  p.ECCEnabled = attr(d, cudaDevAttrEccEnabled);
+  p.pciBusID = attr(d, cudaDevAttrPciBusId);
+  p.pciDeviceID = attr(d, cudaDevAttrPciDeviceId);
+  p.pciDomainID = attr(d, cudaDevAttrPciDomainId);
+  p.tccDriver = attr(d, cudaDevAttrTccDriver);
+  p.asyncEngineCount = attr(d, cudaDevAttrAsyncEngineCount);
+  p.unifiedAddressing = attr(d, cudaDevAttrUnifiedAddressing);
+  p.memoryBusWidth = attr(d, cudaDevAttrGlobalMemoryBusWidth);
+  p.l2CacheSize = attr(d, cudaDevAttrL2CacheSize);
+  p.persistingL2CacheMaxSize = attr(d, cudaDevAttrMaxPersistingL2CacheSize);
+  p.maxThreadsPerMultiProcessor = attr(d, cudaDevAttrMaxThreadsPerMultiProcessor);
+  p.streamPrioritiesSupported = attr(d, cudaDevAttrStreamPrioritiesSupported);
+  p.globalL1CacheSupported = attr(d, cudaDevAttrGlobalL1CacheSupported);
+  p.localL1CacheSupported = attr(d, cudaDevAttrLocalL1CacheSupported);
+  p.sharedMemPerMultiprocessor = sz(cudaDevAttrMaxSharedMemoryPerMultiprocessor);
+  p.regsPerMultiprocessor = attr(d, cudaDevAttrMaxRegistersPerMultiprocessor);
+  p.managedMemory = attr(d, cudaDevAttrManagedMemory);
+  p.isMultiGpuBoard = attr(d, cudaDevAttrIsMultiGpuBoard);
+  p.multiGpuBoardGroupID = attr(d, cudaDevAttrMultiGpuBoardGroupID);
+  p.hostNativeAtomicSupported = attr(d, cudaDevAttrHostNativeAtomicSupported);
+  p.pageableMemoryAccess = attr(d, cudaDevAttrPageableMemoryAccess);
+  p.concurrentManagedAccess = attr(d, cudaDevAttrConcurrentManagedAccess);
+  p.computePreemptionSupported = attr(d, cudaDevAttrComputePreemptionSupported);
+  p.canUseHostPointerForRegisteredMem = attr(d, cudaDevAttrCanUseHostPointerForRegisteredMem);
+  p.cooperativeLaunch = attr(d, cudaDevAttrCooperativeLaunch);
+  p.sharedMemPerBlockOptin = sz(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+  p.pageableMemoryAccessUsesHostPageTables = attr(d, cudaDevAttrPageableMemoryAccessUsesHostPageTables);
+  p.directManagedMemAccessFromHost = attr(d, cudaDevAttrDirectManagedMemAccessFromHost);
+  p.maxBlocksPerMultiProcessor = attr(d, cudaDevAttrMaxBlocksPerMultiprocessor);
+  p.accessPolicyMaxWindowSize = attr(d, cudaDevAttrMaxAccessPolicyWindowSize);
+  p.reservedSharedMemPerBlock = sz(cudaDevAttrReservedSharedMemoryPerBlock);
+  p.hostRegisterSupported = attr(d, cudaDevAttrHostRegisterSupported);
+  p.sparseCudaArraySupported = attr(d, cudaDevAttrSparseCudaArraySupported);
+  p.hostRegisterReadOnlySupported = attr(d, cudaDevAttrHostRegisterReadOnlySupported);
+  p.timelineSemaphoreInteropSupported = attr(d, cudaDevAttrTimelineSemaphoreInteropSupported);
+  p.memoryPoolsSupported = attr(d, cudaDevAttrMemoryPoolsSupported);
+  p.gpuDirectRDMASupported = attr(d, cudaDevAttrGPUDirectRDMASupported);
+  p.gpuDirectRDMAFlushWritesOptions = static_cast<unsigned>(attr(d, cudaDevAttrGPUDirectRDMAFlushWritesOptions));
+  p.gpuDirectRDMAWritesOrdering = attr(d, cudaDevAttrGPUDirectRDMAWritesOrdering);
+  p.memoryPoolSupportedHandleTypes = static_cast<unsigned>(attr(d, cudaDevAttrMemoryPoolSupportedHandleTypes));
+  p.deferredMappingCudaArraySupported = attr(d, cudaDevAttrDeferredMappingCudaArraySupported);
+  p.ipcEventSupported = attr(d, cudaDevAttrIpcEventSupport);
+  p.clusterLaunch = attr(d, cudaDevAttrClusterLaunch);
+  p.hostNumaMultinodeIpcSupported = attr(d, cudaDevAttrHostNumaMultinodeIpcSupported);
+  p.deviceNumaConfig = attr(d, cudaDevAttrNumaConfig);
+  p.deviceNumaId = attr(d, cudaDevAttrNumaId);
+  p.mpsEnabled = attr(d, cudaDevAttrMpsEnabled);
+  p.hostNumaId = attr(d, cudaDevAttrHostNumaId);
+}
+
+}  // namespace
+
+FUNNEL_API cudaError_t cudaGetDeviceCount(int* count) {
+  return guarded(__func__, [&] {
+    if (count == nullptr) return cudaErrorInvalidValue;
+    *count = 0;
+    if (cudaError_t e = attach(); e != cudaSuccess) return e;
+    *count = Runtime::get().device_count();
+    return *count == 0 ? cudaErrorNoDevice : cudaSuccess;
+  });
+}
+
+FUNNEL_API cudaError_t cudaSetDevice(int device) {
+  return guarded(__func__, [&] {
+    if (cudaError_t e = check_device(device); e != cudaSuccess) return e;
+    current_device() = device;
+    return cudaSuccess;
+  });
+}
+
+FUNNEL_API cudaError_t cudaGetDevice(int* device) {
+  return guarded(__func__, [&] {
+    if (device == nullptr) return cudaErrorInvalidValue;
+    *device = current_device();
+    return cudaSuccess;
+  });
+}
+
+FUNNEL_API cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  return guarded(__func__, [&] {
+    if (prop == nullptr) return cudaErrorInvalidValue;
+    if (cudaError_t e = check_device(device); e != cudaSuccess) return e;
+    fill_properties(*prop, Runtime::get().device(device));
+    return cudaSuccess;
+  });
+}
+
+FUNNEL_API cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr a, int device) {
+  return guarded(__func__, [&] {
+    if (value == nullptr || static_cast<uint32_t>(a) >= kMaxDeviceAttributes) return cudaErrorInvalidValue;
+    if (cudaError_t e = check_device(device); e != cudaSuccess) return e;
+    *value = attr(Runtime::get().device(device), a);
+    return cudaSuccess;
+  });
+}
+
+FUNNEL_API cudaError_t cudaDeviceGetPCIBusId(char* pciBusId, int len, int device) {
+  return guarded(__func__, [&] {
+    if (pciBusId == nullptr || len <= 0) return cudaErrorInvalidValue;
+    if (cudaError_t e = check_device(device); e != cudaSuccess) return e;
+    const auto& rec = Runtime::get().device(device);
+    const size_t n = strnlen(rec.pci_bus_id, sizeof rec.pci_bus_id);
+    const size_t copy = std::min(n, static_cast<size_t>(len) - 1);
+    std::memcpy(pciBusId, rec.pci_bus_id, copy);
+    pciBusId[copy] = '\0';
+    return cudaSuccess;
+  });
+}
+
+FUNNEL_API cudaError_t cudaDeviceSynchronize() {
+  return guarded(__func__, [&] {
+    return to_cuda(Runtime::get().call(Opcode::DeviceSynchronize, current_device(), 0, nullptr, 0));
+  });
+}
+
+FUNNEL_API cudaError_t cudaDeviceReset() {
+  return guarded(__func__, [&] {
+    Runtime& rt = Runtime::get();
+    const int dev = current_device();
+    const cudaError_t e = to_cuda(rt.call(Opcode::DeviceReset, dev, 0, nullptr, 0));
+    // The server freed everything of ours on this device: forget it here too.
+    std::lock_guard lk(rt.tables_mu);
+    std::erase_if(rt.allocs, [&](const auto& kv) { return kv.second.device == dev; });
+    std::erase_if(rt.streams, [&](StreamObj* s) { return s->device == dev ? (delete s, true) : false; });
+    std::erase_if(rt.events, [&](EventObj* ev) { return ev->device == dev ? (delete ev, true) : false; });
+    return e;
+  });
+}
+
+FUNNEL_API cudaError_t cudaDeviceSetLimit(cudaLimit limit, size_t value) {
+  return guarded(__func__, [&] {
+    funnel::ipc::LimitCmd c{static_cast<uint32_t>(limit), 0, value};
+    return to_cuda(Runtime::get().call(Opcode::SetLimit, current_device(), 0, &c, sizeof c));
+  });
+}
+
+FUNNEL_API cudaError_t cudaDeviceGetLimit(size_t* value, cudaLimit limit) {
+  return guarded(__func__, [&] {
+    if (value == nullptr) return cudaErrorInvalidValue;
+    funnel::ipc::LimitCmd c{static_cast<uint32_t>(limit), 0, 0};
+    Reply r;
+    const cudaError_t e = to_cuda(Runtime::get().call(Opcode::GetLimit, current_device(), 0, &c, sizeof c, &r));
+    if (e == cudaSuccess) *value = r.value[0];
+    return e;
+  });
+}
+
+// Priorities are answered locally: 0 (least) and -5 (greatest), as an H100 reports them.
+FUNNEL_API cudaError_t cudaDeviceGetStreamPriorityRange(int* leastPriority, int* greatestPriority) {
+  return guarded(__func__, [&] {
+    if (leastPriority != nullptr) *leastPriority = 0;
+    if (greatestPriority != nullptr) *greatestPriority = -5;
+    return cudaSuccess;
+  });
+}
+
+FUNNEL_API cudaError_t cudaDriverGetVersion(int* v) {
+  return guarded(__func__, [&] {
+    if (v == nullptr) return cudaErrorInvalidValue;
+    *v = 13000;
+    return cudaSuccess;
+  });
+}
+
+FUNNEL_API cudaError_t cudaRuntimeGetVersion(int* v) {
+  return guarded(__func__, [&] {
+    if (v == nullptr) return cudaErrorInvalidValue;
+    *v = 13000;
+    return cudaSuccess;
+  });
+}
+
+FUNNEL_API cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
+  return guarded(__func__, [&] {
+    Reply r;
+    const cudaError_t e = to_cuda(Runtime::get().call(Opcode::MemGetInfo, current_device(), 0, nullptr, 0, &r));
+    if (e != cudaSuccess) return e;
+    if (free_bytes != nullptr) *free_bytes = r.value[0];
+    if (total != nullptr) *total = r.value[1];
+    return cudaSuccess;
+  });
+}

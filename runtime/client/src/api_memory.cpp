@@ -1,0 +1,271 @@
+// Memory: device allocations (server-side, remembered here to classify pointers),
+// pinned host allocations (files mapped in both processes), registered ranges, and
+// the copy/memset entry points (copy_engine.cpp does the work).
+#include <unistd.h>
+
+#include <cstring>
+
+#include "api.hpp"
+#include "copy_engine.hpp"
+#include "funnel/ipc/protocol.hpp"
+
+using namespace funnel::client;
+
+namespace {
+
+cudaError_t device_alloc(void** ptr, size_t size, Opcode op, const StreamRef& on) {
+  if (ptr == nullptr) return cudaErrorInvalidValue;
+  *ptr = nullptr;
+  if (size == 0) return cudaSuccess;  // CUDA hands out nullptr for 0 bytes
+  Runtime& rt = Runtime::get();
+  funnel::ipc::MemAllocCmd c{size};
+  Reply r;
+  const cudaError_t e = to_cuda(rt.call(op, on.device, on.id, &c, sizeof c, &r));
+  if (e != cudaSuccess) return e;
+  {
+    std::lock_guard lk(rt.tables_mu);
+    rt.allocs[r.value[0]] = DeviceAlloc{size, on.device};
+  }
+  *ptr = reinterpret_cast<void*>(r.value[0]);
+  return cudaSuccess;
+}
+
+cudaError_t device_free(void* ptr, Opcode op, const StreamRef& on) {
+  Runtime& rt = Runtime::get();
+  const auto addr = reinterpret_cast<uint64_t>(ptr);
+  int device = on.device;
+  {
+    std::lock_guard lk(rt.tables_mu);
+    auto it = rt.allocs.find(addr);
+    if (it == rt.allocs.end()) return cudaErrorInvalidValue;
+    device = it->second.device;
+    rt.allocs.erase(it);
+  }
+  funnel::ipc::AddressCmd c{addr};
+  if (op == Opcode::MemFree) return to_cuda(rt.call(op, device, 0, &c, sizeof c));
+  return to_cuda(rt.post(op, on.id == 0 ? device : on.device, on.id, &c, sizeof c));
+}
+
+cudaError_t pinned_alloc(void** ptr, size_t size, unsigned flags) {
+  if (ptr == nullptr) return cudaErrorInvalidValue;
+  *ptr = nullptr;
+  if (size == 0) return cudaSuccess;
+  Runtime& rt = Runtime::get();
+  if (cudaError_t e = to_cuda(rt.ready()); e != cudaSuccess) return e;
+  funnel::ipc::PinnedAllocCmd c{size, flags, 0};
+  Reply r;
+  if (cudaError_t e = to_cuda(rt.call(Opcode::PinnedAlloc, current_device(), 0, &c, sizeof c, &r)); e != cudaSuccess)
+    return e;
+  const uint64_t id = r.value[0];
+  const auto path = rt.settings()->run_dir / fmt::format("{}{}.{}", funnel::ipc::kPinnedFilePrefix,
+                                                         rt.view().header().client_id, id);
+  auto file = std::make_shared<funnel::ipc::MappedFile>();
+  try {
+    *file = funnel::ipc::MappedFile::open(path, r.value[1]);
+  } catch (const std::exception& e) {
+    log_error(fmt::format("funnel: cudaMallocHost: {}", e.what()));
+    funnel::ipc::PinnedFreeCmd f{id};
+    (void)rt.call(Opcode::PinnedFree, current_device(), 0, &f, sizeof f);
+    return cudaErrorMemoryAllocation;
+  }
+  ::unlink(path.c_str());  // mapped: the name is no longer needed (see channel.md)
+  void* p = file->data();
+  {
+    std::lock_guard lk(rt.tables_mu);
+    rt.pinned[reinterpret_cast<uintptr_t>(p)] = PinnedAlloc{id, size, std::move(file)};
+  }
+  *ptr = p;
+  return cudaSuccess;
+}
+
+StreamRef legacy() { return StreamRef{0, current_device()}; }
+
+}  // namespace
+
+FUNNEL_API cudaError_t cudaMalloc(void** ptr, size_t size) {
+  return guarded(__func__, [&] { return device_alloc(ptr, size, Opcode::MemAlloc, legacy()); });
+}
+
+FUNNEL_API cudaError_t cudaMallocPitch(void** ptr, size_t* pitch, size_t width, size_t height) {
+  return guarded(__func__, [&] {
+    if (pitch == nullptr) return cudaErrorInvalidValue;
+    // 512 bytes: the row alignment cudaMallocPitch gives on current GPUs.
+    *pitch = (width + 511) / 512 * 512;
+    return device_alloc(ptr, *pitch * height, Opcode::MemAlloc, legacy());
+  });
+}
+
+FUNNEL_API cudaError_t cudaFree(void* ptr) {
+  return guarded(__func__, [&] {
+    if (ptr == nullptr) return cudaSuccess;
+    if (cudaError_t e = attach(); e != cudaSuccess) return e;
+    return device_free(ptr, Opcode::MemFree, legacy());
+  });
+}
+
+static cudaError_t malloc_async(void** ptr, size_t size, cudaStream_t stream, bool ptds) {
+  StreamRef s;
+  if (cudaError_t e = resolve_stream(stream, ptds, s); e != cudaSuccess) return e;
+  return device_alloc(ptr, size, Opcode::MemAllocAsync, s);
+}
+static cudaError_t free_async(void* ptr, cudaStream_t stream, bool ptds) {
+  if (ptr == nullptr) return cudaSuccess;
+  StreamRef s;
+  if (cudaError_t e = resolve_stream(stream, ptds, s); e != cudaSuccess) return e;
+  return device_free(ptr, Opcode::MemFreeAsync, s);
+}
+
+FUNNEL_API cudaError_t cudaMallocAsync(void** ptr, size_t size, cudaStream_t s) {
+  return guarded(__func__, [&] { return malloc_async(ptr, size, s, false); });
+}
+FUNNEL_API cudaError_t cudaMallocAsync_ptsz(void** ptr, size_t size, cudaStream_t s) {
+  return guarded(__func__, [&] { return malloc_async(ptr, size, s, true); });
+}
+FUNNEL_API cudaError_t cudaFreeAsync(void* ptr, cudaStream_t s) {
+  return guarded(__func__, [&] { return free_async(ptr, s, false); });
+}
+FUNNEL_API cudaError_t cudaFreeAsync_ptsz(void* ptr, cudaStream_t s) {
+  return guarded(__func__, [&] { return free_async(ptr, s, true); });
+}
+
+FUNNEL_API cudaError_t cudaMallocHost(void** ptr, size_t size) {
+  return guarded(__func__, [&] { return pinned_alloc(ptr, size, 0); });
+}
+FUNNEL_API cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int flags) {
+  return guarded(__func__, [&] { return pinned_alloc(ptr, size, flags); });
+}
+
+FUNNEL_API cudaError_t cudaFreeHost(void* ptr) {
+  return guarded(__func__, [&] {
+    if (ptr == nullptr) return cudaSuccess;
+    Runtime& rt = Runtime::get();
+    if (cudaError_t e = to_cuda(rt.ready()); e != cudaSuccess) return e;
+    PinnedAlloc a;
+    {
+      std::lock_guard lk(rt.tables_mu);
+      auto it = rt.pinned.find(reinterpret_cast<uintptr_t>(ptr));
+      if (it == rt.pinned.end()) return cudaErrorInvalidValue;
+      a = std::move(it->second);
+      rt.pinned.erase(it);
+    }
+    // Synchronous on the server (after earlier work), then our mapping goes.
+    funnel::ipc::PinnedFreeCmd c{a.id};
+    const cudaError_t e = to_cuda(rt.call(Opcode::PinnedFree, current_device(), 0, &c, sizeof c));
+    a.file.reset();
+    return e;
+  });
+}
+
+// Registered ranges are remembered only: copies from them are staged like pageable
+// memory (the server cannot map another process's anonymous memory).
+FUNNEL_API cudaError_t cudaHostRegister(void* ptr, size_t size, unsigned int /*flags*/) {
+  return guarded(__func__, [&] {
+    if (ptr == nullptr || size == 0) return cudaErrorInvalidValue;
+    Runtime& rt = Runtime::get();
+    std::lock_guard lk(rt.tables_mu);
+    const auto a = reinterpret_cast<uintptr_t>(ptr);
+    auto it = rt.registered.upper_bound(a + size - 1);
+    if (it != rt.registered.begin()) {
+      --it;
+      if (it->first + it->second > a) return cudaErrorHostMemoryAlreadyRegistered;
+    }
+    rt.registered[a] = size;
+    return cudaSuccess;
+  });
+}
+
+FUNNEL_API cudaError_t cudaHostUnregister(void* ptr) {
+  return guarded(__func__, [&] {
+    Runtime& rt = Runtime::get();
+    std::lock_guard lk(rt.tables_mu);
+    return rt.registered.erase(reinterpret_cast<uintptr_t>(ptr)) != 0 ? cudaSuccess
+                                                                      : cudaErrorHostMemoryNotRegistered;
+  });
+}
+
+FUNNEL_API cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attr, const void* ptr) {
+  return guarded(__func__, [&] {
+    if (attr == nullptr) return cudaErrorInvalidValue;
+    std::memset(attr, 0, sizeof *attr);
+    Runtime& rt = Runtime::get();
+    const Classified c = rt.classify(ptr);
+    attr->device = c.kind == Classified::Device ? c.device : current_device();
+    if (c.kind == Classified::Device) {
+      attr->type = cudaMemoryTypeDevice;
+      attr->devicePointer = const_cast<void*>(ptr);
+    } else if (c.kind == Classified::Pinned) {
+      // Pinned memory is host memory only: funnel maps no host memory into kernels.
+      attr->type = cudaMemoryTypeHost;
+      attr->hostPointer = const_cast<void*>(ptr);
+    } else {
+      std::lock_guard lk(rt.tables_mu);
+      const auto a = reinterpret_cast<uintptr_t>(ptr);
+      auto it = rt.registered.upper_bound(a);
+      const bool reg = it != rt.registered.begin() && (--it, a < it->first + it->second);
+      attr->type = reg ? cudaMemoryTypeHost : cudaMemoryTypeUnregistered;
+      if (reg) attr->hostPointer = const_cast<void*>(ptr);
+    }
+    return cudaSuccess;
+  });
+}
+
+// ---- copies -------------------------------------------------------------------
+
+FUNNEL_API cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+  return guarded(__func__, [&] { return copy_2d(dst, n, src, n, n, 1, kind, nullptr, false, false); });
+}
+FUNNEL_API cudaError_t cudaMemcpy_ptds(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+  return guarded(__func__, [&] { return copy_2d(dst, n, src, n, n, 1, kind, nullptr, false, true); });
+}
+FUNNEL_API cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
+                                       cudaStream_t s) {
+  return guarded(__func__, [&] { return copy_2d(dst, n, src, n, n, 1, kind, s, true, false); });
+}
+FUNNEL_API cudaError_t cudaMemcpyAsync_ptsz(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
+                                            cudaStream_t s) {
+  return guarded(__func__, [&] { return copy_2d(dst, n, src, n, n, 1, kind, s, true, true); });
+}
+FUNNEL_API cudaError_t cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                                    size_t height, cudaMemcpyKind kind) {
+  return guarded(__func__,
+                 [&] { return copy_2d(dst, dpitch, src, spitch, width, height, kind, nullptr, false, false); });
+}
+FUNNEL_API cudaError_t cudaMemcpy2D_ptds(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                                         size_t height, cudaMemcpyKind kind) {
+  return guarded(__func__, [&] { return copy_2d(dst, dpitch, src, spitch, width, height, kind, nullptr, false, true); });
+}
+FUNNEL_API cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                                         size_t height, cudaMemcpyKind kind, cudaStream_t s) {
+  return guarded(__func__, [&] { return copy_2d(dst, dpitch, src, spitch, width, height, kind, s, true, false); });
+}
+FUNNEL_API cudaError_t cudaMemcpy2DAsync_ptsz(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                                              size_t height, cudaMemcpyKind kind, cudaStream_t s) {
+  return guarded(__func__, [&] { return copy_2d(dst, dpitch, src, spitch, width, height, kind, s, true, true); });
+}
+
+// ---- memsets ------------------------------------------------------------------
+FUNNEL_API cudaError_t cudaMemset(void* p, int v, size_t n) {
+  return guarded(__func__, [&] { return memset_2d(p, n, v, n, 1, nullptr, false); });
+}
+FUNNEL_API cudaError_t cudaMemset_ptds(void* p, int v, size_t n) {
+  return guarded(__func__, [&] { return memset_2d(p, n, v, n, 1, nullptr, true); });
+}
+FUNNEL_API cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t s) {
+  return guarded(__func__, [&] { return memset_2d(p, n, v, n, 1, s, false); });
+}
+FUNNEL_API cudaError_t cudaMemsetAsync_ptsz(void* p, int v, size_t n, cudaStream_t s) {
+  return guarded(__func__, [&] { return memset_2d(p, n, v, n, 1, s, true); });
+}
+FUNNEL_API cudaError_t cudaMemset2D(void* p, size_t pitch, int v, size_t w, size_t h) {
+  return guarded(__func__, [&] { return memset_2d(p, pitch, v, w, h, nullptr, false); });
+}
+FUNNEL_API cudaError_t cudaMemset2D_ptds(void* p, size_t pitch, int v, size_t w, size_t h) {
+  return guarded(__func__, [&] { return memset_2d(p, pitch, v, w, h, nullptr, true); });
+}
+FUNNEL_API cudaError_t cudaMemset2DAsync(void* p, size_t pitch, int v, size_t w, size_t h, cudaStream_t s) {
+  return guarded(__func__, [&] { return memset_2d(p, pitch, v, w, h, s, false); });
+}
+FUNNEL_API cudaError_t cudaMemset2DAsync_ptsz(void* p, size_t pitch, int v, size_t w, size_t h,
+                                              cudaStream_t s) {
+  return guarded(__func__, [&] { return memset_2d(p, pitch, v, w, h, s, true); });
+}

@@ -1,0 +1,267 @@
+#include "copy_engine.hpp"
+
+#include <cstring>
+#include <deque>
+
+#include "api.hpp"
+
+namespace funnel::client {
+namespace {
+
+using ipc::CopyCmd;
+using ipc::Location;
+using ipc::MemSpace;
+using ipc::StagingState;
+
+constexpr uint32_t state(StagingState s) { return static_cast<uint32_t>(s); }
+
+// One side of a copy, resolved.
+struct End {
+  Classified c;
+  uint64_t addr = 0;  // the pointer as a number
+  bool on_device() const { return c.kind == Classified::Device; }
+  bool host_direct() const { return c.kind == Classified::Pinned; }
+  Location location() const {
+    if (c.kind == Classified::Device) return {MemSpace::Device, 0, 0, addr};
+    return {MemSpace::Pinned, 0, c.pinned_id, addr - c.base};
+  }
+};
+
+// The extent of a 2-D region: the last row ends at pitch*(height-1)+width.
+uint64_t extent(uint64_t pitch, uint64_t width, uint64_t height) { return pitch * (height - 1) + width; }
+
+bool inside(const End& e, uint64_t bytes) {
+  if (e.c.kind == Classified::Host) return true;
+  return e.addr >= e.c.base && bytes <= e.c.size - (e.addr - e.c.base);
+}
+
+// A piece of a staged copy: `rows` rows of `width` bytes, packed in the slot.
+struct Chunk {
+  std::byte* host;
+  uint64_t host_pitch;
+  Location dev;
+  uint64_t dev_pitch;
+  uint64_t width;
+  uint64_t rows;
+};
+
+void advance(Location& l, uint64_t by) { l.address += by; }
+
+// Splits a 2-D region into chunks that each fit one staging slot.
+std::vector<Chunk> make_chunks(std::byte* host, uint64_t hpitch, Location dev, uint64_t dpitch, uint64_t width,
+                               uint64_t height, uint64_t slot) {
+  std::vector<Chunk> out;
+  if (width <= slot) {
+    // A contiguous 1-D copy is one long row: cut it into slot-sized rows.
+    if (height == 1 && width > 0) {
+      for (uint64_t off = 0; off < width; off += slot) {
+        Location d = dev;
+        advance(d, off);
+        out.push_back({host + off, 0, d, 0, std::min(slot, width - off), 1});
+      }
+      for (auto& c : out) c.host_pitch = c.dev_pitch = c.width;
+      return out;
+    }
+    const uint64_t per = std::max<uint64_t>(1, slot / width);
+    for (uint64_t r = 0; r < height; r += per) {
+      Location d = dev;
+      advance(d, r * dpitch);
+      out.push_back({host + r * hpitch, hpitch, d, dpitch, width, std::min(per, height - r)});
+    }
+    return out;
+  }
+  // Rows wider than a slot: each row in slot-sized pieces.
+  for (uint64_t r = 0; r < height; ++r) {
+    for (uint64_t off = 0; off < width; off += slot) {
+      Location d = dev;
+      advance(d, r * dpitch + off);
+      const uint64_t w = std::min(slot, width - off);
+      out.push_back({host + r * hpitch + off, w, d, w, w, 1});
+    }
+  }
+  return out;
+}
+
+CopyCmd staged_cmd(const Chunk& c, int slot, bool to_device) {
+  CopyCmd cmd{};
+  Location st{MemSpace::Staging, static_cast<uint32_t>(slot), 0, 0};
+  cmd.width = c.width;
+  cmd.height = c.rows;
+  if (to_device) {
+    cmd.dst = c.dev;
+    cmd.dst_pitch = c.rows > 1 ? c.dev_pitch : c.width;
+    cmd.src = st;
+    cmd.src_pitch = c.width;
+  } else {
+    cmd.dst = st;
+    cmd.dst_pitch = c.width;
+    cmd.src = c.dev;
+    cmd.src_pitch = c.rows > 1 ? c.dev_pitch : c.width;
+  }
+  return cmd;
+}
+
+// Pageable host -> device: fill a slot, hand it to the server, go on with the next
+// slot while the server copies this one.  With `wait`, the last chunk carries a
+// reply slot (synchronous cudaMemcpy).
+cudaError_t staged_h2d(Runtime& rt, const std::vector<Chunk>& chunks, const StreamRef& s, bool wait) {
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const Chunk& c = chunks[i];
+    const int slot = rt.acquire_staging(true);
+    if (slot < 0) return cudaErrorDevicesUnavailable;
+    // The previous user's H2D may still be in flight: the server frees it.
+    if (!rt.wait_staging(slot, [](uint32_t v) { return v == state(StagingState::Free); })) {
+      rt.release_staging(slot);
+      return cudaErrorDevicesUnavailable;
+    }
+    std::byte* dst = rt.view().staging(static_cast<uint32_t>(slot));
+    for (uint64_t r = 0; r < c.rows; ++r) std::memcpy(dst + r * c.width, c.host + r * c.host_pitch, c.width);
+    rt.view().staging_state(static_cast<uint32_t>(slot)).store(state(StagingState::InFlight), std::memory_order_release);
+    const CopyCmd cmd = staged_cmd(c, slot, true);
+    const bool last = i + 1 == chunks.size();
+    Status st = (wait && last) ? rt.call(Opcode::Copy, s.device, s.id, &cmd, sizeof cmd)
+                               : rt.post(Opcode::Copy, s.device, s.id, &cmd, sizeof cmd);
+    rt.release_staging(slot);
+    if (st != Status::Success) return to_cuda(st);
+  }
+  return cudaSuccess;
+}
+
+// Device -> pageable host: several slots in flight; the oldest is drained (copied
+// out) while later ones are still being filled by the server.  Only a thread that
+// holds no slot blocks for one, so threads cannot starve each other.
+cudaError_t staged_d2h(Runtime& rt, const std::vector<Chunk>& chunks, const StreamRef& s) {
+  struct Pending {
+    int slot;
+    const Chunk* chunk;
+  };
+  std::deque<Pending> inflight;
+  bool failed = false, lost = false;
+  auto drain = [&] {
+    Pending p = inflight.front();
+    inflight.pop_front();
+    const auto slot = static_cast<uint32_t>(p.slot);
+    if (!rt.wait_staging(p.slot, [](uint32_t v) { return v != state(StagingState::InFlight); })) {
+      lost = true;
+      return;  // the server is gone; the slot stays ours (never reused)
+    }
+    auto& word = rt.view().staging_state(slot);
+    if (word.load(std::memory_order_acquire) == state(StagingState::Ready)) {
+      const std::byte* src = rt.view().staging(slot);
+      const Chunk& c = *p.chunk;
+      for (uint64_t r = 0; r < c.rows; ++r) std::memcpy(c.host + r * c.host_pitch, src + r * c.width, c.width);
+    } else {
+      failed = true;  // the server gave the slot back without data: the copy failed
+    }
+    word.store(state(StagingState::Free), std::memory_order_release);
+    rt.release_staging(p.slot);
+  };
+  for (const Chunk& c : chunks) {
+    int slot = -1;
+    while (!lost && (slot = rt.acquire_staging(inflight.empty())) < 0) {
+      if (inflight.empty()) return cudaErrorDevicesUnavailable;
+      drain();
+    }
+    if (lost) break;
+    if (!rt.wait_staging(slot, [](uint32_t v) { return v == state(StagingState::Free); })) {
+      lost = true;
+      break;
+    }
+    rt.view().staging_state(static_cast<uint32_t>(slot)).store(state(StagingState::InFlight), std::memory_order_release);
+    const CopyCmd cmd = staged_cmd(c, slot, false);
+    if (rt.post(Opcode::Copy, s.device, s.id, &cmd, sizeof cmd) != Status::Success) {
+      lost = true;
+      break;
+    }
+    inflight.push_back({slot, &c});
+  }
+  while (!lost && !inflight.empty()) drain();
+  if (lost) return cudaErrorDevicesUnavailable;
+  if (failed) {
+    // The failure is the deferred error; a Fence makes sure it was posted.
+    const Status st = rt.call(Opcode::Fence, s.device, 0, nullptr, 0);
+    return st != Status::Success ? to_cuda(st) : cudaErrorInvalidValue;
+  }
+  return to_cuda(rt.take_deferred());
+}
+
+End resolve(Runtime& rt, const void* p, bool device_expected, bool host_expected) {
+  End e;
+  e.addr = reinterpret_cast<uint64_t>(p);
+  e.c = rt.classify(p);
+  // An explicit host direction is trusted: server device addresses may coincide with
+  // host addresses of this process.
+  if (host_expected && e.c.kind == Classified::Device) e.c = Classified{};
+  (void)device_expected;
+  return e;
+}
+
+}  // namespace
+
+cudaError_t copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                    cudaMemcpyKind kind, cudaStream_t stream, bool async, bool per_thread) noexcept {
+  try {
+    if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return cudaErrorInvalidMemcpyDirection;
+    if (height > 1 && (dpitch < width || spitch < width)) return cudaErrorInvalidPitchValue;
+    if (width == 0 || height == 0) return cudaSuccess;
+    if (height == 1) dpitch = spitch = width;
+    if (dst == nullptr || src == nullptr) return cudaErrorInvalidValue;
+    StreamRef s;
+    if (cudaError_t e = resolve_stream(stream, per_thread, s); e != cudaSuccess) return e;
+    Runtime& rt = Runtime::get();
+
+    const bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    const bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    const bool explicit_kind = kind != cudaMemcpyDefault;
+    End d = resolve(rt, dst, dst_dev, explicit_kind && !dst_dev);
+    End sr = resolve(rt, src, src_dev, explicit_kind && !src_dev);
+    if ((dst_dev && !d.on_device()) || (src_dev && !sr.on_device())) return cudaErrorInvalidValue;
+    if (!inside(d, extent(dpitch, width, height)) || !inside(sr, extent(spitch, width, height)))
+      return cudaErrorInvalidValue;
+
+    if (!d.on_device() && !sr.on_device()) {
+      // Host to host: ordered after earlier work of the stream, then a local memcpy.
+      if (Status st = rt.call(Opcode::StreamSynchronize, s.device, s.id, nullptr, 0); st != Status::Success)
+        return to_cuda(st);
+      for (size_t r = 0; r < height; ++r)
+        std::memmove(static_cast<std::byte*>(dst) + r * dpitch, static_cast<const std::byte*>(src) + r * spitch,
+                     width);
+      return cudaSuccess;
+    }
+    const int device = d.on_device() ? d.c.device : sr.c.device;
+    const StreamRef on{s.id, s.id == 0 ? device : s.device};
+    if ((d.on_device() || d.host_direct()) && (sr.on_device() || sr.host_direct())) {
+      CopyCmd cmd{d.location(), sr.location(), width, height, dpitch, spitch};
+      return to_cuda(async ? rt.post(Opcode::Copy, on.device, on.id, &cmd, sizeof cmd)
+                           : rt.call(Opcode::Copy, on.device, on.id, &cmd, sizeof cmd));
+    }
+    const uint64_t slot = rt.view().header().staging_slot_size;
+    if (d.on_device()) {
+      auto chunks = make_chunks(static_cast<std::byte*>(const_cast<void*>(src)), spitch, d.location(), dpitch, width,
+                                height, slot);
+      return staged_h2d(rt, chunks, on, !async);
+    }
+    auto chunks = make_chunks(static_cast<std::byte*>(dst), dpitch, sr.location(), spitch, width, height, slot);
+    return staged_d2h(rt, chunks, on);  // pageable D2H is synchronous, async or not (as CUDA)
+  } catch (const std::exception& e) {
+    log_error(fmt::format("funnel: internal error in a copy: {}", e.what()));
+    return cudaErrorUnknown;
+  }
+}
+
+cudaError_t memset_2d(void* dst, size_t pitch, int value, size_t width, size_t height, cudaStream_t stream,
+                      bool per_thread) noexcept {
+  if (height > 1 && pitch < width) return cudaErrorInvalidPitchValue;
+  if (width == 0 || height == 0) return cudaSuccess;
+  if (height == 1) pitch = width;
+  StreamRef s;
+  if (cudaError_t e = resolve_stream(stream, per_thread, s); e != cudaSuccess) return e;
+  Runtime& rt = Runtime::get();
+  const auto addr = reinterpret_cast<uint64_t>(dst);
+  const auto alloc = rt.device_range(addr, extent(pitch, width, height));
+  if (!alloc) return cudaErrorInvalidValue;
+  ipc::MemsetCmd cmd{addr, pitch, width, height, static_cast<uint32_t>(value) & 0xffu, 0};
+  return to_cuda(rt.post(Opcode::Memset, s.id == 0 ? alloc->device : s.device, s.id, &cmd, sizeof cmd));
+}
+
+}  // namespace funnel::client

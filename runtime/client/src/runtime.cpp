@@ -1,0 +1,353 @@
+#include "runtime.hpp"
+
+#include <poll.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "funnel/common/launcher.hpp"
+#include "funnel/ipc/protocol.hpp"
+#include "log.hpp"
+
+namespace funnel::client {
+namespace {
+
+std::atomic<Runtime*> g_runtime{nullptr};
+std::once_flag g_atfork_once;
+
+void atfork_child() noexcept {
+  // The child must not talk through the parent's channel: the server knows the
+  // parent's connection only.  Leave the old Runtime behind (its mutexes may be held
+  // by threads that do not exist here) and attach afresh on the first call.
+  Runtime* old = g_runtime.load();
+  if (old != nullptr) old->forget_after_fork();
+  g_runtime.store(nullptr);
+}
+
+int mpi_rank_from_launcher() {
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"}) {
+    if (const char* s = std::getenv(v)) return std::atoi(s);
+  }
+  return -1;
+}
+
+void command_line(char* out, size_t cap) {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string s((std::istreambuf_iterator<char>(in)), {});
+  for (char& c : s)
+    if (c == '\0') c = ' ';
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  std::snprintf(out, cap, "%s", s.c_str());
+}
+
+}  // namespace
+
+Runtime& Runtime::get() noexcept {
+  std::call_once(g_atfork_once, [] { pthread_atfork(nullptr, nullptr, &atfork_child); });
+  Runtime* r = g_runtime.load(std::memory_order_acquire);
+  if (r != nullptr) return *r;
+  // Never destroyed: CUDA calls from static destructors and atexit handlers must still
+  // find it, and the watcher thread keeps a pointer to it.
+  auto* fresh = new Runtime();
+  if (g_runtime.compare_exchange_strong(r, fresh)) return *fresh;
+  delete fresh;
+  return *r;
+}
+
+void Runtime::forget_after_fork() noexcept {
+  // Close our copy of the socket so that the server still sees the parent's hang-up.
+  const int fd = sock_.release();
+  if (fd >= 0) ::close(fd);
+  dead_.store(true);
+}
+
+Status Runtime::ensure() noexcept {
+  if (attached_.load(std::memory_order_acquire)) return Status::Success;
+  std::lock_guard lk(attach_mu_);
+  if (attached_.load(std::memory_order_relaxed)) return Status::Success;
+  if (attach_error_ != Status::Success) return attach_error_;
+  const Status s = attach_locked();
+  if (s != Status::Success) attach_error_ = s;
+  return s;
+}
+
+Status Runtime::attach_locked() noexcept {
+  try {
+    try {
+      settings_ = Settings::from_environment();
+    } catch (const ConfigError& e) {
+      log_error(fmt::format("funnel: {}; every CUDA call fails with cudaErrorInitializationError", e.what()));
+      return Status::InitializationError;
+    }
+    const Settings& st = *settings_;
+    try {
+      sock_ = connect_or_start_server(st);
+    } catch (const std::exception& e) {
+      log_error(fmt::format("funnel: no funnel-server: {}. Every CUDA call fails with cudaErrorDevicesUnavailable",
+                         e.what()));
+      return Status::DevicesUnavailable;
+    }
+    auto fail = [&](const std::string& why) {
+      log_error(fmt::format("funnel: cannot attach to funnel-server in {} (FUNNEL_RUN_DIR): {}. Every CUDA call fails "
+                         "with cudaErrorDevicesUnavailable",
+                         st.run_dir.string(), why));
+      sock_.reset();
+      return Status::DevicesUnavailable;
+    };
+    ipc::HelloMsg hello{};
+    hello.magic = ipc::kSocketMagic;
+    hello.version = ipc::kProtocolVersion;
+    hello.role = ipc::Role::Client;
+    hello.pid = static_cast<int32_t>(::getpid());
+    hello.mpi_rank = mpi_rank_from_launcher();
+    command_line(hello.command, sizeof hello.command);
+    if (!ipc::send_message(sock_.get(), &hello, sizeof hello)) return fail(std::strerror(errno));
+    ipc::AttachReply rep{};
+    const ssize_t n = ipc::recv_message(sock_.get(), &rep, sizeof rep, st.attach_timeout);
+    if (n != static_cast<ssize_t>(sizeof rep) || rep.magic != ipc::kSocketMagic)
+      return fail(n == 0 ? "the server hung up" : n < 0 ? std::strerror(errno) : "malformed attach reply");
+    if (rep.status != 0) {
+      rep.message[sizeof rep.message - 1] = '\0';
+      log_error(fmt::format("funnel: funnel-server in {} (FUNNEL_RUN_DIR) refused this client: {} (status {})",
+                         st.run_dir.string(), rep.message, rep.status));
+      sock_.reset();
+      return static_cast<Status>(rep.status);
+    }
+    rep.channel_file[sizeof rep.channel_file - 1] = '\0';
+    const std::string file = rep.channel_file;
+    if (file.empty() || file.find('/') != std::string::npos) return fail("bad channel file name");
+    try {
+      channel_ = ipc::MappedFile::open(st.run_dir / file, rep.segment_size);
+    } catch (const std::exception& e) {
+      return fail(e.what());
+    }
+    ipc::ChannelHeader h;
+    std::memcpy(&h, channel_.data(), sizeof h);
+    const char* why = "";
+    if (!ipc::validate_header(h, channel_.size(), &why)) return fail(why);
+    view_ = ipc::ChannelView(channel_.data(), h);
+    ipc::MappedMsg mapped{rep.client_id, 0};
+    if (!ipc::send_message(sock_.get(), &mapped, sizeof mapped)) return fail(std::strerror(errno));
+    writer_ = ipc::RingWriter(view_);
+    for (uint32_t i = h.reply_slots; i > 0; --i) free_slots_.push_back(i - 1);
+    stage_taken_.assign(h.staging_slots, false);
+    start_watcher();
+    attached_.store(true, std::memory_order_release);
+    return Status::Success;
+  } catch (const std::exception& e) {
+    log_error(fmt::format("funnel: attach failed: {}", e.what()));
+    return Status::DevicesUnavailable;
+  }
+}
+
+void Runtime::start_watcher() noexcept {
+  // Polls the connection: its hang-up is the server's death notice.  Waiters also
+  // check the socket themselves between futex slices; this thread makes sure that
+  // even a process that never waits learns it (and prints it once).
+  const int fd = sock_.get();
+  std::thread([this, fd] {
+    for (;;) {
+      if (dead_.load()) return;
+      pollfd p{fd, POLLRDHUP, 0};
+      const int rc = ::poll(&p, 1, 200);
+      if (rc > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL)) != 0) {
+        mark_dead();
+        return;
+      }
+      if (view_.completion().server_state.load() != 0) {
+        mark_dead();
+        return;
+      }
+    }
+  }).detach();
+}
+
+void Runtime::mark_dead() noexcept {
+  dead_.store(true);
+  if (!dead_reported_.exchange(true)) {
+    std::string dir = settings_ ? settings_->run_dir.string() : std::string("?");
+    log_error(fmt::format("funnel: the funnel-server of run directory {} (FUNNEL_RUN_DIR) is gone; CUDA calls now fail with "
+                  "cudaErrorDevicesUnavailable",
+                  dir));
+  }
+  // Wake this process's sleepers so that they notice at once.
+  auto& c = view_.completion();
+  c.reply_epoch.fetch_add(1);
+  ipc::futex_wake_all(c.reply_epoch);
+  ipc::futex_wake_all(view_.control().space);
+  for (uint32_t i = 0; i < view_.header().staging_slots; ++i) ipc::futex_wake_all(view_.staging_state(i));
+  slot_cv_.notify_all();
+  stage_cv_.notify_all();
+}
+
+bool Runtime::gone() noexcept {
+  if (dead_.load(std::memory_order_relaxed)) return true;
+  if (ipc::peer_hung_up(sock_.get()) || view_.completion().server_state.load() != 0) {
+    mark_dead();
+    return true;
+  }
+  return false;
+}
+
+Status Runtime::ready() noexcept {
+  if (Status s = ensure(); s != Status::Success) return s;
+  if (dead_.load(std::memory_order_relaxed)) return Status::DevicesUnavailable;
+  if (int32_t sticky = view_.completion().sticky_error.load(std::memory_order_relaxed); sticky != 0)
+    return static_cast<Status>(sticky);
+  return Status::Success;
+}
+
+uint64_t Runtime::write_record(Opcode op, int device, uint64_t stream, uint32_t reply_slot, const void* payload,
+                               uint32_t n) noexcept {
+  const uint32_t size = ipc::record_size_for(n);
+  std::lock_guard lk(ring_mu_);
+  std::byte* at = writer_.reserve(size, [&] { return gone(); });
+  if (at == nullptr) return 0;
+  ipc::CommandHeader h{};
+  h.size = size;
+  h.opcode = op;
+  h.seq = ++next_seq_;
+  h.reply_slot = reply_slot;
+  h.device = device;
+  h.stream = stream;
+  std::memcpy(at, &h, sizeof h);
+  if (n != 0) std::memcpy(at + sizeof h, payload, n);
+  writer_.publish();
+  return h.seq;
+}
+
+int Runtime::acquire_reply_slot() noexcept {
+  std::unique_lock lk(slot_mu_);
+  while (free_slots_.empty()) {
+    if (dead_.load()) return -1;
+    slot_cv_.wait_for(lk, std::chrono::milliseconds(20));
+  }
+  const uint32_t s = free_slots_.back();
+  free_slots_.pop_back();
+  return static_cast<int>(s);
+}
+
+void Runtime::release_reply_slot(uint32_t s) noexcept {
+  {
+    std::lock_guard lk(slot_mu_);
+    free_slots_.push_back(s);
+  }
+  slot_cv_.notify_one();
+}
+
+Status Runtime::wait_reply(uint32_t slot, uint64_t seq, Reply* reply) noexcept {
+  auto& rs = view_.reply(slot);
+  auto& c = view_.completion();
+  auto done = [&] { return rs.seq.load(std::memory_order_acquire) == seq; };
+  bool ok = false;
+  for (int i = 0; i < 4000 && !(ok = done()); ++i) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+  if (!ok) {
+    c.client_waiting.fetch_add(1, std::memory_order_seq_cst);
+    ok = ipc::wait_until(c.reply_epoch, done, [&] { return gone(); }, 0);
+    c.client_waiting.fetch_sub(1, std::memory_order_relaxed);
+  }
+  if (!ok) return Status::DevicesUnavailable;  // the slot stays taken: a late reply may still land in it
+  Reply r;
+  r.status = static_cast<Status>(rs.status);
+  std::memcpy(r.value, rs.value, sizeof r.value);
+  release_reply_slot(slot);
+  if (reply != nullptr) *reply = r;
+  return r.status;
+}
+
+Status Runtime::take_deferred() noexcept {
+  auto& c = view_.completion();
+  if (int32_t sticky = c.sticky_error.load(); sticky != 0) return static_cast<Status>(sticky);
+  return static_cast<Status>(c.deferred_error.exchange(0));
+}
+
+Status Runtime::call(Opcode op, int device, uint64_t stream, const void* payload, uint32_t n, Reply* reply) noexcept {
+  if (Status s = ready(); s != Status::Success) return s;
+  const int slot = acquire_reply_slot();
+  if (slot < 0) return Status::DevicesUnavailable;
+  const uint64_t seq = write_record(op, device, stream, static_cast<uint32_t>(slot), payload, n);
+  if (seq == 0) return Status::DevicesUnavailable;
+  Status s = wait_reply(static_cast<uint32_t>(slot), seq, reply);
+  if (s == Status::DevicesUnavailable && dead_.load()) return s;
+  // A synchronising call reports the first error of earlier asynchronous work.
+  const Status deferred = take_deferred();
+  if (deferred != Status::Success && (s == Status::Success || s == Status::NotReady)) return deferred;
+  return s;
+}
+
+Status Runtime::post(Opcode op, int device, uint64_t stream, const void* payload, uint32_t n) noexcept {
+  if (Status s = ready(); s != Status::Success) return s;
+  return write_record(op, device, stream, ipc::kNoReply, payload, n) != 0 ? Status::Success
+                                                                          : Status::DevicesUnavailable;
+}
+
+int Runtime::acquire_staging(bool block) noexcept {
+  std::unique_lock lk(stage_mu_);
+  for (;;) {
+    for (size_t i = 0; i < stage_taken_.size(); ++i) {
+      if (!stage_taken_[i]) {
+        stage_taken_[i] = true;
+        return static_cast<int>(i);
+      }
+    }
+    if (!block || dead_.load()) return -1;
+    stage_cv_.wait_for(lk, std::chrono::milliseconds(20));
+  }
+}
+
+void Runtime::release_staging(int slot) noexcept {
+  {
+    std::lock_guard lk(stage_mu_);
+    stage_taken_[static_cast<size_t>(slot)] = false;
+  }
+  stage_cv_.notify_one();
+}
+
+Classified Runtime::classify(const void* p) noexcept {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard lk(tables_mu);
+  Classified c;
+  if (auto it = allocs.upper_bound(a); it != allocs.begin()) {
+    --it;
+    if (a < it->first + std::max<uint64_t>(it->second.size, 1)) {
+      c.kind = Classified::Device;
+      c.base = it->first;
+      c.size = it->second.size;
+      c.device = it->second.device;
+      return c;
+    }
+  }
+  if (auto it = pinned.upper_bound(a); it != pinned.begin()) {
+    --it;
+    if (a < it->first + it->second.size) {
+      c.kind = Classified::Pinned;
+      c.base = it->first;
+      c.size = it->second.size;
+      c.pinned_id = it->second.id;
+      return c;
+    }
+  }
+  return c;
+}
+
+std::optional<DeviceAlloc> Runtime::device_range(uint64_t addr, uint64_t len) noexcept {
+  std::lock_guard lk(tables_mu);
+  auto it = allocs.upper_bound(addr);
+  if (it == allocs.begin()) return std::nullopt;
+  --it;
+  const uint64_t off = addr - it->first;
+  if (off > it->second.size || len > it->second.size - off) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace funnel::client

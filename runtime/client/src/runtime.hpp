@@ -1,0 +1,149 @@
+// The client's process-wide state: one attachment to the job's funnel-server (made
+// lazily at the first call that needs it), the command ring, reply slots, staging
+// slots, and the client-side tables (allocations, pinned files, streams, events).
+// A forked child gets a fresh Runtime (see fork handling in runtime.cpp).
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "funnel/common/config.hpp"
+#include "funnel/ipc/channel_layout.hpp"
+#include "funnel/ipc/commands.hpp"
+#include "funnel/ipc/ring.hpp"
+#include "funnel/ipc/segment.hpp"
+#include "funnel/ipc/socket.hpp"
+#include "funnel/ipc/status.hpp"
+
+namespace funnel::client {
+
+using ipc::Opcode;
+using ipc::Status;
+
+struct Reply {
+  Status status = Status::Success;
+  uint64_t value[5]{};
+};
+
+struct DeviceAlloc {
+  uint64_t size;
+  int device;
+};
+struct PinnedAlloc {
+  uint64_t id;
+  uint64_t size;
+  std::shared_ptr<ipc::MappedFile> file;
+};
+struct StreamObj {
+  uint64_t id;
+  int device;
+  unsigned flags;
+  int priority;
+};
+struct EventObj {
+  uint64_t id;
+  int device;
+  unsigned flags;
+};
+
+// Where a pointer lives, by the client's own maps.
+struct Classified {
+  enum Kind { Device, Pinned, Host } kind = Host;  // Host: pageable or registered
+  uint64_t base = 0;    // allocation start (Device: device address; Pinned: local address)
+  uint64_t size = 0;    // allocation size
+  uint64_t pinned_id = 0;
+  int device = 0;
+};
+
+class Runtime {
+ public:
+  // The current process's runtime (a forked child gets a fresh one).
+  static Runtime& get() noexcept;
+
+  // Attaches if not yet attached.  Success, or the error every call must return.
+  Status ensure() noexcept;
+  // ensure() plus sticky and dead checks: call before any server work.
+  Status ready() noexcept;
+
+  const ipc::ChannelView& view() const noexcept { return view_; }
+  const Settings* settings() const noexcept { return settings_ ? &*settings_ : nullptr; }
+  int device_count() const noexcept { return static_cast<int>(view_.header().device_count); }
+  const ipc::DeviceRecord& device(int i) const noexcept { return view_.devices()[i]; }
+
+  // A command that waits for its reply (and takes the deferred error).
+  Status call(Opcode op, int device, uint64_t stream, const void* payload, uint32_t n, Reply* reply = nullptr) noexcept;
+  // A one-way command.
+  Status post(Opcode op, int device, uint64_t stream, const void* payload, uint32_t n) noexcept;
+  // Takes the first error of earlier one-way work (a synchronising call's duty).
+  Status take_deferred() noexcept;
+
+  // Staging slots: process-local ownership (several host threads copy at once).
+  int acquire_staging(bool block) noexcept;  // -1 when none (non-blocking) or the server is gone
+  void release_staging(int slot) noexcept;
+  // Waits until slot's state word satisfies pred(state); false when the server is gone.
+  template <class Pred>
+  bool wait_staging(int slot, Pred pred) noexcept {
+    auto& w = view_.staging_state(static_cast<uint32_t>(slot));
+    return ipc::wait_until(w, [&] { return pred(w.load(std::memory_order_acquire)); }, [&] { return gone(); });
+  }
+
+  bool gone() noexcept;  // the server hung up or shuts down (prints once)
+  void mark_dead() noexcept;
+
+  // Tables.
+  std::mutex tables_mu;
+  std::map<uint64_t, DeviceAlloc> allocs;          // device address -> allocation
+  std::map<uintptr_t, PinnedAlloc> pinned;         // local address -> pinned file
+  std::map<uintptr_t, uint64_t> registered;        // cudaHostRegister ranges
+  std::set<StreamObj*> streams;
+  std::set<EventObj*> events;
+  std::atomic<uint64_t> next_stream_id{1};
+  std::atomic<uint64_t> next_event_id{1};
+  std::atomic<uint64_t> next_pinned_hint{0};
+
+  Classified classify(const void* p) noexcept;  // takes tables_mu
+  // The device allocation containing [addr, addr+len), if any.
+  std::optional<DeviceAlloc> device_range(uint64_t addr, uint64_t len) noexcept;
+
+  void forget_after_fork() noexcept;  // the child: drop the parent's connection
+
+ private:
+  Status attach_locked() noexcept;
+  Status wait_reply(uint32_t slot, uint64_t seq, Reply* reply) noexcept;
+  uint64_t write_record(Opcode op, int device, uint64_t stream, uint32_t reply_slot, const void* payload,
+                        uint32_t n) noexcept;
+  int acquire_reply_slot() noexcept;
+  void release_reply_slot(uint32_t s) noexcept;
+  void start_watcher() noexcept;
+
+  std::mutex attach_mu_;
+  std::atomic<bool> attached_{false};
+  Status attach_error_ = Status::Success;  // set once attaching failed for good
+  std::optional<Settings> settings_;
+  ipc::UniqueFd sock_;
+  ipc::MappedFile channel_;
+  ipc::ChannelView view_;
+  std::atomic<bool> dead_{false};
+  std::atomic<bool> dead_reported_{false};
+
+  std::mutex ring_mu_;
+  ipc::RingWriter writer_;
+  uint64_t next_seq_ = 0;
+
+  std::mutex slot_mu_;
+  std::condition_variable slot_cv_;
+  std::vector<uint32_t> free_slots_;
+
+  std::mutex stage_mu_;
+  std::condition_variable stage_cv_;
+  std::vector<bool> stage_taken_;
+};
+
+}  // namespace funnel::client

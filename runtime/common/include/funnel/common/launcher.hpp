@@ -1,0 +1,35 @@
+// Finding or starting the job's funnel-server.  Used by funnel-run (so that the
+// program's first CUDA call is fast) and by the client runtime (a program started
+// without funnel-run still gets a server).
+#pragma once
+#include <filesystem>
+#include <stdexcept>
+
+#include "funnel/common/config.hpp"
+#include "funnel/ipc/socket.hpp"
+
+namespace funnel {
+
+class LaunchError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A connected socket to <run_dir>/server.sock.  If no server answers, takes the run
+// directory's start lock and starts one (exactly one, however many processes race),
+// waiting at most settings.attach_timeout.  Throws LaunchError whose message names
+// the run directory (FUNNEL_RUN_DIR) and the fix.
+ipc::UniqueFd connect_or_start_server(const Settings& settings);
+
+// Connects to a running server only; an empty fd if none answers.
+ipc::UniqueFd connect_server(const Settings& settings) noexcept;
+
+// The funnel-server binary a client would start: settings.server_binary, else
+// funnel-server in ../bin or in the same directory as the file that contains this code
+// (the client library or funnel-run).
+std::filesystem::path server_binary(const Settings& settings);
+
+// The file (shared library or executable) that contains this code.
+std::filesystem::path own_file();
+
+}  // namespace funnel

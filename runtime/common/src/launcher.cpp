@@ -1,0 +1,208 @@
+#include "funnel/common/launcher.hpp"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "funnel/common/posix_check.hpp"
+#include "funnel/common/run_dir.hpp"
+
+extern char** environ;
+
+namespace funnel {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string where(const Settings& s) {
+  return fmt::format("run directory {} (FUNNEL_RUN_DIR)", s.run_dir.string());
+}
+
+// Holds the start lock; released (and closed) on scope exit.
+class StartLock {
+ public:
+  StartLock(const Settings& s) {
+    const auto path = start_lock_path(s.run_dir);
+    fd_ = ipc::UniqueFd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+    if (!fd_) throw LaunchError(fmt::format("cannot open the start lock {}: {}. Check the {}", path.string(),
+                                            std::strerror(errno), where(s)));
+    const auto deadline = Clock::now() + s.attach_timeout;
+    // Polling with LOCK_NB keeps the wait bounded (a blocking flock has no timeout).
+    while (::flock(fd_.get(), LOCK_EX | LOCK_NB) != 0) {
+      if (errno != EWOULDBLOCK && errno != EINTR)
+        throw LaunchError(fmt::format("cannot lock {}: {}", path.string(), std::strerror(errno)));
+      if (Clock::now() >= deadline)
+        throw LaunchError(fmt::format("timed out after {} ms waiting for the server start lock {}: another process "
+                                      "is starting funnel-server and did not finish. Check the {} and the server log "
+                                      "in {}, or raise FUNNEL_ATTACH_TIMEOUT_MS",
+                                      s.attach_timeout.count(), path.string(), where(s), s.log_dir.string()));
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
+ private:
+  ipc::UniqueFd fd_;  // closing the fd drops the flock
+};
+
+// The environment for the server: ours minus our own libcudart in LD_PRELOAD (the
+// server must not load the client runtime).
+std::vector<std::string> server_environment() {
+  std::vector<std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string_view kv(*e);
+    if (kv.rfind("LD_PRELOAD=", 0) != 0) {
+      env.emplace_back(kv);
+      continue;
+    }
+    std::string kept;
+    std::string_view rest = kv.substr(11);
+    while (!rest.empty()) {
+      const auto sep = rest.find_first_of(": ");
+      const std::string_view item = rest.substr(0, sep);
+      const auto slash = item.rfind('/');
+      const std::string_view base = slash == std::string_view::npos ? item : item.substr(slash + 1);
+      if (!item.empty() && base.rfind("libcudart.so", 0) != 0) {
+        if (!kept.empty()) kept += ':';
+        kept += item;
+      }
+      rest = sep == std::string_view::npos ? std::string_view{} : rest.substr(sep + 1);
+    }
+    if (!kept.empty()) env.push_back("LD_PRELOAD=" + kept);
+  }
+  return env;
+}
+
+void start_server(const Settings& s) {
+  const auto binary = server_binary(s);
+  int fds[2];
+  FUNNEL_POSIX(::pipe2(fds, O_CLOEXEC));
+  ipc::UniqueFd rd(fds[0]), wr(fds[1]);
+
+  std::vector<std::string> args{binary.string(), "--run-dir", s.run_dir.string(), "--backend", to_string(s.backend),
+                                "--idle-exit-ms", std::to_string(s.idle_exit.count()), "--log-dir",
+                                s.log_dir.string(), "--log-level", s.log_level, "--ready-fd", "3"};
+  if (!s.devices.empty()) {
+    args.emplace_back("--devices");
+    args.push_back(fmt::format("{}", fmt::join(s.devices, ",")));
+  }
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  auto env_strings = server_environment();
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  // dup2 onto 3 clears close-on-exec there (also when the pipe already is fd 3).
+  posix_spawn_file_actions_adddup2(&fa, wr.get(), 3);
+  pid_t pid = -1;
+  const int rc = ::posix_spawn(&pid, binary.c_str(), &fa, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  wr.reset();
+  if (rc != 0)
+    throw LaunchError(fmt::format("cannot start {}: {}. Set FUNNEL_SERVER to the funnel-server binary ({})",
+                                  binary.string(), std::strerror(rc), where(s)));
+  // The server daemonizes: the spawned process exits once the daemon is forked.
+  int wstatus = 0;
+  while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+  }
+
+  std::string said;
+  const auto deadline = Clock::now() + s.attach_timeout;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0)
+      throw LaunchError(fmt::format("funnel-server ({}) did not become ready within {} ms; see its log in {} ({}), "
+                                    "or raise FUNNEL_ATTACH_TIMEOUT_MS",
+                                    binary.string(), s.attach_timeout.count(), s.log_dir.string(), where(s)));
+    pollfd p{rd.get(), POLLIN, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(left));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) continue;
+    char buf[512];
+    const ssize_t got = ::read(rd.get(), buf, sizeof buf);
+    if (got < 0 && errno == EINTR) continue;
+    if (got > 0) {
+      said.append(buf, static_cast<size_t>(got));
+      if (said.size() == 1 && said[0] == 'R') return;
+      if (said.size() > 4096) break;
+      continue;  // an error message may come in pieces; read to EOF
+    }
+    break;  // EOF
+  }
+  if (!said.empty() && said[0] == 'R') return;
+  if (said.empty())
+    throw LaunchError(fmt::format("funnel-server ({}) exited without becoming ready (exit status {}); see its log in "
+                                  "{} ({})",
+                                  binary.string(), WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1, s.log_dir.string(),
+                                  where(s)));
+  throw LaunchError(fmt::format("funnel-server failed to start: {} ({})", said, where(s)));
+}
+
+}  // namespace
+
+std::filesystem::path own_file() {
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&own_file), &info) != 0 && info.dli_fname != nullptr &&
+      info.dli_fname[0] != '\0') {
+    std::error_code ec;
+    auto p = std::filesystem::canonical(info.dli_fname, ec);
+    if (!ec) return p;
+  }
+  std::error_code ec;
+  return std::filesystem::read_symlink("/proc/self/exe", ec);
+}
+
+std::filesystem::path server_binary(const Settings& s) {
+  if (!s.server_binary.empty()) return s.server_binary;
+  const auto dir = own_file().parent_path();
+  for (const auto& candidate : {dir / ".." / "bin" / "funnel-server", dir / "funnel-server"}) {
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate.lexically_normal();
+  }
+  return (dir / ".." / "bin" / "funnel-server").lexically_normal();
+}
+
+ipc::UniqueFd connect_server(const Settings& s) noexcept {
+  int err = 0;
+  return ipc::connect_seqpacket(socket_path(s.run_dir), err);
+}
+
+ipc::UniqueFd connect_or_start_server(const Settings& s) {
+  try {
+    ensure_run_dir(s.run_dir);
+  } catch (const std::exception& e) {
+    throw LaunchError(e.what());
+  }
+  if (auto fd = connect_server(s)) return fd;
+  StartLock lock(s);
+  // Someone may have started it while we waited for the lock.
+  if (auto fd = connect_server(s)) return fd;
+  try {
+    start_server(s);
+  } catch (const std::system_error& e) {
+    throw LaunchError(fmt::format("cannot start funnel-server: {} ({})", e.what(), where(s)));
+  }
+  int err = 0;
+  auto fd = ipc::connect_seqpacket(socket_path(s.run_dir), err);
+  if (!fd)
+    throw LaunchError(fmt::format("funnel-server reported ready but {} refuses connections: {} ({})",
+                                  socket_path(s.run_dir).string(), std::strerror(err), where(s)));
+  return fd;
+}
+
+}  // namespace funnel

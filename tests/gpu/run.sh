@@ -81,11 +81,11 @@ note "GPU: $(nvidia-smi -L | head -1)"
 note "configure + build (Release, $BUILD)"
 if cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFUNNEL_BUILD_CUDA_PROGRAMS=ON \
   -DFUNNEL_BUILD_TESTS=OFF >"$OUT_DIR/build/configure.log" 2>&1 &&
-  cmake --build "$BUILD" -j "$JOBS" >"$OUT_DIR/build/build.log" 2>&1; then
+  cmake --build "$BUILD" -j "$JOBS" -- -k 0 >"$OUT_DIR/build/build.log" 2>&1; then
   result build funnel PASS "build-gpu/"
 else
   result build funnel FAIL "see build/configure.log, build/build.log"
-  tail -30 "$OUT_DIR/build/build.log" 2>/dev/null
+  grep -E '^FAILED|error:' "$OUT_DIR/build/build.log" | head -20
 fi
 for f in funnel-server funnel-run; do
   [[ -x $BIN/$f ]] || result build "$f" FAIL "$BIN/$f was not built"

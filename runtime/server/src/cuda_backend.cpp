@@ -1,5 +1,13 @@
 // The CUDA backend: the driver API (opened with dlopen, see cuda_driver.hpp), the primary
 // context of each GPU, non-blocking streams.  doc/design/cuda-backend.md explains it.
+
+// GCC 12/13 at -O2/-O3 report a false -Warray-bounds inside fmt 9's inlined float
+// formatting (libstdc++ memmove, reached from spdlog calls).  The pragma must come before
+// the includes: these middle-end warnings take the state at the header's location.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#pragma GCC diagnostic ignored "-Warray-bounds"
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+#endif
 #include <dlfcn.h>
 
 #include <atomic>

@@ -1,0 +1,103 @@
+// funnelctl [--run-dir DIR] stats [--json] | shutdown
+// Talks to the job's funnel-server over a control connection (doc/design/channel.md).
+// Exit codes: 0 ok, 1 no server / failed, 2 bad settings or arguments.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "funnel/common/config.hpp"
+#include "funnel/common/launcher.hpp"
+#include "funnel/ipc/channel_layout.hpp"
+#include "funnel/ipc/protocol.hpp"
+
+namespace {
+
+// Sends `verb` and returns the server's reply text; throws with the run dir named.
+std::string request(const funnel::Settings& s, const std::string& verb) {
+  auto fd = funnel::connect_server(s);
+  if (!fd)
+    throw std::runtime_error(fmt::format("no funnel-server answers in {} (FUNNEL_RUN_DIR): {}", s.run_dir.string(),
+                                         std::strerror(errno)));
+  funnel::ipc::HelloMsg hello{};
+  hello.magic = funnel::ipc::kSocketMagic;
+  hello.version = funnel::ipc::kProtocolVersion;
+  hello.role = funnel::ipc::Role::Control;
+  hello.pid = static_cast<int32_t>(::getpid());
+  hello.mpi_rank = -1;
+  std::snprintf(hello.command, sizeof hello.command, "funnelctl %s", verb.c_str());
+  funnel::ipc::ControlRequest req{};
+  std::snprintf(req.verb, sizeof req.verb, "%s", verb.c_str());
+  if (!funnel::ipc::send_message(fd.get(), &hello, sizeof hello) ||
+      !funnel::ipc::send_message(fd.get(), &req, sizeof req))
+    throw std::runtime_error(fmt::format("cannot talk to funnel-server in {}: {}", s.run_dir.string(),
+                                         std::strerror(errno)));
+  std::vector<char> buf(funnel::ipc::kMaxControlReply + 1);
+  const ssize_t n = funnel::ipc::recv_message(fd.get(), buf.data(), funnel::ipc::kMaxControlReply,
+                                              std::chrono::milliseconds(10000));
+  if (n <= 0)
+    throw std::runtime_error(fmt::format("funnel-server in {} did not answer '{}': {}", s.run_dir.string(), verb,
+                                         n == 0 ? "it hung up" : std::strerror(errno)));
+  return std::string(buf.data(), static_cast<size_t>(n));
+}
+
+void print_table(const std::string& text) {
+  const auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    std::puts(text.c_str());
+    return;
+  }
+  for (const auto& [k, v] : j.items()) {
+    if (v.is_array()) {
+      std::printf("%s: %zu\n", k.c_str(), v.size());
+      for (const auto& item : v) std::printf("  %s\n", item.dump().c_str());
+    } else {
+      std::printf("%s: %s\n", k.c_str(), v.dump().c_str());
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"funnelctl: inspect or stop the job's funnel-server"};
+  std::string run_dir;
+  bool json = false;
+  app.add_option("--run-dir", run_dir, "the job's run directory (FUNNEL_RUN_DIR)");
+  auto* stats = app.add_subcommand("stats", "server and per-client accounting");
+  stats->add_flag("--json", json, "print the server's JSON as is");
+  auto* shutdown = app.add_subcommand("shutdown", "stop the server (as SIGTERM)");
+  app.require_subcommand(1);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (!run_dir.empty()) ::setenv("FUNNEL_RUN_DIR", run_dir.c_str(), 1);
+  funnel::Settings s;
+  try {
+    s = funnel::Settings::from_environment();
+  } catch (const funnel::ConfigError& e) {
+    std::fprintf(stderr, "funnelctl: %s\n", e.what());
+    return 2;
+  }
+  try {
+    if (*stats) {
+      const std::string text = request(s, "stats");
+      if (json) std::puts(text.c_str());
+      else print_table(text);
+    } else if (*shutdown) {
+      std::puts(request(s, "shutdown").c_str());
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "funnelctl: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -4,7 +4,9 @@ function(funnel_target_defaults target)
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion
       -Wnon-virtual-dtor -Wold-style-cast -Wcast-align -Wnull-dereference -Wdouble-promotion -Wformat=2>)
   if(FUNNEL_WERROR)
-    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
+    # -Wnull-dereference stays a warning: at -O2 GCC 12 reports false positives inside
+    # libstdc++ (<streambuf> inlined into std::ostringstream users).
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror -Wno-error=null-dereference>)
   endif()
 endfunction()
 

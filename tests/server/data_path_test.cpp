@@ -1,0 +1,231 @@
+// Commands that move and order data: copies through staging and pinned memory,
+// memsets, streams, events, and the legacy default stream's ordering.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <numeric>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fixture.hpp"
+#include "test_client.hpp"
+
+namespace funnel::test {
+namespace {
+
+TEST_F(ServerTest, CopyRoundTripThroughStagingWithMemset) {
+  start_server();
+  TestClient c(run_dir_);
+  ASSERT_TRUE(c.ok()) << c.attach_reply().message;
+  const uint64_t n = 300 * 1024 + 17;  // several staging chunks, not a multiple of one
+  const uint64_t dev = c.alloc(n);
+  ASSERT_NE(dev, 0u);
+  EXPECT_EQ(dev % 256, 0u);
+  std::vector<uint8_t> in(n), out(n, 0);
+  for (uint64_t i = 0; i < n; ++i) in[i] = static_cast<uint8_t>(i * 7 + 3);
+  c.h2d(dev, in.data(), n);
+  ipc::MemsetCmd m{dev + 1000, 0, 500, 1, 0x1ab, 0};
+  m.pitch = 500;
+  c.post(Opcode::Memset, m);
+  c.d2h(out.data(), dev, n);
+  for (uint64_t i = 1000; i < 1500; ++i) in[i] = 0xab;
+  EXPECT_EQ(in, out);
+  EXPECT_EQ(c.take_deferred(), 0);
+
+  // A 2-D device-to-device copy with pitches.
+  const uint64_t dev2 = c.alloc(4096);
+  ipc::CopyCmd cp{};
+  cp.dst = {ipc::MemSpace::Device, 0, 0, dev2};
+  cp.src = {ipc::MemSpace::Device, 0, 0, dev};
+  cp.width = 16;
+  cp.height = 4;
+  cp.dst_pitch = 32;
+  cp.src_pitch = 100;
+  ASSERT_EQ(c.call(Opcode::Copy, cp).status, Status::Success);  // synchronous copy: replies when done
+  std::vector<uint8_t> back(4096);
+  c.d2h(back.data(), dev2, 4096);
+  for (uint64_t r = 0; r < 4; ++r)
+    for (uint64_t x = 0; x < 16; ++x) ASSERT_EQ(back[r * 32 + x], in[r * 100 + x]) << r << "," << x;
+
+  auto info = c.call(Opcode::MemGetInfo);
+  ASSERT_EQ(info.status, Status::Success);
+  EXPECT_EQ(info.value[1], uint64_t{1} << 30);
+  EXPECT_LT(info.value[0], info.value[1]);
+  EXPECT_EQ(c.free(dev), Status::Success);
+  EXPECT_EQ(c.free(dev2), Status::Success);
+  EXPECT_EQ(c.free(dev2), Status::InvalidDevicePointer);
+  info = c.call(Opcode::MemGetInfo);
+  EXPECT_EQ(info.value[0], info.value[1]);
+}
+
+TEST_F(ServerTest, PinnedCopies) {
+  start_server();
+  TestClient c(run_dir_);
+  ASSERT_TRUE(c.ok());
+  auto r = c.call(Opcode::PinnedAlloc, ipc::PinnedAllocCmd{10000, 0, 0});
+  ASSERT_EQ(r.status, Status::Success);
+  const uint64_t id = r.value[0];
+  EXPECT_EQ(r.value[1], 12288u);
+  const auto path = run_dir_ / ("pinned." + std::to_string(c.attach_reply().client_id) + "." + std::to_string(id));
+  auto pinned = ipc::MappedFile::open(path, r.value[1]);
+  std::filesystem::remove(path);  // as the client runtime does once it mapped it
+  auto* p = static_cast<uint8_t*>(pinned.data());
+  for (int i = 0; i < 10000; ++i) p[i] = static_cast<uint8_t>(i);
+  const uint64_t dev = c.alloc(10000);
+  ipc::CopyCmd cp{};
+  cp.dst = {ipc::MemSpace::Device, 0, 0, dev};
+  cp.src = {ipc::MemSpace::Pinned, 0, id, 0};
+  cp.width = cp.dst_pitch = cp.src_pitch = 10000;
+  cp.height = 1;
+  ASSERT_EQ(c.call(Opcode::Copy, cp).status, Status::Success);
+  cp.dst = {ipc::MemSpace::Pinned, 0, id, 0};
+  cp.src = {ipc::MemSpace::Device, 0, 0, dev};
+  std::memset(p, 0, 10000);
+  ASSERT_EQ(c.call(Opcode::Copy, cp).status, Status::Success);
+  int bad = 0;
+  for (int i = 0; i < 10000; ++i) bad += p[i] != static_cast<uint8_t>(i);
+  EXPECT_EQ(bad, 0);
+  cp.src.address = 12288 - 100;  // past the end of the pinned allocation
+  cp.src = {ipc::MemSpace::Pinned, 0, id, 12288 - 100};
+  cp.dst = {ipc::MemSpace::Device, 0, 0, dev};
+  EXPECT_EQ(c.call(Opcode::Copy, cp).status, Status::InvalidValue);
+  EXPECT_EQ(c.call(Opcode::PinnedFree, ipc::PinnedFreeCmd{id}).status, Status::Success);
+  EXPECT_EQ(c.call(Opcode::PinnedFree, ipc::PinnedFreeCmd{id}).status, Status::InvalidValue);
+}
+
+TEST_F(ServerTest, StreamsEventsAndElapsedTime) {
+  start_server();
+  TestClient c(run_dir_);
+  ASSERT_TRUE(c.ok());
+  const uint64_t dev = c.alloc(8 << 20);
+  c.create_stream(5);
+  c.create_event(1);
+  c.create_event(2);
+  c.create_event(3, ipc::kEventDisableTiming);
+  // Never recorded: synchronize and query succeed at once.
+  EXPECT_EQ(c.call(Opcode::EventSynchronize, ipc::EventCmd{1, 0, 0}).status, Status::Success);
+  c.record(1, 5);
+  for (uint32_t i = 0; i < 4; ++i) c.post(Opcode::Memset, ipc::MemsetCmd{dev, 8 << 20, 8 << 20, 1, i, 0}, 5);
+  c.record(2, 5);
+  c.record(3, 5);
+  EXPECT_EQ(c.call(Opcode::EventSynchronize, ipc::EventCmd{2, 0, 0}).status, Status::Success);
+  EXPECT_EQ(c.call(Opcode::EventQuery, ipc::EventCmd{2, 0, 0}).status, Status::Success);
+  auto r = c.call(Opcode::EventElapsedTime, ipc::EventPairCmd{1, 2});
+  ASSERT_EQ(r.status, Status::Success);
+  const float ms = std::bit_cast<float>(static_cast<uint32_t>(r.value[0]));
+  EXPECT_GE(ms, 0.0f);
+  EXPECT_LT(ms, 10000.0f);
+  EXPECT_EQ(r.value[0] >> 32, 0u);
+  EXPECT_EQ(c.call(Opcode::EventElapsedTime, ipc::EventPairCmd{1, 3}).status, Status::InvalidResourceHandle);
+  EXPECT_EQ(c.on_stream(Opcode::StreamSynchronize, 5).status, Status::Success);
+  EXPECT_EQ(c.on_stream(Opcode::StreamQuery, 5).status, Status::Success);
+  c.post(Opcode::StreamWaitEvent, ipc::EventCmd{2, 0, 0}, 0);
+  c.send(Opcode::StreamDestroy, nullptr, 0, ipc::kNoReply, 5);
+  c.post(Opcode::EventDestroy, ipc::EventCmd{1, 0, 0});
+  EXPECT_EQ(c.call(Opcode::EventQuery, ipc::EventCmd{1, 0, 0}).status, Status::InvalidResourceHandle);
+  EXPECT_EQ(c.on_stream(Opcode::StreamQuery, 5).status, Status::InvalidResourceHandle);
+  EXPECT_EQ(c.sync_device(), Status::Success);
+  EXPECT_EQ(c.take_deferred(), 0);
+
+  auto lim = c.call(Opcode::SetLimit, ipc::LimitCmd{2, 0, 1u << 24});
+  EXPECT_EQ(lim.status, Status::Success);
+  lim = c.call(Opcode::GetLimit, ipc::LimitCmd{2, 0, 0});
+  EXPECT_EQ(lim.value[0], 1u << 24);
+  EXPECT_EQ(c.call(Opcode::GetLimit, ipc::LimitCmd{77, 0, 0}).status, Status::UnsupportedLimit);
+  EXPECT_EQ(c.call(Opcode::Fence).status, Status::Success);
+}
+
+// A stream held back by a long chain of memsets on a non-blocking "gate" stream.
+struct Gate {
+  explicit Gate(TestClient& client) : c(client) {
+    c.create_stream(kGateStream, ipc::kStreamNonBlocking);
+    c.create_event(kGateEvent, ipc::kEventDisableTiming);
+    buf = c.alloc(kBytes);
+  }
+  void close() {
+    for (uint32_t i = 0; i < kRounds; ++i) c.post(Opcode::Memset, ipc::MemsetCmd{buf, kBytes, kBytes, 1, i, 0}, kGateStream);
+    c.record(kGateEvent, kGateStream);
+  }
+  void hold(uint64_t stream) { c.post(Opcode::StreamWaitEvent, ipc::EventCmd{kGateEvent, 0, 0}, stream); }
+  Status gate_state() { return c.call(Opcode::EventQuery, ipc::EventCmd{kGateEvent, 0, 0}).status; }
+
+  static constexpr uint64_t kGateStream = 900, kGateEvent = 900, kBytes = 64 << 20;
+  static constexpr uint32_t kRounds = 24;
+  TestClient& c;
+  uint64_t buf;
+};
+
+TEST_F(ServerTest, LegacyStreamWaitsForBlockingStreams) {
+  start_server();
+  TestClient c(run_dir_);
+  ASSERT_TRUE(c.ok());
+  Gate gate(c);
+  c.create_stream(7);  // blocking
+  c.create_event(1, ipc::kEventDisableTiming);
+  gate.close();
+  gate.hold(7);
+  c.post(Opcode::Fence, 0);  // just to interleave something harmless
+  c.record(1, 0);            // legacy work after blocking-stream work
+  EXPECT_EQ(c.call(Opcode::EventSynchronize, ipc::EventCmd{1, 0, 0}).status, Status::Success);
+  EXPECT_EQ(gate.gate_state(), Status::Success) << "legacy work completed before the blocking stream's work";
+
+  // The other direction: blocking-stream work waits for earlier legacy work.
+  c.create_event(2, ipc::kEventDisableTiming);
+  gate.close();
+  gate.hold(0);
+  c.record(2, 7);
+  EXPECT_EQ(c.call(Opcode::EventSynchronize, ipc::EventCmd{2, 0, 0}).status, Status::Success);
+  EXPECT_EQ(gate.gate_state(), Status::Success) << "blocking-stream work completed before earlier legacy work";
+  EXPECT_EQ(c.take_deferred(), 0);
+}
+
+TEST_F(ServerTest, NonBlockingStreamsAreNotOrderedWithLegacy) {
+  start_server();
+  TestClient c(run_dir_);
+  ASSERT_TRUE(c.ok());
+  Gate gate(c);
+  c.create_stream(8, ipc::kStreamNonBlocking);
+  c.create_event(1, ipc::kEventDisableTiming);
+  gate.close();
+  gate.hold(8);
+  c.record(1, 0);
+  EXPECT_EQ(c.call(Opcode::EventSynchronize, ipc::EventCmd{1, 0, 0}).status, Status::Success);
+  EXPECT_EQ(c.on_stream(Opcode::StreamQuery, 8).status, Status::NotReady)
+      << "the legacy stream waited for a non-blocking stream";
+  EXPECT_EQ(c.on_stream(Opcode::StreamSynchronize, 8).status, Status::Success);
+  EXPECT_EQ(c.sync_device(), Status::Success);
+}
+
+TEST_F(ServerTest, StatsCountPerClient) {
+  start_server();
+  TestClient a(run_dir_, "app-a");
+  TestClient b(run_dir_, "app-b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  const uint64_t p = a.alloc(1000);
+  std::vector<uint8_t> data(1000, 1);
+  a.h2d(p, data.data(), data.size());
+  a.d2h(data.data(), p, data.size());
+  b.create_stream(1);
+  ASSERT_EQ(b.call(Opcode::Fence).status, Status::Success);
+  const auto j = nlohmann::json::parse(control(run_dir_, "stats"));
+  EXPECT_EQ(j["server"]["backend"], "sim");
+  EXPECT_EQ(j["server"]["clients"], 2);
+  EXPECT_EQ(j["server"]["devices"].size(), 2u);
+  ASSERT_EQ(j["clients"].size(), 2u);
+  const auto& ca = j["clients"][0];
+  EXPECT_EQ(ca["command"], "app-a");
+  EXPECT_EQ(ca["mpi_rank"], 3);
+  EXPECT_EQ(ca["allocations"], 1);
+  EXPECT_EQ(ca["device_memory_bytes"], 1000);
+  EXPECT_EQ(ca["bytes_h2d"], 1000);
+  EXPECT_EQ(ca["bytes_d2h"], 1000);
+  EXPECT_EQ(j["clients"][1]["streams"], 1);
+  EXPECT_EQ(j["totals"]["allocations"], 1);
+  EXPECT_EQ(j["totals"]["clients_attached"], 2);
+  for (const char* k : {"pid", "events", "pinned_bytes", "pinned_allocations", "commands", "errors"})
+    EXPECT_TRUE(ca.contains(k)) << k;
+}
+
+}  // namespace
+}  // namespace funnel::test

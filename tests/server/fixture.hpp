@@ -1,0 +1,108 @@
+// An in-process funnel-server (sim backend) in a private /dev/shm directory, and a
+// watchdog so that no server test can hang the suite.
+#pragma once
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "funnel/server/server.hpp"
+
+namespace funnel::test {
+
+// Ends the process (with a message) if the test body runs longer than `limit`.
+class Watchdog {
+ public:
+  explicit Watchdog(std::chrono::seconds limit = std::chrono::seconds(30)) {
+    thread_ = std::thread([this, limit] {
+      std::unique_lock lk(m_);
+      if (!cv_.wait_for(lk, limit, [this] { return done_; })) {
+        std::fprintf(stderr, "watchdog: %s took longer than %lld s\n",
+                     ::testing::UnitTest::GetInstance()->current_test_info()->name(),
+                     static_cast<long long>(limit.count()));
+        std::fflush(stderr);
+        std::_Exit(99);
+      }
+    });
+  }
+  ~Watchdog() {
+    {
+      std::lock_guard lk(m_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+inline std::filesystem::path make_temp_dir() {
+  char tmpl[] = "/dev/shm/funnel-server-test-XXXXXX";
+  const char* d = ::mkdtemp(tmpl);
+  if (d == nullptr) throw std::runtime_error("mkdtemp failed");
+  return d;
+}
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = make_temp_dir();
+    run_dir_ = dir_ / "run";
+  }
+  void TearDown() override {
+    stop_server();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  server::ServerOptions options() const {
+    server::ServerOptions o;
+    o.run_dir = run_dir_;
+    o.staging_slots = 4;
+    o.staging_slot_bytes = 64 * 1024;
+    o.ring_capacity = 64 * 1024;
+    return o;
+  }
+
+  void start_server(server::ServerOptions o, int devices = 2, uint64_t memory = uint64_t{1} << 30) {
+    server::SimOptions so;
+    so.devices = devices;
+    so.memory_bytes = memory;
+    server_ = std::make_unique<server::Server>(std::move(o), server::make_sim_backend(so));
+    server_->start();
+    thread_ = std::thread([this] {
+      try {
+        server_->run();
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "server run failed: " << e.what();
+      }
+      finished_ = true;
+    });
+  }
+  void start_server() { start_server(options()); }
+
+  void stop_server() {
+    if (server_) server_->request_stop();
+    if (thread_.joinable()) thread_.join();
+    server_.reset();
+  }
+
+  Watchdog watchdog_;
+  std::filesystem::path dir_, run_dir_;
+  std::unique_ptr<server::Server> server_;
+  std::thread thread_;
+  std::atomic<bool> finished_{false};
+};
+
+}  // namespace funnel::test

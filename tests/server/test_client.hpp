@@ -1,0 +1,89 @@
+// A raw funnel client for the server tests, written directly against runtime/ipc
+// (not runtime/client), so the server is tested against the contract itself.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "funnel/ipc/channel_layout.hpp"
+#include "funnel/ipc/commands.hpp"
+#include "funnel/ipc/protocol.hpp"
+#include "funnel/ipc/ring.hpp"
+#include "funnel/ipc/segment.hpp"
+#include "funnel/ipc/socket.hpp"
+#include "funnel/ipc/status.hpp"
+
+namespace funnel::test {
+
+using ipc::Opcode;
+using ipc::Status;
+
+struct Reply {
+  Status status = Status::Unknown;
+  uint64_t value[5]{};
+  bool hung_up = false;  // the wait ended because the server went away
+};
+
+class TestClient {
+ public:
+  // Connects and attaches.  On a refused attach, ok() is false and attach_reply() says why.
+  explicit TestClient(const std::filesystem::path& run_dir, const char* command = "test-client");
+
+  bool ok() const noexcept { return mapped_; }
+  const ipc::AttachReply& attach_reply() const noexcept { return attach_; }
+  const ipc::ChannelView& view() const noexcept { return view_; }
+  int fd() const noexcept { return fd_.get(); }
+
+  // Writes one record; `record_size` 0 means the right size for `payload_len`.
+  uint64_t send(Opcode op, const void* payload, size_t payload_len, uint32_t reply_slot = ipc::kNoReply,
+                uint64_t stream = 0, int device = 0, uint32_t record_size = 0);
+  Reply wait(uint32_t slot, uint64_t seq, std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  // send + wait on a fresh slot.
+  Reply call(Opcode op, const void* payload = nullptr, size_t payload_len = 0, uint64_t stream = 0, int device = 0);
+  Reply on_stream(Opcode op, uint64_t stream) { return call(op, nullptr, 0, stream, 0); }
+  template <class T>
+  Reply call(Opcode op, const T& payload, uint64_t stream = 0, int device = 0) {
+    return call(op, &payload, sizeof payload, stream, device);
+  }
+  template <class T>
+  uint64_t post(Opcode op, const T& payload, uint64_t stream = 0, int device = 0) {
+    return send(op, &payload, sizeof payload, ipc::kNoReply, stream, device);
+  }
+
+  int32_t take_deferred() { return view_.completion().deferred_error.exchange(0); }
+  int32_t sticky() const { return view_.completion().sticky_error.load(); }
+
+  // Conveniences over the commands.
+  uint64_t alloc(uint64_t size);
+  Status free(uint64_t address);
+  void h2d(uint64_t dst, const void* src, uint64_t n, uint64_t stream = 0);
+  void d2h(void* dst, uint64_t src, uint64_t n, uint64_t stream = 0);
+  void create_stream(uint64_t id, uint32_t flags = 0);
+  void create_event(uint64_t id, uint32_t flags = 0);
+  void record(uint64_t event, uint64_t stream);
+  Status sync_device();
+  void detach();
+  bool server_hung_up() const noexcept { return ipc::peer_hung_up(fd_.get()); }
+
+ private:
+  uint32_t next_slot() noexcept { return slot_++ % view_.header().reply_slots; }
+  bool wait_staging(uint32_t slot, ipc::StagingState want);
+
+  ipc::UniqueFd fd_;
+  ipc::AttachReply attach_{};
+  ipc::MappedFile map_;
+  ipc::ChannelView view_;
+  ipc::RingWriter ring_;
+  uint64_t seq_ = 0;
+  uint32_t slot_ = 0;
+  bool mapped_ = false;
+};
+
+// Sends a control verb and returns the JSON answer ("" on failure).
+std::string control(const std::filesystem::path& run_dir, const char* verb);
+
+}  // namespace funnel::test

@@ -11,6 +11,10 @@ function(funnel_target_defaults target)
 endfunction()
 
 if(FUNNEL_SANITIZE)
-  add_compile_options(-fsanitize=${FUNNEL_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
-  add_link_options(-fsanitize=${FUNNEL_SANITIZE})
+  # C and C++ only: nvcc-built test programs stay uninstrumented (nvcc rejects the flags);
+  # the tests preload the sanitizer runtime for them instead.
+  add_compile_options($<$<COMPILE_LANGUAGE:C,CXX>:-fsanitize=${FUNNEL_SANITIZE}>
+                      $<$<COMPILE_LANGUAGE:C,CXX>:-fno-omit-frame-pointer>
+                      $<$<COMPILE_LANGUAGE:C,CXX>:-fno-sanitize-recover=all>)
+  add_link_options($<$<LINK_LANGUAGE:C,CXX>:-fsanitize=${FUNNEL_SANITIZE}>)
 endif()

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# run_program.sh BIN_DIR PROGRAM EXPECTED [PRELOAD]
+# Runs PROGRAM through funnel-run on the sim backend with a private run directory and
+# compares its stdout with EXPECTED.  PRELOAD (a sanitizer runtime) goes first in LD_PRELOAD.
+set -u
+bin=$1 prog=$2 expected=$3 preload=${4:-}
+dir=$(mktemp -d /tmp/funnel-test.XXXXXX)
+trap 'FUNNEL_RUN_DIR=$dir/run timeout 5 "$bin/funnelctl" shutdown >/dev/null 2>&1; rm -rf "$dir"' EXIT
+export FUNNEL_RUN_DIR=$dir/run FUNNEL_BACKEND=sim FUNNEL_LOG_DIR=$dir/log FUNNEL_IDLE_EXIT_MS=500
+[ -n "$preload" ] && export LD_PRELOAD=$preload ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
+timeout 60 "$bin/funnel-run" "$prog" > "$dir/out" 2> "$dir/err"
+rc=$?
+if ! diff -u "$expected" "$dir/out"; then
+  echo "FAIL: output differs (rc=$rc); stderr:"; cat "$dir/err"; exit 1
+fi
+[ "$rc" -eq 0 ] || { echo "FAIL: rc=$rc"; cat "$dir/err"; exit 1; }
+echo PASS

@@ -6,7 +6,7 @@ set -u
 bin=$1 prog=$2 expected=$3 preload=${4:-}
 dir=$(mktemp -d /tmp/funnel-test.XXXXXX)
 trap 'FUNNEL_RUN_DIR=$dir/run timeout 5 "$bin/funnelctl" shutdown >/dev/null 2>&1; rm -rf "$dir"' EXIT
-export FUNNEL_RUN_DIR=$dir/run FUNNEL_BACKEND=sim FUNNEL_LOG_DIR=$dir/log FUNNEL_IDLE_EXIT_MS=500
+export FUNNEL_RUN_DIR=$dir/run FUNNEL_BACKEND=sim FUNNEL_LOG_DIR=$dir/log FUNNEL_IDLE_EXIT_MS=10000
 [ -n "$preload" ] && export LD_PRELOAD=$preload ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
 timeout 60 "$bin/funnel-run" "$prog" > "$dir/out" 2> "$dir/err"
 rc=$?

@@ -9,7 +9,7 @@
 set -u
 scenario=$1 bin=$2 progs=$3 preload=${4:-}
 dir=$(mktemp -d /tmp/funnel-test.XXXXXX)
-export FUNNEL_RUN_DIR=$dir/run FUNNEL_BACKEND=sim FUNNEL_LOG_DIR=$dir/log FUNNEL_IDLE_EXIT_MS=500
+export FUNNEL_RUN_DIR=$dir/run FUNNEL_BACKEND=sim FUNNEL_LOG_DIR=$dir/log FUNNEL_IDLE_EXIT_MS=10000
 [ -n "$preload" ] && export LD_PRELOAD=$preload ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
 cleanup() { timeout 5 "$bin/funnelctl" shutdown >/dev/null 2>&1; rm -rf "$dir"; }
 trap cleanup EXIT

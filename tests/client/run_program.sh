@@ -14,4 +14,11 @@ if ! diff -u "$expected" "$dir/out"; then
   echo "FAIL: output differs (rc=$rc); stderr:"; cat "$dir/err"; exit 1
 fi
 [ "$rc" -eq 0 ] || { echo "FAIL: rc=$rc"; cat "$dir/err"; exit 1; }
+# EXPECTED.stderr, when present: each of its lines must appear in stderr exactly once.
+if [ -f "$expected.stderr" ]; then
+  while IFS= read -r line; do
+    n=$(grep -cxF -- "$line" "$dir/err")
+    [ "$n" -eq 1 ] || { echo "FAIL: stderr has '$line' $n times, expected once; stderr:"; cat "$dir/err"; exit 1; }
+  done < "$expected.stderr"
+fi
 echo PASS

@@ -144,6 +144,7 @@ class Runtime {
   std::mutex stage_mu_;
   std::condition_variable stage_cv_;
   std::vector<bool> stage_taken_;
+  size_t stage_cursor_ = 0;  // where the next search for a slot starts (round robin)
 };
 
 }  // namespace funnel::client

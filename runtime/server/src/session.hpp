@@ -100,7 +100,8 @@ class Worker {
   void fail(const ipc::CommandHeader& h, Status st);
   void reply(uint32_t slot, uint64_t seq, Status st, const std::array<uint64_t, 5>& values = {});
   void answer(const ipc::CommandHeader& h, const std::array<uint64_t, 5>& values = {});
-  void poll_pending();
+  // Answers every completed pending entry; true if any completed.
+  bool poll_pending();
   void drop_for_protocol_error(const char* why);
 
   // commands.cpp: one function per opcode

@@ -1,4 +1,4 @@
-// funnelctl [--run-dir DIR] stats [--json] | shutdown
+// funnelctl [--run-dir DIR] stats [--json] | shutdown | config [--json]
 // Talks to the job's funnel-server over a control connection (doc/design/channel.md).
 // Exit codes: 0 ok, 1 no server / failed, 2 bad settings or arguments.
 #include <unistd.h>
@@ -63,6 +63,25 @@ void print_table(const std::string& text) {
   }
 }
 
+// The effective settings of this environment, from the one table in runtime/common.
+void print_config(const funnel::Settings& s, bool json) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& row : funnel::setting_table()) {
+    std::string source = "default";
+    for (const auto& [var, src] : s.sources)
+      if (var == row.variable) source = src;
+    rows.push_back({{"variable", row.variable}, {"value", funnel::value_text(s, row.variable)}, {"source", source}});
+  }
+  if (json) {
+    std::puts(rows.dump(2).c_str());
+    return;
+  }
+  std::printf("%-26s %-12s %s\n", "VARIABLE", "SOURCE", "VALUE");
+  for (const auto& r : rows)
+    std::printf("%-26s %-12s %s\n", r["variable"].get<std::string>().c_str(), r["source"].get<std::string>().c_str(),
+                r["value"].get<std::string>().c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -73,6 +92,8 @@ int main(int argc, char** argv) {
   auto* stats = app.add_subcommand("stats", "server and per-client accounting");
   stats->add_flag("--json", json, "print the server's JSON as is");
   auto* shutdown = app.add_subcommand("shutdown", "stop the server (as SIGTERM)");
+  auto* config = app.add_subcommand("config", "every FUNNEL_* setting in effect here and where it came from");
+  config->add_flag("--json", json, "as JSON");
   app.require_subcommand(1);
   try {
     app.parse(argc, argv);
@@ -88,7 +109,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    if (*stats) {
+    if (*config) {
+      print_config(s, json);
+    } else if (*stats) {
       const std::string text = request(s, "stats");
       if (json) std::puts(text.c_str());
       else print_table(text);

@@ -1,20 +1,9 @@
 // Memory through funnel: malloc/memcpy/memset/pitch/2D copies, pageable and pinned,
 // sizes from 1 byte to 64 MiB; checks its own results and prints deterministic lines.
-#include <cuda_runtime.h>
-
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
-#define CHECK(call)                                                                       \
-  do {                                                                                    \
-    cudaError_t e_ = (call);                                                              \
-    if (e_ != cudaSuccess) {                                                              \
-      std::printf("FAIL %s:%d %s -> %s\n", __FILE__, __LINE__, #call, cudaGetErrorName(e_)); \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
+#include "check.h"
 
 static void fill(unsigned char* p, size_t n, unsigned seed) {
   for (size_t i = 0; i < n; ++i) p[i] = static_cast<unsigned char>((i * 131u + seed) & 0xff);

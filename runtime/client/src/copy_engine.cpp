@@ -115,7 +115,7 @@ cudaError_t staged_h2d(Runtime& rt, const std::vector<Chunk>& chunks, const Stre
       return cudaErrorDevicesUnavailable;
     }
     std::byte* dst = rt.view().staging(static_cast<uint32_t>(slot));
-    for (uint64_t r = 0; r < c.rows; ++r) std::memcpy(dst + r * c.width, c.host + r * c.host_pitch, c.width);
+    rt.copier().copy(dst, c.width, c.host, c.host_pitch, c.width, c.rows);
     rt.view().staging_state(static_cast<uint32_t>(slot)).store(state(StagingState::InFlight), std::memory_order_release);
     const CopyCmd cmd = staged_cmd(c, slot, true);
     const bool last = i + 1 == chunks.size();
@@ -149,7 +149,7 @@ cudaError_t staged_d2h(Runtime& rt, const std::vector<Chunk>& chunks, const Stre
     if (word.load(std::memory_order_acquire) == state(StagingState::Ready)) {
       const std::byte* src = rt.view().staging(slot);
       const Chunk& c = *p.chunk;
-      for (uint64_t r = 0; r < c.rows; ++r) std::memcpy(c.host + r * c.host_pitch, src + r * c.width, c.width);
+      rt.copier().copy(c.host, c.host_pitch, src, c.width, c.width, c.rows);
     } else {
       failed = true;  // the server gave the slot back without data: the copy failed
     }

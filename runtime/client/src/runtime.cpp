@@ -312,6 +312,20 @@ int Runtime::acquire_staging(bool block) noexcept {
   }
 }
 
+ParallelCopy& Runtime::copier() noexcept {
+  std::call_once(copier_once_, [this] {
+    const unsigned want = settings_ ? settings_->copy_threads : 1;
+    try {
+      copier_ = std::make_unique<ParallelCopy>(want);
+    } catch (const std::exception& e) {
+      log_error(fmt::format("funnel: cannot start {} copy threads ({}); pageable copies use one thread", want,
+                            e.what()));
+      copier_ = std::make_unique<ParallelCopy>(1);
+    }
+  });
+  return *copier_;
+}
+
 void Runtime::release_staging(int slot) noexcept {
   {
     std::lock_guard lk(stage_mu_);

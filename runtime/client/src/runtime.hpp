@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "funnel/common/config.hpp"
+#include "funnel/common/parallel_copy.hpp"
 #include "funnel/ipc/channel_layout.hpp"
 #include "funnel/ipc/commands.hpp"
 #include "funnel/ipc/ring.hpp"
@@ -94,6 +95,10 @@ class Runtime {
     return ipc::wait_until(w, [&] { return pred(w.load(std::memory_order_acquire)); }, [&] { return gone(); });
   }
 
+  // Copies into and out of staging slots, split across FUNNEL_COPY_THREADS threads when
+  // large.  Made at first use; like the Runtime, never destroyed.
+  ParallelCopy& copier() noexcept;
+
   bool gone() noexcept;  // the server hung up or shuts down (prints once)
   void mark_dead() noexcept;
 
@@ -145,6 +150,9 @@ class Runtime {
   std::condition_variable stage_cv_;
   std::vector<bool> stage_taken_;
   size_t stage_cursor_ = 0;  // where the next search for a slot starts (round robin)
+
+  std::once_flag copier_once_;
+  std::unique_ptr<ParallelCopy> copier_;
 };
 
 }  // namespace funnel::client

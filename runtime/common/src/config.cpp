@@ -36,6 +36,9 @@ const std::vector<SettingInfo>& setting_table() {
       {"FUNNEL_STAGING_SLOTS", "4", "integer 2..16", "staging buffers per client for pageable copies"},
       {"FUNNEL_STAGING_SLOT_KB", "2048", "integer 64..262144, a multiple of 4", "size of each staging buffer"},
       {"FUNNEL_MAX_CLIENTS", "256", "integer 1..4096", "clients one server accepts at once"},
+      {"FUNNEL_COPY_THREADS", "4", "integer 1..64",
+       "host threads (the caller included) that copy a large pageable transfer into or out of the staging "
+       "buffers; never more than the CPUs the process may run on"},
   };
   return table;
 }
@@ -152,6 +155,7 @@ Settings Settings::from(const Lookup& env) {
     s.staging_slot_bytes = static_cast<uint64_t>(*v) * 1024;
   }
   if (auto v = integer("FUNNEL_MAX_CLIENTS", 1, 4096)) s.max_clients = static_cast<uint32_t>(*v);
+  if (auto v = integer("FUNNEL_COPY_THREADS", 1, 64)) s.copy_threads = static_cast<uint32_t>(*v);
   return s;
 }
 
@@ -168,6 +172,7 @@ std::string value_text(const Settings& s, const std::string& var) {
   if (var == "FUNNEL_STAGING_SLOTS") return std::to_string(s.staging_slots);
   if (var == "FUNNEL_STAGING_SLOT_KB") return std::to_string(s.staging_slot_bytes / 1024);
   if (var == "FUNNEL_MAX_CLIENTS") return std::to_string(s.max_clients);
+  if (var == "FUNNEL_COPY_THREADS") return std::to_string(s.copy_threads);
   return "";
 }
 

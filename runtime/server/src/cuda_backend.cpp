@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -176,7 +177,19 @@ struct Shared {
   std::vector<Device> devices;
   uint64_t id = 0;  // unique per backend instance, for the per-thread current-context cache
 
+  // Untimed events of finished completions, per device, for reuse: every synchronous
+  // copy, staged chunk and stream synchronisation that has to wait records one, and
+  // cuEventCreate + cuEventDestroy cost as much as the rest of such a round trip.
+  // Re-recording a CUevent is allowed once nothing queries its old record.
+  static constexpr size_t kPoolLimit = 256;
+  mutable std::mutex pool_mu;
+  mutable std::vector<std::vector<CUevent>> pool;
+
   ~Shared() {
+    for (size_t i = 0; i < pool.size(); ++i) {
+      if (pool[i].empty() || !ok(bind(static_cast<int>(i)))) continue;
+      for (CUevent e : pool[i]) FUNNEL_CU(drv, cuEventDestroy, e);
+    }
     for (const Device& dev : devices) {
       if (dev.context != nullptr) FUNNEL_CU(drv, cuDevicePrimaryCtxRelease, dev.handle);
     }
@@ -221,9 +234,17 @@ class CudaStream final : public BackendStream {
 
 class CudaEvent final : public BackendEvent {
  public:
-  CudaEvent(std::shared_ptr<const Shared> shared, int device, CUevent event)
-      : shared_(std::move(shared)), device_(device), event_(event) {}
+  CudaEvent(std::shared_ptr<const Shared> shared, int device, CUevent event, bool pooled)
+      : shared_(std::move(shared)), device_(device), event_(event), pooled_(pooled) {}
   ~CudaEvent() override {
+    if (pooled_) {
+      std::lock_guard lk(shared_->pool_mu);
+      auto& free = shared_->pool[static_cast<size_t>(device_)];
+      if (free.size() < Shared::kPoolLimit) {
+        free.push_back(event_);
+        return;
+      }
+    }
     if (ok(shared_->bind(device_))) FUNNEL_CU(shared_->drv, cuEventDestroy, event_);
   }
   CudaEvent(const CudaEvent&) = delete;
@@ -235,6 +256,7 @@ class CudaEvent final : public BackendEvent {
   std::shared_ptr<const Shared> shared_;
   int device_;
   CUevent event_;
+  bool pooled_;
 };
 
 // Every BackendStream/BackendEvent the server hands back was made by this backend.
@@ -370,10 +392,19 @@ class CudaBackend final : public Backend {
 
   Status create_event(int device, bool timing, std::unique_ptr<BackendEvent>& out) override {
     if (Status st = s_->bind(device); !ok(st)) return st;
+    if (!timing) {
+      std::lock_guard lk(s_->pool_mu);
+      auto& free = s_->pool[static_cast<size_t>(device)];
+      if (!free.empty()) {
+        out = std::make_unique<CudaEvent>(s_, device, free.back(), true);
+        free.pop_back();
+        return Status::Success;
+      }
+    }
     CUevent h = nullptr;
     const unsigned flags = timing ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING;
     const Status st = FUNNEL_CU(s_->drv, cuEventCreate, &h, flags);
-    if (ok(st)) out = std::make_unique<CudaEvent>(s_, device, h);
+    if (ok(st)) out = std::make_unique<CudaEvent>(s_, device, h, !timing);
     return st;
   }
 
@@ -558,6 +589,7 @@ std::unique_ptr<Backend> make_cuda_backend(const std::vector<int>& devices) {
     shared->devices.push_back(dev);  // from here on ~Shared releases it
   }
 
+  shared->pool.resize(shared->devices.size());
   int major = 0, minor = 0;
   for (const Device& dev : shared->devices) {
     char name[256] = {};

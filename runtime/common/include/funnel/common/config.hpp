@@ -35,6 +35,7 @@ struct Settings {
   uint32_t staging_slots = 4;       // FUNNEL_STAGING_SLOTS
   uint64_t staging_slot_bytes = 2u << 20;  // FUNNEL_STAGING_SLOT_KB
   uint32_t max_clients = 256;       // FUNNEL_MAX_CLIENTS
+  uint32_t copy_threads = 4;        // FUNNEL_COPY_THREADS
 
   // Where each value came from ("default", "environment"), by variable name, in table order.
   std::vector<std::pair<std::string, std::string>> sources;

@@ -121,7 +121,7 @@ WATCHED_TEST(Futex, WaitUntilSeesThePredicateOrGivesUp) {
   t.join();
 
   int polls = 0;
-  EXPECT_FALSE(wait_until(word, [] { return false; }, [&] { return ++polls == 3; }, 10, 5ms));
+  EXPECT_FALSE(wait_until(word, [] { return false; }, [&] { return ++polls == 3; }, {.spin = 10us, .slice = 5ms}));
   EXPECT_EQ(polls, 3);
 }
 

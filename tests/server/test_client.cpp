@@ -82,7 +82,8 @@ Reply TestClient::wait(uint32_t slot, uint64_t seq, std::chrono::milliseconds ti
           return true;
         }
         return Clock::now() > deadline;
-      });
+      },
+      {.sleepers = &c.client_waiting});
   if (!got) {
     out.status = out.hung_up ? Status::DevicesUnavailable : Status::Timeout;
     return out;

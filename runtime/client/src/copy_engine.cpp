@@ -102,11 +102,13 @@ CopyCmd staged_cmd(const Chunk& c, int slot, bool to_device) {
 }
 
 // Pageable host -> device: fill a slot, hand it to the server, go on with the next
-// slot while the server copies this one.  With `wait`, the last chunk carries a
-// reply slot (synchronous cudaMemcpy).
-cudaError_t staged_h2d(Runtime& rt, const std::vector<Chunk>& chunks, const StreamRef& s, bool wait) {
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    const Chunk& c = chunks[i];
+// slot while the server copies this one.  Even a synchronous cudaMemcpy returns once
+// the last chunk is staged, as CUDA documents for pageable H2D copies ("returns once
+// the pageable buffer has been copied to the staging memory ... the DMA to final
+// destination may not have completed"): the caller may reuse its buffer, and later work
+// of the stream runs after the copy.  `sync` only takes the deferred error.
+cudaError_t staged_h2d(Runtime& rt, const std::vector<Chunk>& chunks, const StreamRef& s, bool sync) {
+  for (const Chunk& c : chunks) {
     const int slot = rt.acquire_staging(true);
     if (slot < 0) return cudaErrorDevicesUnavailable;
     // The previous user's H2D may still be in flight: the server frees it.
@@ -118,13 +120,11 @@ cudaError_t staged_h2d(Runtime& rt, const std::vector<Chunk>& chunks, const Stre
     rt.copier().copy(dst, c.width, c.host, c.host_pitch, c.width, c.rows);
     rt.view().staging_state(static_cast<uint32_t>(slot)).store(state(StagingState::InFlight), std::memory_order_release);
     const CopyCmd cmd = staged_cmd(c, slot, true);
-    const bool last = i + 1 == chunks.size();
-    Status st = (wait && last) ? rt.call(Opcode::Copy, s.device, s.id, &cmd, sizeof cmd)
-                               : rt.post(Opcode::Copy, s.device, s.id, &cmd, sizeof cmd);
+    const Status st = rt.post(Opcode::Copy, s.device, s.id, &cmd, sizeof cmd);
     rt.release_staging(slot);
     if (st != Status::Success) return to_cuda(st);
   }
-  return cudaSuccess;
+  return sync ? to_cuda(rt.take_deferred()) : cudaSuccess;
 }
 
 // Device -> pageable host: several slots in flight; the oldest is drained (copied

@@ -245,17 +245,7 @@ Status Runtime::wait_reply(uint32_t slot, uint64_t seq, Reply* reply) noexcept {
   auto& rs = view_.reply(slot);
   auto& c = view_.completion();
   auto done = [&] { return rs.seq.load(std::memory_order_acquire) == seq; };
-  bool ok = false;
-  for (int i = 0; i < 4000 && !(ok = done()); ++i) {
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
-  }
-  if (!ok) {
-    c.client_waiting.fetch_add(1, std::memory_order_seq_cst);
-    ok = ipc::wait_until(c.reply_epoch, done, [&] { return gone(); }, 0);
-    c.client_waiting.fetch_sub(1, std::memory_order_relaxed);
-  }
+  const bool ok = ipc::wait_until(c.reply_epoch, done, [&] { return gone(); }, {.sleepers = &c.client_waiting});
   if (!ok) return Status::DevicesUnavailable;  // the slot stays taken: a late reply may still land in it
   Reply r;
   r.status = static_cast<Status>(rs.status);

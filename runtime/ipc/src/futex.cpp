@@ -1,6 +1,7 @@
 #include "funnel/ipc/futex.hpp"
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -20,5 +21,7 @@ bool futex_wait(std::atomic<uint32_t>& word, uint32_t expected, std::chrono::nan
 void futex_wake_all(std::atomic<uint32_t>& word) noexcept {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
+
+void yield_now() noexcept { sched_yield(); }
 
 }  // namespace funnel::ipc

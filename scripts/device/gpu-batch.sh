@@ -6,7 +6,7 @@ R=${OUT:?}
 export OUT=/tmp/gpu-out
 rm -rf /tmp/gpu-out; mkdir -p /tmp/gpu-out
 t0=$SECONDS
-ROUNDS=${ROUNDS:-3} bash tests/gpu/run.sh >/tmp/gpu-out/run.log 2>&1
+ROUNDS=${ROUNDS:-5} bash tests/gpu/run.sh >/tmp/gpu-out/run.log 2>&1
 echo "gpu suite rc=$? in $((SECONDS - t0)) s" >>/tmp/gpu-out/run.log
 for v in ${EXTRA:-}; do
   case $v in

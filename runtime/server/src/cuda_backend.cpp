@@ -226,10 +226,17 @@ class CudaStream final : public BackendStream {
   int device() const noexcept override { return device_; }
   CUstream handle() const noexcept { return stream_; }
 
+  // Known idle: a query found the stream empty and nothing was enqueued since, so the
+  // next query needs no driver call (an empty cudaStreamSynchronize is a round trip
+  // the client waits for).  Everything that enqueues goes through enqueue_on().
+  bool known_idle() const noexcept { return idle_.load(std::memory_order_relaxed); }
+  void set_idle(bool idle) noexcept { idle_.store(idle, std::memory_order_relaxed); }
+
  private:
   std::shared_ptr<const Shared> shared_;
   int device_;
   CUstream stream_;
+  std::atomic<bool> idle_{false};
 };
 
 class CudaEvent final : public BackendEvent {
@@ -261,6 +268,13 @@ class CudaEvent final : public BackendEvent {
 
 // Every BackendStream/BackendEvent the server hands back was made by this backend.
 CudaStream& as_cuda(BackendStream& s) noexcept { return static_cast<CudaStream&>(s); }
+// The stream that the caller is about to enqueue work on (copies, memsets, event
+// records and waits, stream-ordered allocations, launches): no longer known idle.
+CudaStream& enqueue_on(BackendStream& bs) noexcept {
+  CudaStream& s = as_cuda(bs);
+  s.set_idle(false);
+  return s;
+}
 CudaEvent& as_cuda(BackendEvent& e) noexcept { return static_cast<CudaEvent&>(e); }
 
 void* host_pointer(uint64_t address) noexcept { return reinterpret_cast<void*>(static_cast<uintptr_t>(address)); }
@@ -340,7 +354,7 @@ class CudaBackend final : public Backend {
   }
 
   Status mem_alloc_async(BackendStream& bs, uint64_t size, DeviceAddress& out) override {
-    CudaStream& s = as_cuda(bs);
+    CudaStream& s = enqueue_on(bs);
     if (Status st = s_->bind(s.device()); !ok(st)) return st;
     out = 0;
     if (size == 0) return Status::Success;
@@ -351,7 +365,7 @@ class CudaBackend final : public Backend {
   }
 
   Status mem_free_async(BackendStream& bs, DeviceAddress address) override {
-    CudaStream& s = as_cuda(bs);
+    CudaStream& s = enqueue_on(bs);
     if (Status st = s_->bind(s.device()); !ok(st)) return st;
     if (address == 0) return Status::Success;
     return FUNNEL_CU(s_->drv, cuMemFreeAsync, device_pointer(address), s.handle());
@@ -409,7 +423,7 @@ class CudaBackend final : public Backend {
   }
 
   Status copy(BackendStream& bs, const CopyDesc& c) override {
-    CudaStream& s = as_cuda(bs);
+    CudaStream& s = enqueue_on(bs);
     if (Status st = s_->bind(s.device()); !ok(st)) return st;
     if (c.width == 0 || c.height == 0) return Status::Success;
     const Driver& d = s_->drv;
@@ -456,7 +470,7 @@ class CudaBackend final : public Backend {
 
   Status memset(BackendStream& bs, DeviceAddress dst, uint64_t pitch, uint64_t width, uint64_t height,
                 uint8_t value) override {
-    CudaStream& s = as_cuda(bs);
+    CudaStream& s = enqueue_on(bs);
     if (Status st = s_->bind(s.device()); !ok(st)) return st;
     if (width == 0 || height == 0) return Status::Success;
     if (height == 1) {
@@ -466,7 +480,7 @@ class CudaBackend final : public Backend {
   }
 
   Status record(BackendEvent& be, BackendStream& bs) override {
-    CudaStream& s = as_cuda(bs);
+    CudaStream& s = enqueue_on(bs);
     CudaEvent& e = as_cuda(be);
     // cuEventRecord needs the event and the stream in one context.
     if (e.device() != s.device()) return Status::InvalidResourceHandle;
@@ -476,7 +490,7 @@ class CudaBackend final : public Backend {
 
   // The event may belong to another device: cuStreamWaitEvent allows that.
   Status wait(BackendStream& bs, BackendEvent& be) override {
-    CudaStream& s = as_cuda(bs);
+    CudaStream& s = enqueue_on(bs);
     if (Status st = s_->bind(s.device()); !ok(st)) return st;
     return FUNNEL_CU(s_->drv, cuStreamWaitEvent, s.handle(), as_cuda(be).handle(), CU_EVENT_WAIT_DEFAULT);
   }
@@ -489,8 +503,11 @@ class CudaBackend final : public Backend {
 
   Status query(BackendStream& bs) override {
     CudaStream& s = as_cuda(bs);
+    if (s.known_idle()) return Status::Success;
     if (Status st = s_->bind(s.device()); !ok(st)) return st;
-    return FUNNEL_CU(s_->drv, cuStreamQuery, s.handle());
+    const Status st = FUNNEL_CU(s_->drv, cuStreamQuery, s.handle());
+    if (st == Status::Success) s.set_idle(true);
+    return st;
   }
 
   Status elapsed_ms(BackendEvent& start, BackendEvent& end, float& ms) override {

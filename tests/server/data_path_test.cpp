@@ -227,5 +227,38 @@ TEST_F(ServerTest, StatsCountPerClient) {
     EXPECT_TRUE(ca.contains(k)) << k;
 }
 
+// EventRecord with a state slot: the stream itself stores the generation into the
+// channel's event state word once it reaches the record (the client's no-round-trip
+// completion check), not before the work ahead of it; a slot out of range is refused.
+TEST_F(ServerTest, EventRecordStoresItsGenerationWhenTheStreamGetsThere) {
+  start_server();
+  TestClient c(run_dir_);
+  ASSERT_TRUE(c.ok());
+  const uint32_t slots = c.view().header().event_slots;
+  ASSERT_GT(slots, 1u);
+  Gate gate(c);
+  c.create_stream(6);
+  c.create_event(40, ipc::kEventDisableTiming);
+  auto& word = c.view().event_state(slots - 1);
+  EXPECT_EQ(word.load(), 0u);
+  gate.close();
+  gate.hold(6);
+  c.post(Opcode::EventRecord, ipc::EventRecordCmd{40, 0, slots - 1, 7, 0}, 6);
+  EXPECT_EQ(c.call(Opcode::Fence).status, Status::Success);  // the record was processed
+  EXPECT_EQ(gate.gate_state(), Status::NotReady) << "the gate opened too early for this test";
+  EXPECT_EQ(word.load(), 0u) << "stored before the stream reached the record";
+  EXPECT_EQ(c.on_stream(Opcode::StreamSynchronize, 6).status, Status::Success);
+  EXPECT_EQ(word.load(), 7u);
+  // Re-recorded on an idle stream: the next generation lands too.
+  c.post(Opcode::EventRecord, ipc::EventRecordCmd{40, 0, slots - 1, 8, 0}, 6);
+  EXPECT_EQ(c.on_stream(Opcode::StreamSynchronize, 6).status, Status::Success);
+  EXPECT_EQ(word.load(), 8u);
+  // Out of range: refused with InvalidValue at the next synchronising call; nothing stored.
+  c.post(Opcode::EventRecord, ipc::EventRecordCmd{40, 0, slots, 9, 0}, 6);
+  EXPECT_EQ(c.call(Opcode::Fence).status, Status::Success);
+  EXPECT_EQ(c.take_deferred(), static_cast<int32_t>(Status::InvalidValue));
+  EXPECT_EQ(word.load(), 8u);
+}
+
 }  // namespace
 }  // namespace funnel::test

@@ -60,7 +60,7 @@ TEST_F(ServerTest, BadCommandsAreRejectedAndOthersKeepWorking) {
   EXPECT_EQ(bad.take_deferred(), static_cast<int32_t>(Status::InvalidValue));
   // First error wins until taken.
   bad.post(Opcode::Memset, ipc::MemsetCmd{mine, 16, 16, 1, 0, 0}, 77);  // unknown stream
-  bad.post(Opcode::EventRecord, ipc::EventCmd{1234, 0, 0});              // unknown event
+  bad.post(Opcode::EventRecord, ipc::EventRecordCmd{1234, 0, ipc::kNoEventSlot, 0, 0});              // unknown event
   EXPECT_EQ(bad.call(Opcode::Fence).status, Status::Success);
   EXPECT_EQ(bad.take_deferred(), static_cast<int32_t>(Status::InvalidResourceHandle));
   // Bad device index.

@@ -157,7 +157,7 @@ void TestClient::d2h(void* dst, uint64_t src, uint64_t n, uint64_t stream) {
 
 void TestClient::create_stream(uint64_t id, uint32_t flags) { post(Opcode::StreamCreate, ipc::StreamCreateCmd{id, flags, 0}); }
 void TestClient::create_event(uint64_t id, uint32_t flags) { post(Opcode::EventCreate, ipc::EventCreateCmd{id, flags, 0}); }
-void TestClient::record(uint64_t event, uint64_t stream) { post(Opcode::EventRecord, ipc::EventCmd{event, 0, 0}, stream); }
+void TestClient::record(uint64_t event, uint64_t stream) { post(Opcode::EventRecord, ipc::EventRecordCmd{event, 0, ipc::kNoEventSlot, 0, 0}, stream); }
 Status TestClient::sync_device() { return call(Opcode::DeviceSynchronize).status; }
 
 void TestClient::detach() {

@@ -1,5 +1,6 @@
 // Events.  Ids are chosen here, so creation, record and destroy are one-way.
 #include <bit>
+#include <chrono>
 
 #include "api.hpp"
 
@@ -16,9 +17,15 @@ cudaError_t create_event(cudaEvent_t* out, unsigned flags) {
   Runtime& rt = Runtime::get();
   if (cudaError_t e = to_cuda(rt.ready()); e != cudaSuccess) return e;
   auto* ev = new EventObj{rt.next_event_id.fetch_add(1), current_device(), flags};
+  {
+    std::lock_guard lk(rt.tables_mu);
+    ev->state_slot = rt.acquire_event_slot_locked();
+  }
   funnel::ipc::EventCreateCmd c{ev->id, flags & (funnel::ipc::kEventBlockingSync | funnel::ipc::kEventDisableTiming),
                                 0};
   if (cudaError_t e = to_cuda(rt.post(Opcode::EventCreate, ev->device, 0, &c, sizeof c)); e != cudaSuccess) {
+    std::lock_guard lk(rt.tables_mu);
+    rt.release_event_slot_locked(ev->state_slot);
     delete ev;
     return e;
   }
@@ -28,34 +35,61 @@ cudaError_t create_event(cudaEvent_t* out, unsigned flags) {
   return cudaSuccess;
 }
 
-// The event's id and device, or false for an unknown handle.
-bool lookup(cudaEvent_t event, uint64_t& id, int& device) {
+// What a call needs of an event, copied under the table lock; false for an unknown handle.
+struct EventRef {
+  uint64_t id = 0;
+  int device = 0;
+  unsigned flags = 0;
+  uint32_t slot = funnel::ipc::kNoEventSlot;
+  uint32_t generation = 0;
+};
+bool lookup(cudaEvent_t event, EventRef& out, bool new_record = false) {
   Runtime& rt = Runtime::get();
   auto* ev = reinterpret_cast<EventObj*>(event);
   std::lock_guard lk(rt.tables_mu);
   if (!rt.events.contains(ev)) return false;
-  id = ev->id;
-  device = ev->device;
+  if (new_record && ev->state_slot != funnel::ipc::kNoEventSlot)
+    ev->generation = rt.next_generation_locked(ev->state_slot);
+  out = EventRef{ev->id, ev->device, ev->flags, ev->state_slot, ev->generation};
   return true;
 }
 
 cudaError_t record_event(cudaEvent_t event, cudaStream_t stream, unsigned flags, bool ptds) {
   StreamRef ref;
   if (cudaError_t e = resolve_stream(stream, ptds, ref); e != cudaSuccess) return e;
-  uint64_t id = 0;
-  int dev = 0;
-  if (!lookup(event, id, dev)) return cudaErrorInvalidResourceHandle;
-  EventCmd c{id, flags, 0};
+  EventRef ev;
+  if (!lookup(event, ev, true)) return cudaErrorInvalidResourceHandle;
+  funnel::ipc::EventRecordCmd c{ev.id, flags, ev.slot, ev.generation, 0};
   return to_cuda(Runtime::get().post(Opcode::EventRecord, ref.device, ref.id, &c, sizeof c));
 }
 
+// Whether the GPU already stored the event's last record generation (wrapping compare:
+// a late store of an older record, even of an earlier event of the slot, is not newer).
+bool completed_locally(const EventRef& ev) {
+  if (ev.slot == funnel::ipc::kNoEventSlot || ev.generation == 0) return false;
+  const uint32_t seen = Runtime::get().view().event_state(ev.slot).load(std::memory_order_acquire);
+  return static_cast<int32_t>(seen - ev.generation) >= 0;
+}
+
+// cudaEventSynchronize / cudaEventQuery.  A completed event is seen in the channel's
+// event state word without a round trip; otherwise the server answers (it also reports
+// a failed stream, whose store never comes).  Synchronize polls the word for a while
+// first, as the CUDA runtime spins, unless the event was made with cudaEventBlockingSync.
 cudaError_t event_call(cudaEvent_t event, Opcode op) {
   if (cudaError_t e = attach(); e != cudaSuccess) return e;
-  uint64_t id = 0;
-  int dev = 0;
-  if (!lookup(event, id, dev)) return cudaErrorInvalidResourceHandle;
-  EventCmd c{id, 0, 0};
-  return to_cuda(Runtime::get().call(op, dev, 0, &c, sizeof c));
+  EventRef ev;
+  if (!lookup(event, ev)) return cudaErrorInvalidResourceHandle;
+  Runtime& rt = Runtime::get();
+  bool done = completed_locally(ev);
+  if (!done && op == Opcode::EventSynchronize && ev.generation != 0 && (ev.flags & cudaEventBlockingSync) == 0)
+    done = funnel::ipc::spin_until([&] { return completed_locally(ev) || rt.gone(); }, std::chrono::milliseconds(2)) &&
+           completed_locally(ev);
+  if (done) {
+    if (cudaError_t e = attach(); e != cudaSuccess) return e;  // sticky error or server gone
+    return to_cuda(rt.take_deferred());
+  }
+  EventCmd c{ev.id, 0, 0};
+  return to_cuda(rt.call(op, ev.device, 0, &c, sizeof c));
 }
 
 }  // namespace
@@ -89,12 +123,11 @@ FUNNEL_API cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEv
   return guarded(__func__, [&] {
     if (ms == nullptr) return cudaErrorInvalidValue;
     if (cudaError_t e = attach(); e != cudaSuccess) return e;
-    uint64_t a = 0, b = 0;
-    int da = 0, db = 0;
-    if (!lookup(start, a, da) || !lookup(end, b, db)) return cudaErrorInvalidResourceHandle;
-    funnel::ipc::EventPairCmd c{a, b};
+    EventRef a, b;
+    if (!lookup(start, a) || !lookup(end, b)) return cudaErrorInvalidResourceHandle;
+    funnel::ipc::EventPairCmd c{a.id, b.id};
     Reply r;
-    const cudaError_t e = to_cuda(Runtime::get().call(Opcode::EventElapsedTime, da, 0, &c, sizeof c, &r));
+    const cudaError_t e = to_cuda(Runtime::get().call(Opcode::EventElapsedTime, a.device, 0, &c, sizeof c, &r));
     if (e == cudaSuccess) *ms = std::bit_cast<float>(static_cast<uint32_t>(r.value[0]));
     return e;
   });
@@ -108,6 +141,7 @@ FUNNEL_API cudaError_t cudaEventDestroy(cudaEvent_t event) {
     {
       std::lock_guard lk(rt.tables_mu);
       if (rt.events.erase(ev) == 0) return cudaErrorInvalidResourceHandle;
+      rt.release_event_slot_locked(ev->state_slot);
     }
     EventCmd c{ev->id, 0, 0};
     const int dev = ev->device;

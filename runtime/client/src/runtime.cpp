@@ -324,6 +324,29 @@ void Runtime::release_staging(int slot) noexcept {
   stage_cv_.notify_one();
 }
 
+uint32_t Runtime::acquire_event_slot_locked() noexcept {
+  const uint32_t n = view_.header().event_slots;
+  if (slot_generation_.size() != n) {
+    slot_generation_.assign(n, 0);
+    free_event_slots_.clear();
+    for (uint32_t i = n; i-- > 0;) free_event_slots_.push_back(i);
+  }
+  if (free_event_slots_.empty()) return ipc::kNoEventSlot;
+  const uint32_t s = free_event_slots_.back();
+  free_event_slots_.pop_back();
+  return s;
+}
+
+void Runtime::release_event_slot_locked(uint32_t slot) noexcept {
+  if (slot < slot_generation_.size()) free_event_slots_.push_back(slot);
+}
+
+uint32_t Runtime::next_generation_locked(uint32_t slot) noexcept {
+  uint32_t& g = slot_generation_[slot];
+  if (++g == 0) ++g;  // 0 means "never recorded"
+  return g;
+}
+
 Classified Runtime::classify(const void* p) noexcept {
   const auto a = reinterpret_cast<uintptr_t>(p);
   std::lock_guard lk(tables_mu);

@@ -52,6 +52,8 @@ struct EventObj {
   uint64_t id;
   int device;
   unsigned flags;
+  uint32_t state_slot = ipc::kNoEventSlot;  // event state word the GPU stores into (tables_mu)
+  uint32_t generation = 0;                  // of the last record; 0: never recorded (tables_mu)
 };
 
 // Where a pointer lives, by the client's own maps.
@@ -113,6 +115,12 @@ class Runtime {
   std::atomic<uint64_t> next_event_id{1};
   std::atomic<uint64_t> next_pinned_hint{0};
 
+  // Event state words (channel.md, "Events"), under tables_mu.  A slot's generations
+  // only grow, across the events that use it in turn.
+  uint32_t acquire_event_slot_locked() noexcept;  // kNoEventSlot when all are taken
+  void release_event_slot_locked(uint32_t slot) noexcept;
+  uint32_t next_generation_locked(uint32_t slot) noexcept;
+
   Classified classify(const void* p) noexcept;  // takes tables_mu
   // The device allocation containing [addr, addr+len), if any.
   std::optional<DeviceAlloc> device_range(uint64_t addr, uint64_t len) noexcept;
@@ -151,6 +159,8 @@ class Runtime {
   std::vector<bool> stage_taken_;
   size_t stage_cursor_ = 0;  // where the next search for a slot starts (round robin)
 
+  std::vector<uint32_t> free_event_slots_;  // tables_mu
+  std::vector<uint32_t> slot_generation_;   // tables_mu
   std::once_flag copier_once_;
   std::unique_ptr<ParallelCopy> copier_;
 };

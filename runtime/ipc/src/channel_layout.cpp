@@ -21,6 +21,7 @@ bool layout(const ChannelGeometry& g, ChannelHeader& h) noexcept {
   if (g.staging_slot_size < kPage || g.staging_slot_size % kPage != 0 || g.staging_slot_size > (uint64_t{1} << 30))
     return false;
   if (g.device_count > kMaxDevices) return false;
+  if (g.event_slots == 0 || g.event_slots > kMaxEventSlots) return false;
 
   h = ChannelHeader{};
   h.magic = kChannelMagic;
@@ -39,6 +40,9 @@ bool layout(const ChannelGeometry& g, ChannelHeader& h) noexcept {
   h.ring_offset = off;
   h.ring_capacity = g.ring_capacity;
   off = align_up(off + g.ring_capacity, kPage);
+  h.event_states_offset = off;
+  h.event_slots = g.event_slots;
+  off = align_up(off + uint64_t{g.event_slots} * sizeof(uint32_t), kPage);
   h.staging_offset = off;
   h.staging_slot_size = g.staging_slot_size;
   off += uint64_t{g.staging_slots} * g.staging_slot_size;
@@ -57,12 +61,13 @@ bool validate_header(const ChannelHeader& h, uint64_t mapped_size, const char** 
   if (h.reply_slots == 0 || h.reply_slots > kMaxReplySlots) return fail("reply slot count out of range");
   if (h.staging_slots < 2 || h.staging_slots > kMaxStagingSlots) return fail("staging slot count out of range");
   if (h.device_count > kMaxDevices) return fail("device count out of range");
+  if (h.event_slots == 0 || h.event_slots > kMaxEventSlots) return fail("event slot count out of range");
   if (!std::has_single_bit(h.ring_capacity) || h.ring_capacity < 4 * kRecordAlign)
     return fail("ring capacity is not a power of two");
   if (h.staging_slot_size == 0 || h.staging_slot_size > (uint64_t{1} << 30)) return fail("staging slot size out of range");
 
   struct Region { uint64_t off, len; };
-  const std::array<Region, 7> regions{{
+  const std::array<Region, 8> regions{{
       {0, sizeof(ChannelHeader)},
       {h.control_offset, sizeof(RingControl)},
       {h.completion_offset, sizeof(Completion)},
@@ -70,6 +75,7 @@ bool validate_header(const ChannelHeader& h, uint64_t mapped_size, const char** 
       {h.staging_state_offset, uint64_t{h.staging_slots} * kStagingStateStride},
       {h.devices_offset, uint64_t{h.device_count} * sizeof(DeviceRecord)},
       {h.ring_offset, h.ring_capacity},
+      {h.event_states_offset, uint64_t{h.event_slots} * sizeof(uint32_t)},
   }};
   const Region staging{h.staging_offset, uint64_t{h.staging_slots} * h.staging_slot_size};
   auto inside = [&](const Region& r) { return r.off <= mapped_size && r.len <= mapped_size - r.off; };

@@ -22,7 +22,7 @@ ClientSession::ClientSession(uint32_t id, ipc::UniqueFd fd, const ipc::HelloMsg&
 ClientSession::~ClientSession() {
   request_stop(false);
   join();
-  if (registered_ && channel_) shared_.backend->host_unregister(view_.staging(0));
+  if (registered_ && channel_) shared_.backend->host_unregister(registered_base());
   if (phase_ == Phase::AwaitMapped && !channel_path_.empty()) ::unlink(channel_path_.c_str());
 }
 
@@ -62,11 +62,14 @@ void ClientSession::create_channel(const ChannelSpec& spec) {
   for (uint32_t i = 0; i < h.staging_slots; ++i)
     view_.staging_state(i).store(static_cast<uint32_t>(ipc::StagingState::Free));
   for (uint32_t d = 0; d < h.device_count; ++d) spec.backend->describe(static_cast<int>(d), view_.devices()[d]);
-  const Status st = spec.backend->host_register(view_.staging(0), uint64_t{h.staging_slots} * h.staging_slot_size);
+  for (uint32_t i = 0; i < h.event_slots; ++i) view_.event_state(i).store(0);
+  // One registration covers the event state words and the staging area after them: the
+  // GPU writes the former and DMAs to and from the latter.
+  const Status st = spec.backend->host_register(registered_base(), h.segment_size - h.event_states_offset);
   if (st != Status::Success) {
     ::unlink(path.c_str());
-    throw std::runtime_error(fmt::format("cannot register the staging area with the driver (status {})",
-                                         static_cast<int>(st)));
+    throw std::runtime_error(fmt::format(
+        "cannot register the event states and staging area with the driver (status {})", static_cast<int>(st)));
   }
   registered_ = true;
 }

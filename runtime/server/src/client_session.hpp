@@ -65,6 +65,8 @@ class ClientSession {
   ipc::MappedFile channel_;
   ipc::ChannelView view_;
   bool registered_ = false;
+  // Start of the driver-registered part of the channel: event states, then staging.
+  void* registered_base() const noexcept { return view_.base() + view_.header().event_states_offset; }
   Phase phase_ = Phase::AwaitMapped;
   std::unique_ptr<Worker> worker_;
   std::thread thread_;

@@ -389,15 +389,22 @@ Status Worker::event_destroy(const ipc::CommandHeader& h, const ipc::EventCmd& c
   return Status::Success;
 }
 
-Status Worker::event_record(const ipc::CommandHeader& h, const ipc::EventCmd& c) {
+Status Worker::event_record(const ipc::CommandHeader& h, const ipc::EventRecordCmd& c) {
   EventEntry* e = find_event(c.event_id);
   if (e == nullptr) return Status::InvalidResourceHandle;
+  if (c.state_slot != ipc::kNoEventSlot && c.state_slot >= view_.header().event_slots) return Status::InvalidValue;
   Status st;
   StreamEntry* s = streams_.find(h.stream, h.device, st);
   if (s == nullptr) return st;
   if (s->device != e->device) return Status::InvalidResourceHandle;
   if (st = streams_.before_work(*s); st != Status::Success) return st;
   if (st = backend_.record(*e->event, *s->stream); st != Status::Success) return st;
+  if (c.state_slot != ipc::kNoEventSlot) {
+    // The client then sees the completion in its own memory.  Where the device cannot
+    // write, the word stays behind and the client asks the server (EventQuery/Synchronize).
+    st = backend_.write_value(*s->stream, view_.event_state(c.state_slot), c.generation);
+    if (st != Status::Success && st != Status::NotSupported) return st;
+  }
   streams_.after_work(*s);
   e->recorded = true;
   answer(h);

@@ -168,6 +168,9 @@ struct Device {
   int ordinal = 0;  // CUDA ordinal (as this process's driver numbers devices)
   CUdevice handle = 0;
   CUcontext context = nullptr;
+  // CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM: registered host memory
+  // has the same address on the GPU (write_value needs it; without it, clients ask).
+  bool host_pointer_is_device_pointer = false;
 };
 
 // What streams and events need after the backend is gone: they share ownership of it, so
@@ -488,6 +491,17 @@ class CudaBackend final : public Backend {
     return FUNNEL_CU(s_->drv, cuEventRecord, e.handle(), s.handle());
   }
 
+  Status write_value(BackendStream& bs, std::atomic<uint32_t>& word, uint32_t value) override {
+    CudaStream& s = enqueue_on(bs);
+    const auto dev = static_cast<size_t>(s.device());
+    if (dev >= s_->devices.size()) return Status::InvalidDevice;
+    if (!s_->devices[dev].host_pointer_is_device_pointer) return Status::NotSupported;
+    if (Status st = s_->bind(s.device()); !ok(st)) return st;
+    // CU_STREAM_WRITE_VALUE_DEFAULT: a fence orders the earlier work's writes before it.
+    return FUNNEL_CU(s_->drv, cuStreamWriteValue32, s.handle(), reinterpret_cast<CUdeviceptr>(&word), value,
+                     CU_STREAM_WRITE_VALUE_DEFAULT);
+  }
+
   // The event may belong to another device: cuStreamWaitEvent allows that.
   Status wait(BackendStream& bs, BackendEvent& be) override {
     CudaStream& s = enqueue_on(bs);
@@ -603,6 +617,10 @@ std::unique_ptr<Backend> make_cuda_backend(const std::vector<int>& devices) {
            "Check nvidia-smi");
     }
     dev.context = ctx;
+    int same_address = 0;
+    if (ok(FUNNEL_CU(d, cuDeviceGetAttribute, &same_address, CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM,
+                     dev.handle)))
+      dev.host_pointer_is_device_pointer = same_address != 0;
     shared->devices.push_back(dev);  // from here on ~Shared releases it
   }
 

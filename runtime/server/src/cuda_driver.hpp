@@ -51,6 +51,7 @@ inline constexpr int kDriverApiVersion = 13000;  // CUDA 13.0
   X(cuEventCreate, PFN_cuEventCreate_v2000)                             \
   X(cuEventDestroy, PFN_cuEventDestroy_v4000)                           \
   X(cuEventRecord, PFN_cuEventRecord_v2000)                             \
+  X(cuStreamWriteValue32, PFN_cuStreamWriteValue32_v11070)              \
   X(cuEventQuery, PFN_cuEventQuery_v2000)                               \
   X(cuEventElapsedTime, PFN_cuEventElapsedTime_v12080)                  \
   X(cuMemcpyHtoDAsync, PFN_cuMemcpyHtoDAsync_v3020)                     \

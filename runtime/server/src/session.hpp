@@ -119,7 +119,7 @@ class Worker {
   Status stream_wait_event(const ipc::CommandHeader& h, const ipc::EventCmd& c);
   Status event_create(const ipc::CommandHeader& h, const ipc::EventCreateCmd& c);
   Status event_destroy(const ipc::CommandHeader& h, const ipc::EventCmd& c);
-  Status event_record(const ipc::CommandHeader& h, const ipc::EventCmd& c);
+  Status event_record(const ipc::CommandHeader& h, const ipc::EventRecordCmd& c);
   Status event_synchronize(const ipc::CommandHeader& h, const ipc::EventCmd& c);
   Status event_query(const ipc::CommandHeader& h, const ipc::EventCmd& c);
   Status event_elapsed(const ipc::CommandHeader& h, const ipc::EventPairCmd& c);

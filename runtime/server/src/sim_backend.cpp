@@ -309,6 +309,11 @@ class SimBackend final : public Backend {
     return Status::Success;
   }
 
+  Status write_value(BackendStream& s, std::atomic<uint32_t>& word, uint32_t value) override {
+    stream(s).enqueue([&word, value] { word.store(value, std::memory_order_release); });
+    return Status::Success;
+  }
+
   Status wait(BackendStream& s, BackendEvent& e) override {
     auto st = event(e).st_;
     uint64_t gen;

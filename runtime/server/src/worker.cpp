@@ -168,7 +168,7 @@ Status Worker::dispatch(const ipc::CommandHeader& h, const std::byte* p) {
     case Opcode::StreamWaitEvent: return stream_wait_event(h, payload_as<ipc::EventCmd>(p));
     case Opcode::EventCreate: return event_create(h, payload_as<ipc::EventCreateCmd>(p));
     case Opcode::EventDestroy: return event_destroy(h, payload_as<ipc::EventCmd>(p));
-    case Opcode::EventRecord: return event_record(h, payload_as<ipc::EventCmd>(p));
+    case Opcode::EventRecord: return event_record(h, payload_as<ipc::EventRecordCmd>(p));
     case Opcode::EventSynchronize: return event_synchronize(h, payload_as<ipc::EventCmd>(p));
     case Opcode::EventQuery: return event_query(h, payload_as<ipc::EventCmd>(p));
     case Opcode::EventElapsedTime: return event_elapsed(h, payload_as<ipc::EventPairCmd>(p));

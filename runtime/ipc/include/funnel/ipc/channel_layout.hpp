@@ -18,9 +18,10 @@
 namespace funnel::ipc {
 
 inline constexpr uint64_t kChannelMagic = 0x31434e4c4e4e5546ull;  // "FUNNLNC1"
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;
 inline constexpr uint32_t kRecordAlign = 64;  // ring records are multiples of this
 inline constexpr uint32_t kMaxReplySlots = 256;
+inline constexpr uint32_t kMaxEventSlots = 65536;
 inline constexpr uint32_t kMaxStagingSlots = 16;
 inline constexpr uint32_t kMaxDevices = 16;
 inline constexpr uint32_t kMaxDeviceAttributes = 256;  // > cudaDevAttrMax, CU_DEVICE_ATTRIBUTE_MAX
@@ -49,6 +50,13 @@ struct ChannelHeader {
   uint32_t staging_slots;
   uint32_t device_count;
   int32_t server_pid;
+  // Event state words (std::atomic<uint32_t>[event_slots], page-aligned, just before the
+  // staging area so that one driver registration covers both): the GPU itself stores an
+  // event's record generation there when the stream reaches the record, so the client
+  // sees completed events without a round trip.
+  uint64_t event_states_offset;
+  uint32_t event_slots;
+  uint32_t reserved;
 };
 static_assert(std::is_trivially_copyable_v<ChannelHeader>);
 
@@ -108,6 +116,7 @@ struct ChannelGeometry {
   uint32_t staging_slots = 4;
   uint64_t staging_slot_size = 2u << 20;
   uint32_t device_count = 1;
+  uint32_t event_slots = 1024;
 };
 
 // Fills every offset and size of `h` from `g`; returns false if `g` is out of range.
@@ -135,6 +144,9 @@ class ChannelView {
   }
   std::byte* staging(uint32_t i) const noexcept { return base_ + h_.staging_offset + uint64_t{i} * h_.staging_slot_size; }
   DeviceRecord* devices() const noexcept { return at<DeviceRecord>(h_.devices_offset); }
+  std::atomic<uint32_t>& event_state(uint32_t i) const noexcept {
+    return at<std::atomic<uint32_t>>(h_.event_states_offset)[i];
+  }
   std::byte* ring() const noexcept { return base_ + h_.ring_offset; }
 
  private:

@@ -32,7 +32,7 @@ enum class Opcode : uint16_t {
   StreamWaitEvent = 24,    // EventCmd, one-way
   EventCreate = 30,        // EventCreateCmd, one-way
   EventDestroy = 31,       // EventCmd, one-way
-  EventRecord = 32,        // EventCmd on header.stream, one-way
+  EventRecord = 32,        // EventRecordCmd on header.stream, one-way
   EventSynchronize = 33,   // EventCmd -> reply when the event completed
   EventQuery = 34,         // EventCmd -> Success or NotReady
   EventElapsedTime = 35,   // EventPairCmd -> value[0] = bit pattern of a float (ms)
@@ -110,6 +110,11 @@ inline constexpr uint32_t kEventDisableTiming = 0x2;
 struct EventCreateCmd { uint64_t event_id; uint32_t flags; uint32_t reserved; };
 struct EventCmd { uint64_t event_id; uint32_t flags; uint32_t reserved; };
 struct EventPairCmd { uint64_t start_id; uint64_t end_id; };
+// The stream stores `generation` into event state word `state_slot` once it reaches the
+// record (kNoEventSlot: none).  Generations of one slot only grow (wrapping), across
+// the events that use it in turn, so a late store from an earlier user never looks newer.
+inline constexpr uint32_t kNoEventSlot = 0xffffffffu;
+struct EventRecordCmd { uint64_t event_id; uint32_t flags; uint32_t state_slot; uint32_t generation; uint32_t reserved; };
 
 struct LimitCmd { uint32_t limit; uint32_t reserved; uint64_t value; };
 
@@ -128,7 +133,8 @@ constexpr int64_t payload_size(Opcode op) noexcept {
     case Opcode::StreamDestroy: case Opcode::StreamSynchronize: case Opcode::StreamQuery: return 0;
     case Opcode::StreamWaitEvent: return sizeof(EventCmd);
     case Opcode::EventCreate: return sizeof(EventCreateCmd);
-    case Opcode::EventDestroy: case Opcode::EventRecord: case Opcode::EventSynchronize:
+    case Opcode::EventRecord: return sizeof(EventRecordCmd);
+    case Opcode::EventDestroy: case Opcode::EventSynchronize:
     case Opcode::EventQuery: return sizeof(EventCmd);
     case Opcode::EventElapsedTime: return sizeof(EventPairCmd);
     case Opcode::DeviceSynchronize: case Opcode::DeviceReset: return 0;

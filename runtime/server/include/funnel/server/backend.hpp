@@ -7,6 +7,7 @@
 // stream operation is asynchronous and runs in stream order.  Status values are
 // CUDA runtime error numbers; a sticky one (ipc::is_sticky) poisons the device.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -82,6 +83,10 @@ class Backend {
   virtual Status memset(BackendStream& s, DeviceAddress dst, uint64_t pitch, uint64_t width, uint64_t height,
                         uint8_t value) = 0;
   virtual Status record(BackendEvent& e, BackendStream& s) = 0;
+  // Stores `value` into a 32-bit word of registered host memory (see host_register) once
+  // the stream's earlier work has completed, with a fence before it: the GPU tells a
+  // client directly that it got there.  NotSupported where the device cannot.
+  virtual Status write_value(BackendStream& s, std::atomic<uint32_t>& word, uint32_t value) = 0;
   virtual Status wait(BackendStream& s, BackendEvent& e) = 0;
 
   // Success when everything before the event's last record (or in the stream) has

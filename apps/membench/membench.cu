@@ -193,6 +193,25 @@ int main(int argc, char** argv) {
     emit_us("event_record_sync", median(t));
     CK(cudaEventDestroy(ev));
   }
+  {  // cudaEventQuery of a completed event: a polling loop's steady state
+    cudaEvent_t ev;
+    CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    CK(cudaEventRecord(ev, s));
+    while (cudaEventQuery(ev) == cudaErrorNotReady) {
+    }
+    CK(cudaEventRecord(ev, s));
+    CK(cudaEventSynchronize(ev));
+    for (int w = 0; w < 100; ++w) CK(cudaEventQuery(ev));
+    std::vector<double> t;
+    t.reserve(size_t(sync_iters));
+    for (int i = 0; i < sync_iters; ++i) {
+      const auto t0 = Clock::now();
+      CK(cudaEventQuery(ev));
+      t.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    }
+    emit_us("event_query_done", median(t));
+    CK(cudaEventDestroy(ev));
+  }
 
   CK(cudaFree(dp));
   CK(cudaFreeHost(hp));

@@ -221,37 +221,37 @@ int main(int argc, char** argv) {
     EXPECT_OK(b->synchronize(*s));
     EXPECT(word->load() == 41u);
     using C = std::chrono::steady_clock;
-    auto med = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      return v[v.size() / 2];
+    auto med = [](std::vector<double> xs) {
+      std::sort(xs.begin(), xs.end());
+      return xs[xs.size() / 2];
     };
-    std::vector<double> rec, wv, q_rec, seen_ev, seen_word;
+    std::vector<double> t_rec, t_wv, seen_ev, seen_word;
     for (uint32_t i = 1; i <= 2000; ++i) {
-      auto t0 = C::now();
+      const auto a0 = C::now();
       EXPECT_OK(b->record(*e, *s));
-      auto t1 = C::now();
+      const auto a1 = C::now();
       EXPECT_OK(b->write_value(*s, *word, 100 + i));
-      auto t2 = C::now();
+      const auto a2 = C::now();
       bool ev_done = false, word_done = false;
       double ev_at = 0, word_at = 0;
       while (!ev_done || !word_done) {
         if (!ev_done && b->query(*e) == Status::Success) {
           ev_done = true;
-          ev_at = std::chrono::duration<double, std::micro>(C::now() - t0).count();
+          ev_at = std::chrono::duration<double, std::micro>(C::now() - a0).count();
         }
         if (!word_done && word->load(std::memory_order_acquire) == 100 + i) {
           word_done = true;
-          word_at = std::chrono::duration<double, std::micro>(C::now() - t0).count();
+          word_at = std::chrono::duration<double, std::micro>(C::now() - a0).count();
         }
       }
-      rec.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-      wv.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
+      t_rec.push_back(std::chrono::duration<double, std::micro>(a1 - a0).count());
+      t_wv.push_back(std::chrono::duration<double, std::micro>(a2 - a1).count());
       seen_ev.push_back(ev_at);
       seen_word.push_back(word_at);
     }
     std::printf("timing: cuEventRecord %.3f us, cuStreamWriteValue32 %.3f us; from record: event done %.3f us, "
                 "word stored %.3f us\n",
-                med(rec), med(wv), med(seen_ev), med(seen_word));
+                med(t_rec), med(t_wv), med(seen_ev), med(seen_word));
   }
 
   EXPECT_OK(b->mem_free(0, d1));

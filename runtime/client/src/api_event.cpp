@@ -42,14 +42,21 @@ struct EventRef {
   uint32_t slot = funnel::ipc::kNoEventSlot;
   uint32_t generation = 0;
 };
-bool lookup(cudaEvent_t event, EventRef& out, bool new_record = false) {
+enum class Use { Plain, Record, Query };
+bool lookup(cudaEvent_t event, EventRef& out, Use use = Use::Plain) {
   Runtime& rt = Runtime::get();
   auto* ev = reinterpret_cast<EventObj*>(event);
   std::lock_guard lk(rt.tables_mu);
   if (!rt.events.contains(ev)) return false;
-  if (new_record && ev->state_slot != funnel::ipc::kNoEventSlot)
-    ev->generation = rt.next_generation_locked(ev->state_slot);
-  out = EventRef{ev->id, ev->device, ev->flags, ev->state_slot, ev->generation};
+  if (use == Use::Query) ev->polled = true;
+  if (use == Use::Record) {
+    // Only an event that the program polls asks for the GPU's store: the store costs the
+    // server a cuStreamWriteValue32 per record (doc/design/channel.md, "Event state words").
+    const bool store = ev->polled && ev->state_slot != funnel::ipc::kNoEventSlot;
+    ev->generation = store ? rt.next_generation_locked(ev->state_slot) : 0;
+  }
+  out = EventRef{ev->id, ev->device, ev->flags, ev->generation != 0 ? ev->state_slot : funnel::ipc::kNoEventSlot,
+                 ev->generation};
   return true;
 }
 
@@ -57,7 +64,7 @@ cudaError_t record_event(cudaEvent_t event, cudaStream_t stream, unsigned flags,
   StreamRef ref;
   if (cudaError_t e = resolve_stream(stream, ptds, ref); e != cudaSuccess) return e;
   EventRef ev;
-  if (!lookup(event, ev, true)) return cudaErrorInvalidResourceHandle;
+  if (!lookup(event, ev, Use::Record)) return cudaErrorInvalidResourceHandle;
   funnel::ipc::EventRecordCmd c{ev.id, flags, ev.slot, ev.generation, 0};
   return to_cuda(Runtime::get().post(Opcode::EventRecord, ref.device, ref.id, &c, sizeof c));
 }
@@ -78,7 +85,7 @@ bool completed_locally(const EventRef& ev) {
 cudaError_t event_call(cudaEvent_t event, Opcode op) {
   if (cudaError_t e = attach(); e != cudaSuccess) return e;
   EventRef ev;
-  if (!lookup(event, ev)) return cudaErrorInvalidResourceHandle;
+  if (!lookup(event, ev, op == Opcode::EventQuery ? Use::Query : Use::Plain)) return cudaErrorInvalidResourceHandle;
   Runtime& rt = Runtime::get();
   if (completed_locally(ev)) {
     if (cudaError_t e = attach(); e != cudaSuccess) return e;  // sticky error or server gone

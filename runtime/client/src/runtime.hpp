@@ -53,7 +53,8 @@ struct EventObj {
   int device;
   unsigned flags;
   uint32_t state_slot = ipc::kNoEventSlot;  // event state word the GPU stores into (tables_mu)
-  uint32_t generation = 0;                  // of the last record; 0: never recorded (tables_mu)
+  uint32_t generation = 0;  // of the last record if it asked for the store; else 0 (tables_mu)
+  bool polled = false;      // cudaEventQuery was called on it: its records ask for the store
 };
 
 // Where a pointer lives, by the client's own maps.

@@ -244,7 +244,7 @@ void Runtime::release_reply_slot(uint32_t s) noexcept {
 Status Runtime::wait_reply(uint32_t slot, uint64_t seq, Reply* reply) noexcept {
   auto& rs = view_.reply(slot);
   auto& c = view_.completion();
-  auto done = [&] { return rs.seq.load(std::memory_order_acquire) == seq; };
+  auto done = [&] { return rs.seq.load(std::memory_order_seq_cst) == seq; };  // seq_cst: see reply()
   const bool ok = ipc::wait_until(c.reply_epoch, done, [&] { return gone(); }, {.sleepers = &c.client_waiting});
   if (!ok) return Status::DevicesUnavailable;  // the slot stays taken: a late reply may still land in it
   Reply r;
@@ -258,6 +258,8 @@ Status Runtime::wait_reply(uint32_t slot, uint64_t seq, Reply* reply) noexcept {
 Status Runtime::take_deferred() noexcept {
   auto& c = view_.completion();
   if (int32_t sticky = c.sticky_error.load(); sticky != 0) return static_cast<Status>(sticky);
+  // A load first: an exchange would take the cache line from the server every call.
+  if (c.deferred_error.load(std::memory_order_acquire) == 0) return Status::Success;
   return static_cast<Status>(c.deferred_error.exchange(0));
 }
 

@@ -56,7 +56,6 @@ void ClientSession::create_channel(const ChannelSpec& spec) {
   c.client_waiting.store(0);
   c.deferred_error.store(0);
   c.sticky_error.store(0);
-  c.commands_done.store(0);
   c.server_state.store(static_cast<uint32_t>(ipc::ServerState::Running));
   for (uint32_t i = 0; i < h.reply_slots; ++i) view_.reply(i).seq.store(0);
   for (uint32_t i = 0; i < h.staging_slots; ++i)

@@ -64,7 +64,6 @@ void Worker::run() noexcept {
 }
 
 void Worker::serve() {
-  auto& completion = view_.completion();
   auto idle_since = Clock::now();
   while (!shared_.stop.load(std::memory_order_acquire)) {
     if (!pending_.empty() && poll_pending()) idle_since = Clock::now();
@@ -75,7 +74,6 @@ void Worker::serve() {
         ipc::CommandHeader h;
         std::memcpy(&h, record_.data(), sizeof h);
         execute(h, record_.data() + sizeof h);
-        completion.commands_done.store(h.seq, std::memory_order_release);
         add(counters_.commands, 1);
         idle_since = Clock::now();
         continue;
@@ -204,14 +202,17 @@ void Worker::reply(uint32_t slot, uint64_t seq, Status st, const std::array<uint
   auto& r = view_.reply(slot);
   r.status = static_cast<int32_t>(st);
   for (size_t i = 0; i < values.size(); ++i) r.value[i] = values[i];
-  r.seq.store(seq, std::memory_order_release);
+  r.seq.store(seq, std::memory_order_seq_cst);
   auto& c = view_.completion();
-  c.reply_epoch.fetch_add(1, std::memory_order_seq_cst);
-  // A futex wake is a system call (a third of an empty cudaStreamSynchronize's round trip
-  // on the H100 machine); only a client thread that went to sleep needs one.  Its
-  // client_waiting++ and our epoch++ are both seq_cst: either we see the sleeper here or
-  // it sees the new epoch (and the reply) before it sleeps.
-  if (c.client_waiting.load(std::memory_order_seq_cst) != 0) ipc::futex_wake_all(c.reply_epoch);
+  // Only a client thread that went to sleep needs the epoch bumped and a futex wake (a
+  // system call, a third of an empty cudaStreamSynchronize's round trip on the H100
+  // machine); a spinning one watches r.seq.  Dekker pairing (seq_cst): we store r.seq,
+  // then load client_waiting; the client increments client_waiting, then checks r.seq
+  // before it sleeps on the epoch.  One of us sees the other.
+  if (c.client_waiting.load(std::memory_order_seq_cst) != 0) {
+    c.reply_epoch.fetch_add(1, std::memory_order_seq_cst);
+    ipc::futex_wake_all(c.reply_epoch);
+  }
 }
 
 void Worker::answer(const ipc::CommandHeader& h, const std::array<uint64_t, 5>& values) {

@@ -67,19 +67,19 @@ struct alignas(64) RingControl {
   char pad0[56];
   std::atomic<uint64_t> head;  // written by the server (consumer)
   char pad1[56];
-  std::atomic<uint32_t> doorbell;           // client bumps after publishing; server sleeps on it
+  std::atomic<uint32_t> doorbell;           // client bumps after publishing if the server sleeps; it sleeps on it
   std::atomic<uint32_t> consumer_sleeping;  // server sets before sleeping
-  std::atomic<uint32_t> space;              // server bumps after consuming; a client waits here when full
+  std::atomic<uint32_t> space;              // server bumps after consuming if a producer waits (ring full)
   std::atomic<uint32_t> producer_waiting;   // a client sets before sleeping on `space`
 };
 
 // Server -> client state.
 struct alignas(64) Completion {
-  std::atomic<uint32_t> reply_epoch;    // futex word: bumped after every reply written
+  std::atomic<uint32_t> reply_epoch;    // futex word: bumped after a reply if a client thread sleeps
   std::atomic<uint32_t> client_waiting; // number of client threads asleep on reply_epoch (a hint)
   std::atomic<int32_t> deferred_error;  // first error of one-way work since the client last looked
   std::atomic<int32_t> sticky_error;    // context-poisoning error; never cleared for this client
-  std::atomic<uint64_t> commands_done;  // seq of the last command the server consumed
+  uint64_t reserved0;
   std::atomic<uint32_t> server_state;   // ServerState
   uint32_t reserved;
 };

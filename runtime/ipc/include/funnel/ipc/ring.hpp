@@ -39,12 +39,18 @@ class RingWriter {
   }
 
   // Makes the reserved record (and any Pad before it) visible to the server.
+  // The doorbell is rung only for a sleeping server: a spinning one watches `tail`, and
+  // every write to the doorbell's cache line would cost the round trip a line transfer.
+  // Dekker pairing (all seq_cst): we store tail, then load consumer_sleeping; the server
+  // stores consumer_sleeping, then loads tail before it sleeps.  One of us sees the other.
   void publish() noexcept {
     tail_ += reserved_;
     reserved_ = 0;
-    ctl_->tail.store(tail_, std::memory_order_release);
-    ctl_->doorbell.fetch_add(1, std::memory_order_seq_cst);
-    if (ctl_->consumer_sleeping.load(std::memory_order_seq_cst) != 0) futex_wake_all(ctl_->doorbell);
+    ctl_->tail.store(tail_, std::memory_order_seq_cst);
+    if (ctl_->consumer_sleeping.load(std::memory_order_seq_cst) != 0) {
+      ctl_->doorbell.fetch_add(1, std::memory_order_seq_cst);
+      futex_wake_all(ctl_->doorbell);
+    }
   }
 
  private:
@@ -53,7 +59,9 @@ class RingWriter {
     auto has_space = [&] { return tail_ + need - ctl_->head.load(std::memory_order_acquire) <= cap_; };
     if (has_space()) return true;
     ctl_->producer_waiting.store(1, std::memory_order_seq_cst);
-    const bool ok = wait_until(ctl_->space, has_space, give_up);
+    const bool ok = wait_until(ctl_->space, [&] {
+      return tail_ + need - ctl_->head.load(std::memory_order_seq_cst) <= cap_;
+    }, give_up);
     ctl_->producer_waiting.store(0, std::memory_order_relaxed);
     return ok;
   }
@@ -109,7 +117,7 @@ class RingReader {
     }
   }
 
-  bool empty() const noexcept { return ctl_->tail.load(std::memory_order_acquire) == head_; }
+  bool empty() const noexcept { return ctl_->tail.load(std::memory_order_seq_cst) == head_; }
 
   // Sleeps until the client rings the doorbell or `timeout` passes.
   void sleep(std::chrono::nanoseconds timeout) noexcept {
@@ -120,11 +128,15 @@ class RingReader {
   }
 
  private:
+  // Like publish(): `space` is bumped only for a waiting producer (it stores
+  // producer_waiting, then re-checks head before it sleeps).
   void advance(uint32_t n) noexcept {
     head_ += n;
-    ctl_->head.store(head_, std::memory_order_release);
-    ctl_->space.fetch_add(1, std::memory_order_seq_cst);
-    if (ctl_->producer_waiting.load(std::memory_order_seq_cst) != 0) futex_wake_all(ctl_->space);
+    ctl_->head.store(head_, std::memory_order_seq_cst);
+    if (ctl_->producer_waiting.load(std::memory_order_seq_cst) != 0) {
+      ctl_->space.fetch_add(1, std::memory_order_seq_cst);
+      futex_wake_all(ctl_->space);
+    }
   }
 
   RingControl* ctl_ = nullptr;

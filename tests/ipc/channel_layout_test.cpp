@@ -116,6 +116,14 @@ WATCHED_TEST(ChannelLayout, RejectsEveryKindOfCorruptHeader) {
       {"staging over the ring", [](ChannelHeader& h) { h.staging_offset = h.ring_offset; }, "overlap"},
       {"staging outside", [](ChannelHeader& h) { h.staging_offset = h.segment_size - 4096; }, "outside"},
       {"staging past the end", [](ChannelHeader& h) { h.staging_offset = ~uint64_t{0} - 4095; }, "outside"},
+      {"staging not page-aligned", [](ChannelHeader& h) { h.staging_offset += 64; }, "page"},
+      {"staging slot size not pages", [](ChannelHeader& h) { h.staging_slot_size -= 64; }, "page"},
+      {"no event slots", [](ChannelHeader& h) { h.event_slots = 0; }, "event"},
+      {"too many event slots", [](ChannelHeader& h) { h.event_slots = kMaxEventSlots + 1; }, "event"},
+      {"event states not page-aligned", [](ChannelHeader& h) { h.event_states_offset += 64; }, "page"},
+      {"event states over the ring", [](ChannelHeader& h) { h.event_states_offset = h.ring_offset; }, "overlap"},
+      {"event states inside staging", [](ChannelHeader& h) { h.event_states_offset = h.staging_offset + 4096; },
+       "overlap"},
   };
   for (const auto& c : cases) {
     ChannelHeader h = good_header();

@@ -65,6 +65,9 @@ bool validate_header(const ChannelHeader& h, uint64_t mapped_size, const char** 
   if (!std::has_single_bit(h.ring_capacity) || h.ring_capacity < 4 * kRecordAlign)
     return fail("ring capacity is not a power of two");
   if (h.staging_slot_size == 0 || h.staging_slot_size > (uint64_t{1} << 30)) return fail("staging slot size out of range");
+  // The server registers [event states, end of staging) with the driver in one piece.
+  if (h.staging_offset % kPage != 0 || h.staging_slot_size % kPage != 0 || h.event_states_offset % kPage != 0)
+    return fail("the event states and staging area must be page-aligned");
 
   struct Region { uint64_t off, len; };
   const std::array<Region, 8> regions{{
@@ -93,6 +96,7 @@ bool validate_header(const ChannelHeader& h, uint64_t mapped_size, const char** 
     if (regions[i].off < staging.off + staging.len && staging.off < regions[i].off + regions[i].len)
       return fail("the staging area overlaps another region");
   }
+  if (h.event_states_offset > h.staging_offset) return fail("the event states must lie before the staging area");
   return true;
 }
 

@@ -43,6 +43,7 @@ ParallelCopy::~ParallelCopy() {
 void ParallelCopy::copy(std::byte* dst, uint64_t dst_pitch, const std::byte* src, uint64_t src_pitch, uint64_t width,
                         uint64_t rows) noexcept {
   const uint64_t bytes = width * rows;
+  if (bytes == 0) return;  // memcpy must not see the null pointers of an empty copy
   std::unique_lock lk(busy_, std::defer_lock);
   if (helpers_.empty() || bytes < kMinSplit || !lk.try_lock()) {
     for (uint64_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_pitch, src + r * src_pitch, width);

@@ -1,0 +1,90 @@
+// funnel::fatbin — parameter layouts of every kernel in an nvcc fat binary, read from
+// the bytes alone (no GPU, no driver).  Formats: doc/design/fatbin.md.
+//
+// Every parser is bounds-checked: malformed input throws funnel::fatbin::Error and
+// never reads outside the span or the max_bytes it was given.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace funnel::fatbin {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// __cudaRegisterFatBinary's argument (the "wrapper") and the fat binary it points at.
+inline constexpr uint32_t kWrapperMagic = 0x466243b1;
+inline constexpr uint32_t kFatbinMagic = 0xBA55ED50;
+
+enum class ImageKind : uint16_t { ptx = 1, cubin = 2 };
+
+// Entry flags (fatbin entry header, offset 40).
+inline constexpr uint64_t kFlag64Bit = 0x1;
+inline constexpr uint64_t kFlagCompressedLz4 = 0x2000;
+inline constexpr uint64_t kFlagCompressedZstd = 0x8000;
+
+enum class Compression { none, lz4, zstd };
+
+struct FatbinImage {
+  ImageKind kind = ImageKind::cubin;
+  int sm_arch = 0;            // 90 for sm_90 / compute_90
+  uint32_t version = 0;       // (major << 16) | minor: PTX ISA for PTX, ELF ABI for cubins
+  uint64_t flags = 0;
+  Compression compression = Compression::none;
+  uint64_t uncompressed_size = 0;     // 0 when not compressed
+  std::span<const std::byte> payload;  // as stored (compressed bytes when compressed)
+
+  bool compressed() const { return compression != Compression::none; }
+};
+
+// Every entry of every fat binary found at `fatbin_or_wrapper` (a fatbin header or the
+// 0x466243b1 wrapper).  nvcc may place several fatbins back to back in one section;
+// they are all read while within max_bytes.  With a wrapper, max_bytes bounds the
+// fatbin it points at.  Throws Error on malformed input.
+std::vector<FatbinImage> parse_fatbin(const void* fatbin_or_wrapper, size_t max_bytes);
+// The same for a buffer holding fatbins (e.g. the .nv_fatbin section of an object).
+std::vector<FatbinImage> parse_fatbin(std::span<const std::byte> bytes);
+
+// The image's payload, decompressed.  zstd needs libzstd.so.1 at run time (opened with
+// dlopen; Debian's libzstd1); lz4 is not supported.  Throws Error when the payload
+// cannot be decompressed.
+std::vector<std::byte> decompressed_payload(const FatbinImage& image);
+// Whether decompressed_payload() can handle this compression on this machine.
+bool can_decompress(Compression c);
+
+struct KernelParam {
+  uint32_t ordinal = 0;  // position in the parameter list
+  uint32_t offset = 0;   // byte offset in the parameter buffer
+  uint32_t size = 0;     // bytes
+  uint32_t log_alignment = 0;  // "pointee's logAlignment" field of EIATTR_KPARAM_INFO
+  bool operator==(const KernelParam&) const = default;
+};
+
+struct KernelInfo {
+  std::string name;  // mangled (or plain for extern "C")
+  int sm_arch = 0;
+  std::vector<KernelParam> params;  // sorted by ordinal
+  uint32_t param_bytes = 0;         // EIATTR_PARAM_CBANK size; 0 without parameters
+};
+
+// Kernels of one ELF cubin (uncompressed payload of an ImageKind::cubin entry).
+std::vector<KernelInfo> kernels_of_cubin(std::span<const std::byte> elf);
+
+struct FatbinKernels {
+  std::vector<KernelInfo> kernels;  // of every cubin, in entry order
+  std::vector<std::string> skipped;  // one line per cubin that could not be read, and why
+};
+
+// parse_fatbin + decompression + kernels_of_cubin over every cubin entry.  A cubin
+// whose compression cannot be decoded is listed in `skipped`; malformed input throws.
+FatbinKernels kernels_of_fatbin(const void* fatbin_or_wrapper, size_t max_bytes);
+FatbinKernels kernels_of_fatbin(std::span<const std::byte> bytes);
+
+}  // namespace funnel::fatbin

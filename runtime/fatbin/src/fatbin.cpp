@@ -1,0 +1,158 @@
+// Fat binary container: the __cudaRegisterFatBinary wrapper, fatbin headers and
+// entry headers (doc/design/fatbin.md has the layouts).
+#include <string>
+
+#include "bytes.hpp"
+#include "funnel/fatbin/fatbin.hpp"
+
+namespace funnel::fatbin {
+namespace {
+
+using detail::read;
+using detail::sub;
+
+constexpr size_t kFatbinHeaderSize = 16;      // magic, version, header_size, fat_size
+constexpr size_t kEntryHeaderMinSize = 64;    // through uncompressed_size
+constexpr size_t kWrapperSize = 8 + 2 * sizeof(void*);
+
+std::string hex(uint64_t v) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string s;
+  do {
+    s.insert(s.begin(), digits[v & 0xf]);
+    v >>= 4;
+  } while (v != 0);
+  return "0x" + s;
+}
+
+Compression compression_of(uint64_t flags) {
+  if (flags & kFlagCompressedZstd) return Compression::zstd;
+  if (flags & kFlagCompressedLz4) return Compression::lz4;
+  return Compression::none;
+}
+
+// One fatbin (header and entries) at the start of `bytes`; returns its total size.
+size_t parse_one(std::span<const std::byte> bytes, std::vector<FatbinImage>& out) {
+  const auto magic = read<uint32_t>(bytes, 0, "fatbin header");
+  if (magic != kFatbinMagic) {
+    throw Error("fatbin: bad magic " + hex(magic) + " (expected " + hex(kFatbinMagic) + ")");
+  }
+  const auto header_size = read<uint16_t>(bytes, 6, "fatbin header");
+  const auto fat_size = read<uint64_t>(bytes, 8, "fatbin header");
+  if (header_size < kFatbinHeaderSize) {
+    throw Error("fatbin: header size " + std::to_string(header_size) + " is below 16");
+  }
+  const auto body = sub(bytes, header_size, fat_size, "fatbin body (header fat_size)");
+  uint64_t pos = 0;
+  while (pos < body.size()) {
+    const auto where = "fatbin entry header at body offset " + std::to_string(pos);
+    const auto kind = read<uint16_t>(body, pos, where.c_str());
+    const auto entry_header_size = read<uint32_t>(body, pos + 4, where.c_str());
+    const auto padded_size = read<uint64_t>(body, pos + 8, where.c_str());
+    if (entry_header_size < kEntryHeaderMinSize) {
+      throw Error(where + ": header size " + std::to_string(entry_header_size) + " is below 64");
+    }
+    const auto header = sub(body, pos, entry_header_size, where.c_str());
+    if (kind != static_cast<uint16_t>(ImageKind::ptx) && kind != static_cast<uint16_t>(ImageKind::cubin)) {
+      throw Error(where + ": unknown kind " + std::to_string(kind));
+    }
+    FatbinImage image;
+    image.kind = static_cast<ImageKind>(kind);
+    const auto stored_size = read<uint32_t>(header, 16, where.c_str());
+    const auto minor = read<uint16_t>(header, 24, where.c_str());
+    const auto major = read<uint16_t>(header, 26, where.c_str());
+    image.version = (uint32_t{major} << 16) | minor;
+    image.sm_arch = static_cast<int>(read<uint32_t>(header, 28, where.c_str()));
+    image.flags = read<uint64_t>(header, 40, where.c_str());
+    image.compression = compression_of(image.flags);
+    const auto payload = sub(body, pos + entry_header_size, padded_size, (where + ": payload").c_str());
+    if (image.compressed()) {
+      // Compressed entries record the real compressed size; the rest is padding.
+      if (stored_size > padded_size) {
+        throw Error(where + ": compressed size " + std::to_string(stored_size) + " exceeds the padded size " +
+                    std::to_string(padded_size));
+      }
+      image.payload = payload.first(stored_size);
+      image.uncompressed_size = read<uint64_t>(header, 56, where.c_str());
+    } else {
+      image.payload = payload;
+    }
+    out.push_back(image);
+    pos += entry_header_size + padded_size;  // in range: both checked above
+  }
+  return header_size + static_cast<size_t>(fat_size);
+}
+
+bool all_zero(std::span<const std::byte> bytes) {
+  for (auto b : bytes) {
+    if (b != std::byte{0}) return false;
+  }
+  return true;
+}
+
+// The one fatbin at `p` (a fatbin header or the 0x466243b1 wrapper pointing at one),
+// bounded by both its header's fat_size and max_bytes.  Its neighbours in the section
+// belong to other registrations and are not read.
+std::span<const std::byte> one_fatbin(const void* p, size_t max_bytes) {
+  if (p == nullptr) throw Error("fatbin: null pointer");
+  std::span<const std::byte> bytes(static_cast<const std::byte*>(p), max_bytes);
+  if (read<uint32_t>(bytes, 0, "fatbin or wrapper magic") == kWrapperMagic) {
+    const auto wrapper = sub(bytes, 0, kWrapperSize, "fatbin wrapper");
+    const auto data = read<const std::byte*>(wrapper, 8, "fatbin wrapper");
+    if (data == nullptr) throw Error("fatbin wrapper: null data pointer");
+    bytes = std::span<const std::byte>(data, max_bytes);
+  }
+  const auto magic = read<uint32_t>(bytes, 0, "fatbin header");
+  if (magic != kFatbinMagic) {
+    throw Error("fatbin: bad magic " + hex(magic) + " (expected " + hex(kFatbinMagic) + ")");
+  }
+  const auto header_size = read<uint16_t>(bytes, 6, "fatbin header");
+  const auto fat_size = read<uint64_t>(bytes, 8, "fatbin header");
+  if (fat_size > bytes.size()) throw Error("fatbin: fat_size " + std::to_string(fat_size) + " exceeds max_bytes");
+  return sub(bytes, 0, header_size + fat_size, "fatbin (header_size + fat_size)");
+}
+
+}  // namespace
+
+std::vector<FatbinImage> parse_fatbin(std::span<const std::byte> bytes) {
+  std::vector<FatbinImage> images;
+  if (bytes.empty()) throw Error("fatbin: empty buffer");
+  size_t pos = 0;
+  while (pos < bytes.size()) {
+    pos += parse_one(bytes.subspan(pos), images);
+    pos = (pos + 7) & ~size_t{7};  // linked sections align each fatbin to 8 bytes
+    if (pos >= bytes.size() || all_zero(bytes.subspan(pos))) break;
+  }
+  return images;
+}
+
+FatbinKernels kernels_of_fatbin(std::span<const std::byte> bytes) {
+  FatbinKernels result;
+  for (const auto& image : parse_fatbin(bytes)) {
+    if (image.kind != ImageKind::cubin) continue;
+    const auto label = "cubin sm_" + std::to_string(image.sm_arch);
+    if (!image.compressed()) {
+      auto kernels = kernels_of_cubin(image.payload);
+      result.kernels.insert(result.kernels.end(), kernels.begin(), kernels.end());
+    } else if (!can_decompress(image.compression)) {
+      result.skipped.push_back(label + ": " + (image.compression == Compression::lz4 ? "lz4" : "zstd") +
+                               "-compressed, which this build cannot decode (build with nvcc "
+                               "-compress-mode=none or --no-compress)");
+    } else {
+      const auto elf = decompressed_payload(image);
+      auto kernels = kernels_of_cubin(elf);
+      result.kernels.insert(result.kernels.end(), kernels.begin(), kernels.end());
+    }
+  }
+  return result;
+}
+
+std::vector<FatbinImage> parse_fatbin(const void* fatbin_or_wrapper, size_t max_bytes) {
+  return parse_fatbin(one_fatbin(fatbin_or_wrapper, max_bytes));
+}
+
+FatbinKernels kernels_of_fatbin(const void* fatbin_or_wrapper, size_t max_bytes) {
+  return kernels_of_fatbin(one_fatbin(fatbin_or_wrapper, max_bytes));
+}
+
+}  // namespace funnel::fatbin

@@ -1,0 +1,346 @@
+// funnel::fatbin against real nvcc output: the .nv_fatbin sections of kernels.cu built
+// three ways (tests/fatbin/CMakeLists.txt).  Expected layouts are computed here, on the
+// host, from the same types (the CUDA ABI lays parameters out like struct members with
+// natural alignment), and cross-checked with `cuobjdump -elf` where it is installed.
+#include <elf.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <random>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "funnel/fatbin/fatbin.hpp"
+#include "kernel_types.h"
+
+namespace fb = funnel::fatbin;
+using namespace fatbin_test;
+
+namespace {
+
+// Host twins of the CUDA vector types (alignment 16 on the device).
+struct alignas(16) Double2 {
+  double x, y;
+};
+struct alignas(16) Float4 {
+  float x, y, z, w;
+};
+
+std::string object_path(const std::string& mode) {
+  return std::string(FUNNEL_FATBIN_KERNELS_DIR) + "/kernels_" + mode + ".o";
+}
+
+std::vector<std::byte> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open " + path);
+  std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> bytes(chars.size());
+  std::memcpy(bytes.data(), chars.data(), chars.size());
+  return bytes;
+}
+
+// The named section of a host ELF64 object (trusted input: nvcc just wrote it).
+std::vector<std::byte> host_section(const std::string& path, const std::string& name) {
+  const auto file = read_file(path);
+  Elf64_Ehdr eh;
+  std::memcpy(&eh, file.data(), sizeof eh);
+  auto shdr = [&](size_t i) {
+    Elf64_Shdr sh;
+    std::memcpy(&sh, file.data() + eh.e_shoff + i * eh.e_shentsize, sizeof sh);
+    return sh;
+  };
+  const auto strtab = shdr(eh.e_shstrndx);
+  for (size_t i = 0; i < eh.e_shnum; ++i) {
+    const auto sh = shdr(i);
+    const char* n = reinterpret_cast<const char*>(file.data() + strtab.sh_offset + sh.sh_name);
+    if (name == n) {
+      return {file.begin() + static_cast<std::ptrdiff_t>(sh.sh_offset),
+              file.begin() + static_cast<std::ptrdiff_t>(sh.sh_offset + sh.sh_size)};
+    }
+  }
+  throw std::runtime_error(path + " has no section " + name);
+}
+
+std::vector<std::byte> fatbin_section(const std::string& mode) { return host_section(object_path(mode), ".nv_fatbin"); }
+
+struct Expected {
+  std::vector<fb::KernelParam> params;
+  uint32_t param_bytes = 0;
+};
+
+// Struct-like layout of the parameter types Ts, in order.
+template <typename... Ts>
+Expected layout() {
+  Expected e;
+  uint32_t end = 0;
+  uint32_t ordinal = 0;
+  auto add = [&](uint32_t size, uint32_t align) {
+    const uint32_t offset = (end + align - 1) / align * align;
+    e.params.push_back({ordinal++, offset, size, 0});
+    end = offset + size;
+  };
+  (add(sizeof(Ts), alignof(Ts)), ...);
+  (void)add;  // unused for a kernel without parameters
+  e.param_bytes = end;
+  return e;
+}
+
+std::map<std::string, Expected> expected_kernels() {
+  static_assert(sizeof(Padded) == 24 && alignof(Aligned16) == 16 && sizeof(Huge) > 4096);
+  return {
+      {"no_params", layout<>()},
+      {"scalars", layout<char, short, int, long long, float, double, int*>()},
+      {"mixed_structs", layout<char, Padded, short, Aligned8, char, Aligned16, Double2, Float4, float*>()},
+      {"big_struct", layout<int, Big, char, unsigned char*>()},
+      {"huge_struct", layout<char, Huge, int*>()},
+      {"tail_char", layout<int, char>()},
+      {"many_scalars", layout<int, char, double, short, int, float, long long, char, int, double, char, short, int,
+                              float, double, char, int, long long, short, int, char, int, float, double, int*>()},
+      {"_Z9templatedIdEvT_cPS0_", layout<double, char, double*>()},
+      {"_Z9templatedIsEvT_cPS0_", layout<short, char, short*>()},
+      {"_ZN11fatbin_test12in_namespaceENS_6PaddedEPi", layout<Padded, int*>()},
+      {"_Z12unused_paramiPKv", layout<int, const void*>()},
+  };
+}
+
+void expect_layouts(const std::vector<fb::KernelInfo>& kernels, const std::vector<int>& archs) {
+  const auto expected = expected_kernels();
+  for (int arch : archs) {
+    std::map<std::string, const fb::KernelInfo*> found;
+    for (const auto& k : kernels) {
+      if (k.sm_arch == arch) found[k.name] = &k;
+    }
+    EXPECT_EQ(found.size(), expected.size()) << "sm_" << arch;
+    for (const auto& [name, e] : expected) {
+      SCOPED_TRACE("sm_" + std::to_string(arch) + " " + name);
+      auto it = found.find(name);
+      ASSERT_NE(it, found.end()) << "kernel missing";
+      EXPECT_EQ(it->second->params, e.params);
+      EXPECT_EQ(it->second->param_bytes, e.param_bytes);
+    }
+  }
+}
+
+TEST(Fatbin, EntriesOfDefaultBuild) {
+  const auto section = fatbin_section("default");
+  const auto images = fb::parse_fatbin(section);
+  int cubins = 0, ptx = 0;
+  for (const auto& im : images) {
+    if (im.kind == fb::ImageKind::cubin) {
+      ++cubins;
+      EXPECT_FALSE(im.compressed()) << "nvcc 13 stores cubins uncompressed by default";
+      EXPECT_TRUE(im.sm_arch == 90 || im.sm_arch == 80) << im.sm_arch;
+      ASSERT_GE(im.payload.size(), 4u);
+      EXPECT_EQ(std::memcmp(im.payload.data(), "\x7f" "ELF", 4), 0);
+    } else {
+      ++ptx;
+      EXPECT_EQ(im.sm_arch, 80);
+      EXPECT_EQ(im.version >> 16, 9u) << "PTX ISA 9.x";
+    }
+  }
+  EXPECT_EQ(cubins, 2);
+  EXPECT_EQ(ptx, 1);
+}
+
+TEST(Fatbin, LayoutsMatchHostLayout) {
+  for (const char* mode : {"default", "none"}) {
+    SCOPED_TRACE(mode);
+    const auto result = fb::kernels_of_fatbin(fatbin_section(mode));
+    EXPECT_TRUE(result.skipped.empty());
+    expect_layouts(result.kernels, {90, 80});
+  }
+}
+
+TEST(Fatbin, ZstdCompressedCubins) {
+  const auto section = fatbin_section("size");
+  const auto images = fb::parse_fatbin(section);
+  bool any_zstd_cubin = false;
+  for (const auto& im : images) {
+    if (im.kind == fb::ImageKind::cubin && im.compression == fb::Compression::zstd) any_zstd_cubin = true;
+  }
+  ASSERT_TRUE(any_zstd_cubin) << "-compress-mode=size should compress the cubins";
+  const auto result = fb::kernels_of_fatbin(section);
+  if (!fb::can_decompress(fb::Compression::zstd)) {
+    EXPECT_EQ(result.skipped.size(), 2u);
+    GTEST_SKIP() << "libzstd.so.1 is not installed: zstd-compressed cubins are skipped";
+  }
+  EXPECT_TRUE(result.skipped.empty());
+  expect_layouts(result.kernels, {90, 80});
+}
+
+TEST(Fatbin, WrapperEntryPoint) {
+  const auto section = fatbin_section("default");
+  struct Wrapper {
+    int magic;
+    int version;
+    const void* data;
+    void* filename_or_fatbins;
+  } wrapper{static_cast<int>(fb::kWrapperMagic), 1, section.data(), nullptr};
+  const auto via_wrapper = fb::kernels_of_fatbin(&wrapper, section.size());
+  expect_layouts(via_wrapper.kernels, {90, 80});
+  EXPECT_EQ(fb::parse_fatbin(&wrapper, section.size()).size(), fb::parse_fatbin(section).size());
+  // The bare pointer too, with an unknown (large) bound: the header's fat_size bounds it.
+  const auto direct = fb::parse_fatbin(section.data(), section.size());
+  EXPECT_EQ(direct.size(), 3u);
+  // A bound below the fatbin's size is refused.
+  EXPECT_THROW(fb::parse_fatbin(&wrapper, section.size() - 1), fb::Error);
+}
+
+TEST(Fatbin, ErrorsAreDescriptive) {
+  std::vector<std::byte> junk(64, std::byte{0x11});
+  try {
+    fb::parse_fatbin(junk);
+    FAIL() << "no exception";
+  } catch (const fb::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bad magic"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(fb::parse_fatbin(std::span<const std::byte>{}), fb::Error);
+  EXPECT_THROW(fb::parse_fatbin(nullptr, 100), fb::Error);
+  EXPECT_THROW(fb::kernels_of_cubin(junk), fb::Error);
+}
+
+// Every prefix and many corrupted copies of the section: each parse either succeeds
+// or throws fb::Error; it never crashes or reads out of range (ASan builds check that).
+void parse_everything(std::span<const std::byte> bytes) {
+  try {
+    (void)fb::kernels_of_fatbin(bytes);
+  } catch (const fb::Error&) {
+  }
+  try {
+    (void)fb::kernels_of_fatbin(bytes.data(), bytes.size());
+  } catch (const fb::Error&) {
+  }
+}
+
+TEST(Fatbin, TruncatedInputThrows) {
+  for (const char* mode : {"default", "size"}) {
+    const auto section = fatbin_section(mode);
+    for (size_t n = 0; n < section.size(); n += (n < 256 ? 1 : 7)) {
+      std::vector<std::byte> copy(section.begin(), section.begin() + static_cast<std::ptrdiff_t>(n));
+      if (n == 0) {
+        EXPECT_THROW(fb::parse_fatbin(copy), fb::Error);
+        continue;
+      }
+      EXPECT_THROW(fb::kernels_of_fatbin(copy.data(), copy.size()), fb::Error) << mode << " truncated to " << n;
+    }
+  }
+}
+
+TEST(Fatbin, TruncatedCubinThrows) {
+  const auto section = fatbin_section("none");
+  for (const auto& im : fb::parse_fatbin(section)) {
+    if (im.kind != fb::ImageKind::cubin) continue;
+    for (size_t n = 0; n < im.payload.size(); n += 13) {
+      std::vector<std::byte> copy(im.payload.begin(), im.payload.begin() + static_cast<std::ptrdiff_t>(n));
+      try {
+        (void)fb::kernels_of_cubin(copy);  // a cut in trailing sections may still parse
+      } catch (const fb::Error&) {
+      }
+    }
+  }
+}
+
+TEST(Fatbin, CorruptedInputNeverCrashes) {
+  std::mt19937 rng(12345);
+  for (const char* mode : {"default", "size"}) {
+    const auto section = fatbin_section(mode);
+    std::uniform_int_distribution<size_t> pos(0, section.size() - 1);
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (int round = 0; round < 3000; ++round) {
+      auto copy = section;
+      const int flips = 1 + round % 4;
+      for (int f = 0; f < flips; ++f) {
+        // Half the rounds aim at the headers, where a flip changes sizes and offsets.
+        const size_t at = round % 2 == 0 ? pos(rng) % std::min<size_t>(section.size(), 160) : pos(rng);
+        copy[at] = static_cast<std::byte>(byte(rng));
+      }
+      parse_everything(copy);
+    }
+  }
+}
+
+TEST(Fatbin, CorruptedCubinNeverCrashes) {
+  const auto section = fatbin_section("none");
+  std::mt19937 rng(777);
+  for (const auto& im : fb::parse_fatbin(section)) {
+    if (im.kind != fb::ImageKind::cubin) continue;
+    const std::vector<std::byte> cubin(im.payload.begin(), im.payload.end());
+    std::uniform_int_distribution<size_t> pos(0, cubin.size() - 1);
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (int round = 0; round < 2000; ++round) {
+      auto copy = cubin;
+      const size_t at = round % 2 == 0 ? pos(rng) % 64 : pos(rng);  // ELF header or anywhere
+      copy[at] = static_cast<std::byte>(byte(rng));
+      try {
+        (void)fb::kernels_of_cubin(copy);
+      } catch (const fb::Error&) {
+      }
+    }
+  }
+}
+
+// `cuobjdump -elf` prints, per cubin, "arch = sm_NN", each ".nv.info.<kernel>" section
+// and its EIATTR_KPARAM_INFO records as "Ordinal : 0x.. Offset : 0x.. Size : 0x..".
+TEST(Fatbin, MatchesCuobjdump) {
+  const std::string cuobjdump = FUNNEL_CUOBJDUMP;
+  if (cuobjdump.empty()) GTEST_SKIP() << "cuobjdump is not installed (it ships with the full CUDA toolkit)";
+  const std::string command = "'" + cuobjdump + "' -elf '" + object_path("none") + "' 2>&1";
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
+  ASSERT_TRUE(pipe) << command;
+  std::string text;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, pipe.get())) text.append(buf, n);
+
+  std::map<std::pair<int, std::string>, std::vector<fb::KernelParam>> dumped;
+  const std::regex arch_re(R"(arch = sm_(\d+))");
+  const std::regex section_re(R"(^\s*\.nv\.info\.(\S+))");
+  const std::regex param_re(R"(Ordinal\s*:\s*0x([0-9a-fA-F]+)\s+Offset\s*:\s*0x([0-9a-fA-F]+)\s+Size\s*:\s*0x([0-9a-fA-F]+))");
+  int arch = 0;
+  std::string kernel;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(start, end - start);
+    start = end + 1;
+    std::smatch m;
+    if (std::regex_search(line, m, arch_re)) {
+      arch = std::stoi(m[1]);
+    } else if (std::regex_search(line, m, section_re)) {
+      kernel = m[1];
+      dumped[{arch, kernel}];
+    } else if (std::regex_search(line, m, param_re) && !kernel.empty()) {
+      dumped[{arch, kernel}].push_back({static_cast<uint32_t>(std::stoul(m[1], nullptr, 16)),
+                                        static_cast<uint32_t>(std::stoul(m[2], nullptr, 16)),
+                                        static_cast<uint32_t>(std::stoul(m[3], nullptr, 16)), 0});
+    }
+  }
+  ASSERT_FALSE(dumped.empty()) << "could not read cuobjdump's output:\n" << text.substr(0, 2000);
+
+  const auto ours = fb::kernels_of_fatbin(fatbin_section("none"));
+  for (const auto& k : ours.kernels) {
+    SCOPED_TRACE("sm_" + std::to_string(k.sm_arch) + " " + k.name);
+    auto it = dumped.find({k.sm_arch, k.name});
+    ASSERT_NE(it, dumped.end()) << "cuobjdump does not list this kernel";
+    auto theirs = it->second;
+    std::sort(theirs.begin(), theirs.end(), [](auto& a, auto& b) { return a.ordinal < b.ordinal; });
+    ASSERT_EQ(theirs.size(), k.params.size());
+    for (size_t i = 0; i < theirs.size(); ++i) {
+      EXPECT_EQ(theirs[i].ordinal, k.params[i].ordinal);
+      EXPECT_EQ(theirs[i].offset, k.params[i].offset);
+      EXPECT_EQ(theirs[i].size, k.params[i].size);
+    }
+  }
+}
+
+}  // namespace

@@ -25,6 +25,17 @@ void healthy_round_trip(TestClient& c) {
   EXPECT_EQ(c.sticky(), 0);
 }
 
+// Rings the doorbell of a client whose ring was just corrupted by hand; the server must
+// drop it within 5 s: hang up and set the sticky IllegalState.
+void expect_dropped_for_protocol_error(TestClient& bad) {
+  auto& ctl = bad.view().control();
+  ctl.doorbell.fetch_add(1);
+  ipc::futex_wake_all(ctl.doorbell);
+  for (int i = 0; i < 500 && !bad.server_hung_up(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(bad.server_hung_up());
+  EXPECT_EQ(bad.sticky(), static_cast<int32_t>(Status::IllegalState));
+}
+
 TEST_F(ServerTest, BadCommandsAreRejectedAndOthersKeepWorking) {
   start_server();
   TestClient bad(run_dir_, "bad");
@@ -95,11 +106,7 @@ TEST_F(ServerTest, BadCommandsAreRejectedAndOthersKeepWorking) {
   // Garbage in the ring's tail breaks the protocol: sticky IllegalState and a hang-up.
   auto& ctl = bad.view().control();
   ctl.tail.store(ctl.tail.load() + 7);
-  ctl.doorbell.fetch_add(1);
-  ipc::futex_wake_all(ctl.doorbell);
-  for (int i = 0; i < 500 && !bad.server_hung_up(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  EXPECT_TRUE(bad.server_hung_up());
-  EXPECT_EQ(bad.sticky(), static_cast<int32_t>(Status::IllegalState));
+  expect_dropped_for_protocol_error(bad);
   healthy_round_trip(good);
 
   nlohmann::json j;
@@ -127,11 +134,7 @@ TEST_F(ServerTest, RecordSizeBeyondTheRingIsAProtocolError) {
   h.opcode = Opcode::Fence;
   std::memcpy(bad.view().ring() + (ctl.tail.load() & (bad.view().header().ring_capacity - 1)), &h, sizeof h);
   ctl.tail.store(ctl.tail.load() + 64);
-  ctl.doorbell.fetch_add(1);
-  ipc::futex_wake_all(ctl.doorbell);
-  for (int i = 0; i < 500 && !bad.server_hung_up(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  EXPECT_TRUE(bad.server_hung_up());
-  EXPECT_EQ(bad.sticky(), static_cast<int32_t>(Status::IllegalState));
+  expect_dropped_for_protocol_error(bad);
   healthy_round_trip(good);
 }
 

@@ -56,12 +56,11 @@ class RingWriter {
  private:
   template <class GiveUp>
   bool wait_space(uint64_t need, GiveUp& give_up) {
-    auto has_space = [&] { return tail_ + need - ctl_->head.load(std::memory_order_acquire) <= cap_; };
+    // seq_cst: pairs with advance() (see there).
+    auto has_space = [&] { return tail_ + need - ctl_->head.load(std::memory_order_seq_cst) <= cap_; };
     if (has_space()) return true;
     ctl_->producer_waiting.store(1, std::memory_order_seq_cst);
-    const bool ok = wait_until(ctl_->space, [&] {
-      return tail_ + need - ctl_->head.load(std::memory_order_seq_cst) <= cap_;
-    }, give_up);
+    const bool ok = wait_until(ctl_->space, has_space, give_up);
     ctl_->producer_waiting.store(0, std::memory_order_relaxed);
     return ok;
   }

@@ -539,6 +539,23 @@ class CudaBackend final : public Backend {
     return FUNNEL_CU(s_->drv, cuStreamSynchronize, s.handle());
   }
 
+  // Kernels: not implemented yet in this backend (funnel core part 2 fills these in).
+  Status module_load(std::span<const std::byte>, std::unique_ptr<BackendModule>&) override { return Status::NotSupported; }
+  Status kernel_get(BackendModule&, const std::string&, std::unique_ptr<BackendKernel>&, std::vector<ParamLayout>&,
+                    uint32_t&) override {
+    return Status::NotSupported;
+  }
+  Status global_get(BackendModule&, int, const std::string&, DeviceAddress&, uint64_t&) override {
+    return Status::NotSupported;
+  }
+  Status launch(BackendStream&, BackendKernel&, const LaunchDesc&, std::span<const std::byte>) override {
+    return Status::NotSupported;
+  }
+  Status func_attributes(BackendKernel&, int, ipc::FuncAttributes&) override { return Status::NotSupported; }
+  Status func_set_attribute(BackendKernel&, int, uint32_t, int32_t) override { return Status::NotSupported; }
+  Status occupancy(BackendKernel&, int, uint32_t, uint64_t, uint32_t, int&) override { return Status::NotSupported; }
+  Status wait_value(BackendStream&, std::atomic<uint32_t>&, uint32_t) override { return Status::NotSupported; }
+
   Status set_limit(int device, Limit limit, uint64_t value) override {
     CUlimit l{};
     if (!to_culimit(limit, l)) return Status::UnsupportedLimit;

@@ -174,6 +174,10 @@ Status Worker::dispatch(const ipc::CommandHeader& h, const std::byte* p) {
     case Opcode::DeviceReset: return device_reset(h);
     case Opcode::SetLimit: return limit(h, payload_as<ipc::LimitCmd>(p), true);
     case Opcode::GetLimit: return limit(h, payload_as<ipc::LimitCmd>(p), false);
+    case Opcode::ModuleQuery: case Opcode::ModuleData: case Opcode::ModuleLoad: case Opcode::ModuleUnload:
+    case Opcode::KernelGet: case Opcode::KernelParams: case Opcode::Launch: case Opcode::SymbolGet:
+    case Opcode::FuncGetAttributes: case Opcode::FuncSetAttribute: case Opcode::Occupancy: case Opcode::HostFunc:
+      return Status::NotSupported;  // funnel core part 2 (kernels) dispatches these
     case Opcode::Fence: answer(h); return Status::Success;
     case Opcode::Detach:
       shared_.detached.store(true);

@@ -45,7 +45,21 @@ enum class Opcode : uint16_t {
 
   Fence = 50,  // reply once every earlier command was consumed (not necessarily completed)
 
-  // 60..79 are reserved for kernels (module registration, launches): funnel core part 2.
+  // Kernels (doc/design/kernels.md).  Module and kernel ids are chosen by the client.
+  ModuleQuery = 60,   // ModuleCmd -> value[0] = 1: the server holds these bytes (module loaded), 0: send them
+  ModuleData = 61,    // ModuleDataCmd, one-way: staging slot bytes appended to the module's upload (slot freed)
+  ModuleLoad = 62,    // ModuleCmd -> reply once the uploaded bytes were checked against the hash and loaded
+  ModuleUnload = 63,  // ModuleCmd, one-way (kernels of it become invalid)
+  KernelGet = 64,     // KernelGetCmd + name bytes -> value[0] = params, value[1] = param buffer bytes,
+                      //   value[2..4] = params 0..2 as pack_param()
+  KernelParams = 65,  // KernelParamsCmd -> value[0..4] = params first..first+4 as pack_param()
+  Launch = 66,        // LaunchCmd + param buffer bytes, one-way, on header.stream
+  SymbolGet = 67,     // SymbolGetCmd + name bytes -> value[0] = device address, value[1] = size (header.device)
+  FuncGetAttributes = 68,  // KernelCmd -> FuncAttributes packed by pack_func_attributes() (header.device)
+  FuncSetAttribute = 69,   // FuncSetAttributeCmd
+  Occupancy = 70,     // OccupancyCmd -> value[0] = active blocks per multiprocessor (header.device)
+  HostFunc = 71,      // HostFuncCmd, one-way, on header.stream
+  // 72..79 stay reserved for kernels.
 
   Detach = 100,  // the client leaves; the server frees what it held
 };
@@ -118,7 +132,127 @@ struct EventRecordCmd { uint64_t event_id; uint32_t flags; uint32_t state_slot; 
 
 struct LimitCmd { uint32_t limit; uint32_t reserved; uint64_t value; };
 
-// Payload size each opcode requires; -1 for an unknown opcode.
+// ---- kernels ---------------------------------------------------------------------
+// A fat binary (the bytes nvcc's __cudaRegisterFatBinary wrapper points at) is known by
+// its digest (funnel::ipc::module_digest: Boost.Uuid's SHA-1 name generator over the
+// bytes, 122 bits of SHA-1) and its size.  ModuleQuery asks whether the server already has those bytes (from
+// this or any other client); if not, the client sends them through staging slots
+// (ModuleData, in order) and ModuleLoad makes the server check the hash and load them.
+inline constexpr uint32_t kModuleHasVariables = 0x1;  // registers __device__/__constant__ globals:
+                                                      // the server gives this client its own copy
+struct ModuleCmd {
+  uint64_t module_id;
+  uint8_t digest[16];
+  uint32_t flags;  // kModule*
+  uint32_t reserved;
+  uint64_t size;   // bytes of the fat binary
+};
+static_assert(sizeof(ModuleCmd) == 40);
+// Largest fat binary a client may upload.
+inline constexpr uint64_t kMaxModuleBytes = uint64_t{1} << 30;
+struct ModuleDataCmd { uint64_t module_id; uint64_t offset; uint64_t bytes; uint32_t staging_slot; uint32_t reserved; };
+
+// Largest kernel or symbol name a client may send.
+inline constexpr uint32_t kMaxNameBytes = 4096;
+// Largest parameter buffer of a launch (CUDA 12.1+ allows 32764 bytes on Volta and later).
+inline constexpr uint32_t kMaxParamBytes = 32764;
+
+// Followed by name_bytes bytes of the (mangled) device name, no terminator.
+struct KernelGetCmd { uint64_t kernel_id; uint64_t module_id; uint32_t name_bytes; uint32_t reserved; };
+struct KernelParamsCmd { uint64_t kernel_id; uint32_t first; uint32_t reserved; };
+struct KernelCmd { uint64_t kernel_id; };
+// One parameter of a kernel: where it goes in the parameter buffer.
+constexpr uint64_t pack_param(uint32_t offset, uint32_t size) noexcept { return (uint64_t{offset} << 32) | size; }
+constexpr uint32_t param_offset(uint64_t packed) noexcept { return static_cast<uint32_t>(packed >> 32); }
+constexpr uint32_t param_size(uint64_t packed) noexcept { return static_cast<uint32_t>(packed); }
+
+inline constexpr uint32_t kLaunchCooperative = 0x1;
+// Followed by param_bytes bytes: the kernel's parameter buffer, each parameter at the
+// offset KernelGet reported.
+struct LaunchCmd {
+  uint64_t kernel_id;
+  uint32_t grid[3];
+  uint32_t block[3];
+  uint32_t shared_bytes;  // dynamic shared memory
+  uint32_t flags;         // kLaunch*
+  uint32_t cluster[3];    // 0,0,0: none (the kernel's compiled cluster shape, if any, applies)
+  int32_t priority;       // stream priority for this launch; 0: the stream's own
+  uint32_t param_bytes;
+  uint32_t reserved;
+};
+static_assert(sizeof(LaunchCmd) == 64);
+
+struct SymbolGetCmd { uint64_t module_id; uint32_t name_bytes; uint32_t reserved; };
+
+// cudaFuncAttributes as the server reports it.
+struct FuncAttributes {
+  uint64_t shared_size_bytes = 0;
+  uint64_t const_size_bytes = 0;
+  uint64_t local_size_bytes = 0;
+  uint32_t max_threads_per_block = 0;
+  uint32_t num_regs = 0;
+  uint32_t ptx_version = 0;
+  uint32_t binary_version = 0;
+  uint32_t max_dynamic_shared_size_bytes = 0;
+  uint32_t preferred_shmem_carveout = 0;
+  uint32_t cache_mode_ca = 0;
+  uint32_t required_cluster[3] = {0, 0, 0};
+  uint32_t cluster_dim_must_be_set = 0;
+  uint32_t non_portable_cluster_size_allowed = 0;
+  uint32_t cluster_scheduling_policy_preference = 0;
+  bool operator==(const FuncAttributes&) const = default;
+};
+// Packed into the five reply values; unpack_func_attributes(pack_func_attributes(a)) == a
+// for every field within its bit width (16 bits for registers, versions, cluster dims).
+constexpr void pack_func_attributes(const FuncAttributes& a, uint64_t (&v)[5]) noexcept {
+  v[0] = a.shared_size_bytes;
+  v[1] = a.const_size_bytes;
+  v[2] = a.local_size_bytes;
+  v[3] = uint64_t{a.max_threads_per_block} | (uint64_t{a.num_regs & 0xffff} << 32) |
+         (uint64_t{a.ptx_version & 0xffff} << 48);
+  v[4] = uint64_t{a.max_dynamic_shared_size_bytes & 0xfffff} | (uint64_t{a.preferred_shmem_carveout & 0x7f} << 20) |
+         (uint64_t{a.cache_mode_ca & 1} << 27) | (uint64_t{a.binary_version & 0xff} << 28) |
+         (uint64_t{a.required_cluster[0] & 0x3f} << 36) | (uint64_t{a.required_cluster[1] & 0x3f} << 42) |
+         (uint64_t{a.required_cluster[2] & 0x3f} << 48) | (uint64_t{a.cluster_dim_must_be_set & 1} << 54) |
+         (uint64_t{a.non_portable_cluster_size_allowed & 1} << 55) |
+         (uint64_t{a.cluster_scheduling_policy_preference & 0xf} << 56);
+}
+constexpr FuncAttributes unpack_func_attributes(const uint64_t (&v)[5]) noexcept {
+  FuncAttributes a;
+  a.shared_size_bytes = v[0];
+  a.const_size_bytes = v[1];
+  a.local_size_bytes = v[2];
+  a.max_threads_per_block = static_cast<uint32_t>(v[3]);
+  a.num_regs = static_cast<uint32_t>((v[3] >> 32) & 0xffff);
+  a.ptx_version = static_cast<uint32_t>((v[3] >> 48) & 0xffff);
+  a.max_dynamic_shared_size_bytes = static_cast<uint32_t>(v[4] & 0xfffff);
+  a.preferred_shmem_carveout = static_cast<uint32_t>((v[4] >> 20) & 0x7f);
+  a.cache_mode_ca = static_cast<uint32_t>((v[4] >> 27) & 1);
+  a.binary_version = static_cast<uint32_t>((v[4] >> 28) & 0xff);
+  a.required_cluster[0] = static_cast<uint32_t>((v[4] >> 36) & 0x3f);
+  a.required_cluster[1] = static_cast<uint32_t>((v[4] >> 42) & 0x3f);
+  a.required_cluster[2] = static_cast<uint32_t>((v[4] >> 48) & 0x3f);
+  a.cluster_dim_must_be_set = static_cast<uint32_t>((v[4] >> 54) & 1);
+  a.non_portable_cluster_size_allowed = static_cast<uint32_t>((v[4] >> 55) & 1);
+  a.cluster_scheduling_policy_preference = static_cast<uint32_t>((v[4] >> 56) & 0xf);
+  return a;
+}
+
+// attribute: a cudaFuncAttribute value (8: MaxDynamicSharedMemorySize, 9:
+// PreferredSharedMemoryCarveout, ...), or kFuncCacheConfig for cudaFuncSetCacheConfig
+// (value: a cudaFuncCache).
+inline constexpr uint32_t kFuncCacheConfig = 0x10000;
+struct FuncSetAttributeCmd { uint64_t kernel_id; uint32_t attribute; int32_t value; };
+struct OccupancyCmd { uint64_t kernel_id; uint32_t block_size; uint32_t flags; uint64_t dynamic_shared_bytes; };
+
+// cudaLaunchHostFunc: the stream stores `generation` into event state word
+// `reached_slot` when it gets there, then waits until the client stores `generation`
+// into word `done_slot` (after the function returned).  The server stores it itself
+// if the client goes away first, so the stream never stays blocked.
+struct HostFuncCmd { uint32_t reached_slot; uint32_t done_slot; uint32_t generation; uint32_t reserved; };
+
+// Fixed payload size each opcode requires (KernelGet, Launch and SymbolGet are followed
+// by trailing bytes: see has_trailing_bytes); -1 for an unknown opcode.
 constexpr int64_t payload_size(Opcode op) noexcept {
   switch (op) {
     case Opcode::Pad: return 0;
@@ -140,8 +274,22 @@ constexpr int64_t payload_size(Opcode op) noexcept {
     case Opcode::DeviceSynchronize: case Opcode::DeviceReset: return 0;
     case Opcode::SetLimit: case Opcode::GetLimit: return sizeof(LimitCmd);
     case Opcode::Fence: case Opcode::Detach: return 0;
+    case Opcode::ModuleQuery: case Opcode::ModuleLoad: case Opcode::ModuleUnload: return sizeof(ModuleCmd);
+    case Opcode::ModuleData: return sizeof(ModuleDataCmd);
+    case Opcode::KernelGet: return sizeof(KernelGetCmd);
+    case Opcode::KernelParams: return sizeof(KernelParamsCmd);
+    case Opcode::Launch: return sizeof(LaunchCmd);
+    case Opcode::SymbolGet: return sizeof(SymbolGetCmd);
+    case Opcode::FuncGetAttributes: return sizeof(KernelCmd);
+    case Opcode::FuncSetAttribute: return sizeof(FuncSetAttributeCmd);
+    case Opcode::Occupancy: return sizeof(OccupancyCmd);
+    case Opcode::HostFunc: return sizeof(HostFuncCmd);
   }
   return -1;
+}
+
+constexpr bool has_trailing_bytes(Opcode op) noexcept {
+  return op == Opcode::KernelGet || op == Opcode::Launch || op == Opcode::SymbolGet;
 }
 
 // Largest record a client may write (header + payload + trailing bytes).

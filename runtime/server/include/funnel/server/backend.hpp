@@ -10,10 +10,12 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "funnel/ipc/channel_layout.hpp"
+#include "funnel/ipc/commands.hpp"
 #include "funnel/ipc/status.hpp"
 
 namespace funnel::server {
@@ -30,6 +32,34 @@ class BackendStream {
 class BackendEvent {
  public:
   virtual ~BackendEvent() = default;
+};
+
+// A loaded fat binary (cuLibraryLoadData): device-independent, like a CUlibrary.
+class BackendModule {
+ public:
+  virtual ~BackendModule() = default;
+};
+
+// A kernel of a module (a CUkernel); the module outlives it.
+class BackendKernel {
+ public:
+  virtual ~BackendKernel() = default;
+};
+
+// Where one kernel parameter goes in the parameter buffer.
+struct ParamLayout {
+  uint32_t offset;
+  uint32_t size;
+  bool operator==(const ParamLayout&) const = default;
+};
+
+struct LaunchDesc {
+  uint32_t grid[3];
+  uint32_t block[3];
+  uint32_t shared_bytes;
+  bool cooperative = false;
+  uint32_t cluster[3] = {0, 0, 0};  // all 0: no cluster attribute
+  int priority = 0;                 // 0: the stream's
 };
 
 // One end of a copy: device memory, or host memory in the server's address space
@@ -97,13 +127,45 @@ class Backend {
   // Blocks until the stream is idle (used when a client is torn down).
   virtual Status synchronize(BackendStream& s) = 0;
 
+  // Kernels.  `image` is a fat binary as nvcc embeds it (the bytes the registration
+  // wrapper points at).  kernel_get fills the parameter layout in parameter order
+  // (driver: cuKernelGetParamInfo; sim: funnel::fatbin); `param_bytes` is the size of
+  // the parameter buffer a launch carries (end of the last parameter).
+  virtual Status module_load(std::span<const std::byte> image, std::unique_ptr<BackendModule>& out) = 0;
+  virtual Status kernel_get(BackendModule& m, const std::string& name, std::unique_ptr<BackendKernel>& out,
+                            std::vector<ParamLayout>& params, uint32_t& param_bytes) = 0;
+  // A __device__ or __constant__ variable of the module on `device`.
+  virtual Status global_get(BackendModule& m, int device, const std::string& name, DeviceAddress& address,
+                            uint64_t& size) = 0;
+  // `params` is exactly param_bytes long, laid out as kernel_get said; the caller checked it.
+  virtual Status launch(BackendStream& s, BackendKernel& k, const LaunchDesc& d, std::span<const std::byte> params) = 0;
+  virtual Status func_attributes(BackendKernel& k, int device, ipc::FuncAttributes& out) = 0;
+  // attribute as in ipc::FuncSetAttributeCmd.
+  virtual Status func_set_attribute(BackendKernel& k, int device, uint32_t attribute, int32_t value) = 0;
+  virtual Status occupancy(BackendKernel& k, int device, uint32_t block_size, uint64_t dynamic_shared_bytes,
+                           uint32_t flags, int& blocks_per_sm) = 0;
+  // The stream waits (without holding the worker) until `word` equals `value` —
+  // stored by a client after a host function ran (cuStreamWaitValue32).
+  virtual Status wait_value(BackendStream& s, std::atomic<uint32_t>& word, uint32_t value) = 0;
+
   virtual Status set_limit(int device, Limit limit, uint64_t value) = 0;
   virtual Status get_limit(int device, Limit limit, uint64_t& value) = 0;
+};
+
+// What the sim backend saw of one launch (for tests of argument packing).
+struct SimLaunchRecord {
+  std::string kernel;   // mangled name
+  uint32_t grid[3];
+  uint32_t block[3];
+  uint32_t shared_bytes;
+  std::vector<uint8_t> params;  // the parameter buffer as launched
 };
 
 struct SimOptions {
   int devices = 1;
   uint64_t memory_bytes = uint64_t{16} << 30;  // per simulated device
+  // When set, every launch is appended to this file as one JSON line (FUNNEL_SIM_LAUNCH_LOG).
+  std::string launch_log;
 };
 
 std::unique_ptr<Backend> make_sim_backend(const SimOptions& options);

@@ -1,0 +1,76 @@
+// Kernel command helpers shared by client and server: the module digest and the
+// packings of parameters and function attributes into reply values.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "funnel/ipc/commands.hpp"
+#include "funnel/ipc/module_digest.hpp"
+#include "watchdog.hpp"
+
+namespace funnel::ipc {
+namespace {
+
+std::span<const std::byte> bytes_of(const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); }
+
+WATCHED_TEST(ModuleDigest, DependsOnEveryByteAndIsStable) {
+  const std::string a(100000, 'x');
+  std::string b = a;
+  b[77777] = 'y';
+  EXPECT_EQ(module_digest(bytes_of(a)), module_digest(bytes_of(a)));
+  EXPECT_NE(module_digest(bytes_of(a)), module_digest(bytes_of(b)));
+  EXPECT_NE(module_digest(bytes_of(a)), module_digest(bytes_of(a.substr(1))));
+  // Boost's SHA-1 name generator in the nil namespace: a fixed value for fixed input, so
+  // a change of library or algorithm (which would split the server's cache) is noticed.
+  const ModuleDigest d = module_digest(bytes_of("funnel"));
+  std::string hex;
+  for (uint8_t x : d) hex += "0123456789abcdef"[x >> 4], hex += "0123456789abcdef"[x & 15];
+  EXPECT_EQ(hex.size(), 32u);
+  EXPECT_EQ(d[6] >> 4, 5) << "a version-5 (SHA-1) uuid: " << hex;
+}
+
+WATCHED_TEST(KernelCommands, ParamPackingRoundTrips) {
+  for (uint32_t off : {0u, 4u, 8u, 32760u})
+    for (uint32_t size : {1u, 4u, 8u, 256u, 32764u}) {
+      const uint64_t p = pack_param(off, size);
+      EXPECT_EQ(param_offset(p), off);
+      EXPECT_EQ(param_size(p), size);
+    }
+}
+
+WATCHED_TEST(KernelCommands, FuncAttributesRoundTrip) {
+  FuncAttributes a;
+  a.shared_size_bytes = 48 * 1024;
+  a.const_size_bytes = 65536;
+  a.local_size_bytes = 1 << 20;
+  a.max_threads_per_block = 1024;
+  a.num_regs = 255;
+  a.ptx_version = 90;
+  a.binary_version = 90;
+  a.max_dynamic_shared_size_bytes = 227 * 1024;
+  a.preferred_shmem_carveout = 100;
+  a.cache_mode_ca = 1;
+  a.required_cluster[0] = 16;
+  a.required_cluster[1] = 2;
+  a.required_cluster[2] = 1;
+  a.cluster_dim_must_be_set = 1;
+  a.non_portable_cluster_size_allowed = 1;
+  a.cluster_scheduling_policy_preference = 2;
+  uint64_t v[5];
+  pack_func_attributes(a, v);
+  EXPECT_EQ(unpack_func_attributes(v), a);
+  FuncAttributes zero;
+  pack_func_attributes(zero, v);
+  EXPECT_EQ(unpack_func_attributes(v), zero);
+}
+
+WATCHED_TEST(KernelCommands, PayloadSizesKnownForEveryKernelOpcode) {
+  for (uint16_t op = 60; op <= 71; ++op) EXPECT_GT(payload_size(static_cast<Opcode>(op)), 0) << op;
+  EXPECT_EQ(payload_size(static_cast<Opcode>(72)), -1);
+  EXPECT_LE(record_size_for(sizeof(LaunchCmd) + kMaxParamBytes), kMaxRecordSize);
+  EXPECT_LE(record_size_for(sizeof(KernelGetCmd) + kMaxNameBytes), kMaxRecordSize);
+}
+
+}  // namespace
+}  // namespace funnel::ipc

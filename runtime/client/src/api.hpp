@@ -36,6 +36,20 @@ static_assert(int(Status::NotSupported) == cudaErrorNotSupported);
 static_assert(int(Status::MpsMaxClientsReached) == cudaErrorMpsMaxClientsReached);
 static_assert(int(Status::Timeout) == cudaErrorTimeout);
 static_assert(int(Status::Unknown) == cudaErrorUnknown);
+static_assert(int(Status::InvalidConfiguration) == cudaErrorInvalidConfiguration);
+static_assert(int(Status::InvalidDeviceFunction) == cudaErrorInvalidDeviceFunction);
+static_assert(int(Status::InvalidKernelImage) == cudaErrorInvalidKernelImage);
+static_assert(int(Status::NoKernelImageForDevice) == cudaErrorNoKernelImageForDevice);
+static_assert(int(Status::SymbolNotFound) == cudaErrorSymbolNotFound);
+static_assert(int(Status::LaunchOutOfResources) == cudaErrorLaunchOutOfResources);
+static_assert(int(Status::LaunchTimeout) == cudaErrorLaunchTimeout);
+static_assert(int(Status::Assert) == cudaErrorAssert);
+static_assert(int(Status::HardwareStackError) == cudaErrorHardwareStackError);
+static_assert(int(Status::IllegalInstruction) == cudaErrorIllegalInstruction);
+static_assert(int(Status::MisalignedAddress) == cudaErrorMisalignedAddress);
+static_assert(int(Status::InvalidAddressSpace) == cudaErrorInvalidAddressSpace);
+static_assert(int(Status::InvalidPc) == cudaErrorInvalidPc);
+static_assert(int(Status::CooperativeLaunchTooLarge) == cudaErrorCooperativeLaunchTooLarge);
 
 inline cudaError_t to_cuda(Status s) noexcept { return static_cast<cudaError_t>(s); }
 

@@ -11,19 +11,39 @@ enum class Status : int32_t {
   InvalidValue = 1,
   MemoryAllocation = 2,
   InitializationError = 3,
+  InvalidConfiguration = 9,       // launch: grid/block/shared memory out of the device's limits
+  InvalidConfiguration = 9,
   InvalidPitchValue = 12,
+  InvalidSymbol = 13,             // no __device__/__constant__ variable of that name
   InvalidDevicePointer = 17,
   InvalidMemcpyDirection = 21,
   DevicesUnavailable = 46,
+  InvalidDeviceFunction = 98,     // no kernel of that name in the module
+  InvalidDeviceFunction = 98,
   NoDevice = 100,
   InvalidDevice = 101,
+  InvalidKernelImage = 200,
+  NoKernelImageForDevice = 209,
+  InvalidKernelImage = 200,       // the module bytes are not a loadable fat binary
+  NoKernelImageForDevice = 209,
   UnsupportedLimit = 215,
   OperatingSystem = 304,
   InvalidResourceHandle = 400,
   IllegalState = 401,
+  SymbolNotFound = 500,
   NotReady = 600,
   IllegalAddress = 700,
+  LaunchOutOfResources = 701,
+  LaunchOutOfResources = 701,
+  LaunchTimeout = 702,
+  Assert = 710,
+  HardwareStackError = 714,
+  IllegalInstruction = 715,
+  MisalignedAddress = 716,
+  InvalidAddressSpace = 717,
+  InvalidPc = 718,
   LaunchFailure = 719,
+  CooperativeLaunchTooLarge = 720,
   NotPermitted = 800,
   NotSupported = 801,
   MpsMaxClientsReached = 808,
@@ -35,7 +55,14 @@ constexpr bool ok(Status s) noexcept { return s == Status::Success; }
 
 // Errors that poison the whole context, as CUDA makes them sticky.
 constexpr bool is_sticky(Status s) noexcept {
-  return s == Status::IllegalAddress || s == Status::LaunchFailure;
+  switch (s) {
+    case Status::IllegalAddress: case Status::LaunchTimeout: case Status::Assert:
+    case Status::HardwareStackError: case Status::IllegalInstruction: case Status::MisalignedAddress:
+    case Status::InvalidAddressSpace: case Status::InvalidPc: case Status::LaunchFailure:
+      return true;
+    default:
+      return false;
+  }
 }
 
 }  // namespace funnel::ipc

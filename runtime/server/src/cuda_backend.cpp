@@ -10,6 +10,7 @@
 #endif
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -267,6 +268,31 @@ class CudaEvent final : public BackendEvent {
   int device_;
   CUevent event_;
   bool pooled_;
+};
+
+class CudaModule final : public BackendModule {
+ public:
+  CudaModule(std::shared_ptr<const Shared> shared, CUlibrary lib) : shared_(std::move(shared)), lib_(lib) {}
+  ~CudaModule() override { FUNNEL_CU(shared_->drv, cuLibraryUnload, lib_); }
+  CudaModule(const CudaModule&) = delete;
+  CudaModule& operator=(const CudaModule&) = delete;
+  CUlibrary handle() const noexcept { return lib_; }
+
+ private:
+  std::shared_ptr<const Shared> shared_;
+  CUlibrary lib_;
+};
+
+// Owned by its module's user (the worker), which keeps the module alive longer.
+class CudaKernel final : public BackendKernel {
+ public:
+  CudaKernel(CUkernel k, std::vector<uint32_t> offsets) : kernel_(k), offsets_(std::move(offsets)) {}
+  CUkernel handle() const noexcept { return kernel_; }
+  const std::vector<uint32_t>& offsets() const noexcept { return offsets_; }
+
+ private:
+  CUkernel kernel_;
+  std::vector<uint32_t> offsets_;
 };
 
 // Every BackendStream/BackendEvent the server hands back was made by this backend.
@@ -539,22 +565,187 @@ class CudaBackend final : public Backend {
     return FUNNEL_CU(s_->drv, cuStreamSynchronize, s.handle());
   }
 
-  // Kernels: not implemented yet in this backend (funnel core part 2 fills these in).
-  Status module_load(std::span<const std::byte>, std::unique_ptr<BackendModule>&) override { return Status::NotSupported; }
-  Status kernel_get(BackendModule&, const std::string&, std::unique_ptr<BackendKernel>&, std::vector<ParamLayout>&,
-                    uint32_t&) override {
-    return Status::NotSupported;
+  // --- kernels (doc/design/kernels.md) ---------------------------------------------------
+  // A CUlibrary is context-independent: the driver loads its code into a device's context
+  // when a kernel of it is first used there.  CUkernel handles are launched directly
+  // (cuLaunchKernelEx takes a CUkernel in place of a CUfunction, in the current context).
+
+  Status module_load(std::span<const std::byte> image, std::unique_ptr<BackendModule>& out) override {
+    if (Status st = s_->bind(0); !ok(st)) return st;
+    if (image.empty()) return Status::InvalidKernelImage;
+    CUlibrary lib = nullptr;
+    const Status st = FUNNEL_CU(s_->drv, cuLibraryLoadData, &lib, image.data(), nullptr, nullptr, 0u, nullptr,
+                                nullptr, 0u);
+    if (!ok(st)) return st == Status::InvalidValue || st == Status::Unknown ? Status::InvalidKernelImage : st;
+    out = std::make_unique<CudaModule>(s_, lib);
+    return Status::Success;
   }
-  Status global_get(BackendModule&, int, const std::string&, DeviceAddress&, uint64_t&) override {
-    return Status::NotSupported;
+
+  Status kernel_get(BackendModule& bm, const std::string& name, std::unique_ptr<BackendKernel>& out,
+                    std::vector<ParamLayout>& params, uint32_t& param_bytes) override {
+    auto& m = static_cast<CudaModule&>(bm);
+    if (Status st = s_->bind(0); !ok(st)) return st;
+    const Driver& d = s_->drv;
+    CUkernel k = nullptr;
+    if (const CUresult r = d.cuLibraryGetKernel(&k, m.handle(), name.c_str()); r != CUDA_SUCCESS) {
+      if (r == CUDA_ERROR_NOT_FOUND || r == CUDA_ERROR_INVALID_VALUE) return Status::InvalidDeviceFunction;
+      return check(d, "cuLibraryGetKernel", r);
+    }
+    // The driver's own parameter layout: every parameter's offset and size, in order;
+    // the index past the last one answers CUDA_ERROR_INVALID_VALUE.
+    params.clear();
+    param_bytes = 0;
+    for (size_t i = 0; i < ipc::kMaxParamBytes; ++i) {
+      size_t offset = 0, size = 0;
+      if (d.cuKernelGetParamInfo(k, i, &offset, &size) != CUDA_SUCCESS) break;
+      params.push_back({static_cast<uint32_t>(offset), static_cast<uint32_t>(size)});
+      param_bytes = std::max(param_bytes, static_cast<uint32_t>(offset + size));
+    }
+    std::vector<uint32_t> offsets;
+    offsets.reserve(params.size());
+    for (const ParamLayout& p : params) offsets.push_back(p.offset);
+    out = std::make_unique<CudaKernel>(k, std::move(offsets));
+    return Status::Success;
   }
-  Status launch(BackendStream&, BackendKernel&, const LaunchDesc&, std::span<const std::byte>) override {
-    return Status::NotSupported;
+
+  Status global_get(BackendModule& bm, int device, const std::string& name, DeviceAddress& address,
+                    uint64_t& size) override {
+    auto& m = static_cast<CudaModule&>(bm);
+    if (Status st = s_->bind(device); !ok(st)) return st;
+    CUdeviceptr p = 0;
+    size_t bytes = 0;
+    if (const CUresult r = s_->drv.cuLibraryGetGlobal(&p, &bytes, m.handle(), name.c_str()); r != CUDA_SUCCESS) {
+      if (r == CUDA_ERROR_NOT_FOUND || r == CUDA_ERROR_INVALID_VALUE) return Status::SymbolNotFound;
+      return check(s_->drv, "cuLibraryGetGlobal", r);
+    }
+    address = p;
+    size = bytes;
+    return Status::Success;
   }
-  Status func_attributes(BackendKernel&, int, ipc::FuncAttributes&) override { return Status::NotSupported; }
-  Status func_set_attribute(BackendKernel&, int, uint32_t, int32_t) override { return Status::NotSupported; }
-  Status occupancy(BackendKernel&, int, uint32_t, uint64_t, uint32_t, int&) override { return Status::NotSupported; }
-  Status wait_value(BackendStream&, std::atomic<uint32_t>&, uint32_t) override { return Status::NotSupported; }
+
+  Status launch(BackendStream& bs, BackendKernel& bk, const LaunchDesc& l, std::span<const std::byte> params) override {
+    CudaStream& s = enqueue_on(bs);
+    auto& k = static_cast<CudaKernel&>(bk);
+    if (Status st = s_->bind(s.device()); !ok(st)) return st;
+    // kernelParams: one pointer per parameter into the packed buffer (the caller checked
+    // that the buffer is exactly the kernel's parameter size).
+    constexpr size_t kInline = 32;
+    void* inline_args[kInline];
+    std::vector<void*> heap_args;
+    void** args = inline_args;
+    if (k.offsets().size() > kInline) {
+      heap_args.resize(k.offsets().size());
+      args = heap_args.data();
+    }
+    auto* base = const_cast<std::byte*>(params.data());
+    for (size_t i = 0; i < k.offsets().size(); ++i) args[i] = base + k.offsets()[i];
+
+    CUlaunchAttribute attrs[3];
+    unsigned n = 0;
+    if (l.cluster[0] != 0 || l.cluster[1] != 0 || l.cluster[2] != 0) {
+      attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      attrs[n].value.clusterDim.x = std::max(l.cluster[0], 1u);
+      attrs[n].value.clusterDim.y = std::max(l.cluster[1], 1u);
+      attrs[n].value.clusterDim.z = std::max(l.cluster[2], 1u);
+      ++n;
+    }
+    if (l.cooperative) {
+      attrs[n].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+      attrs[n].value.cooperative = 1;
+      ++n;
+    }
+    if (l.priority != 0) {
+      attrs[n].id = CU_LAUNCH_ATTRIBUTE_PRIORITY;
+      attrs[n].value.priority = l.priority;
+      ++n;
+    }
+    CUlaunchConfig c{};
+    c.gridDimX = l.grid[0];
+    c.gridDimY = l.grid[1];
+    c.gridDimZ = l.grid[2];
+    c.blockDimX = l.block[0];
+    c.blockDimY = l.block[1];
+    c.blockDimZ = l.block[2];
+    c.sharedMemBytes = l.shared_bytes;
+    c.hStream = s.handle();
+    c.attrs = n != 0 ? attrs : nullptr;
+    c.numAttrs = n;
+    return FUNNEL_CU(s_->drv, cuLaunchKernelEx, &c, reinterpret_cast<CUfunction>(k.handle()),
+                     k.offsets().empty() ? nullptr : args, nullptr);
+  }
+
+  Status func_attributes(BackendKernel& bk, int device, ipc::FuncAttributes& out) override {
+    auto& k = static_cast<CudaKernel&>(bk);
+    if (Status st = s_->bind(device); !ok(st)) return st;
+    const CUdevice dev = s_->devices[static_cast<size_t>(device)].handle;
+    const Driver& d = s_->drv;
+    Status first = Status::Success;
+    auto get = [&](CUfunction_attribute a) -> uint64_t {
+      int v = 0;
+      const Status st = FUNNEL_CU(d, cuKernelGetAttribute, &v, a, k.handle(), dev);
+      if (!ok(st) && ok(first)) first = st;
+      return static_cast<uint64_t>(std::max(v, 0));
+    };
+    out = ipc::FuncAttributes{};
+    out.shared_size_bytes = get(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES);
+    out.const_size_bytes = get(CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES);
+    out.local_size_bytes = get(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES);
+    out.max_threads_per_block = static_cast<uint32_t>(get(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK));
+    out.num_regs = static_cast<uint32_t>(get(CU_FUNC_ATTRIBUTE_NUM_REGS));
+    out.ptx_version = static_cast<uint32_t>(get(CU_FUNC_ATTRIBUTE_PTX_VERSION));
+    out.binary_version = static_cast<uint32_t>(get(CU_FUNC_ATTRIBUTE_BINARY_VERSION));
+    out.cache_mode_ca = static_cast<uint32_t>(get(CU_FUNC_ATTRIBUTE_CACHE_MODE_CA));
+    out.max_dynamic_shared_size_bytes = static_cast<uint32_t>(get(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES));
+    out.preferred_shmem_carveout = static_cast<uint32_t>(get(CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT));
+    out.cluster_dim_must_be_set = static_cast<uint32_t>(get(CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET));
+    out.required_cluster[0] = static_cast<uint32_t>(get(CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH));
+    out.required_cluster[1] = static_cast<uint32_t>(get(CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT));
+    out.required_cluster[2] = static_cast<uint32_t>(get(CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH));
+    out.non_portable_cluster_size_allowed =
+        static_cast<uint32_t>(get(CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED));
+    out.cluster_scheduling_policy_preference =
+        static_cast<uint32_t>(get(CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE));
+    return first;
+  }
+
+  // cudaFuncAttribute 8..15 have the numbers of the CUfunction_attribute they set.
+  Status func_set_attribute(BackendKernel& bk, int device, uint32_t attribute, int32_t value) override {
+    auto& k = static_cast<CudaKernel&>(bk);
+    if (Status st = s_->bind(device); !ok(st)) return st;
+    const CUdevice dev = s_->devices[static_cast<size_t>(device)].handle;
+    if (attribute == ipc::kFuncCacheConfig) {
+      if (value < CU_FUNC_CACHE_PREFER_NONE || value > CU_FUNC_CACHE_PREFER_EQUAL) return Status::InvalidValue;
+      return FUNNEL_CU(s_->drv, cuKernelSetCacheConfig, k.handle(), static_cast<CUfunc_cache>(value), dev);
+    }
+    if (attribute < CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES ||
+        attribute > CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE)
+      return Status::InvalidValue;
+    return FUNNEL_CU(s_->drv, cuKernelSetAttribute, static_cast<CUfunction_attribute>(attribute), value, k.handle(),
+                     dev);
+  }
+
+  Status occupancy(BackendKernel& bk, int device, uint32_t block_size, uint64_t dynamic_shared_bytes, uint32_t flags,
+                   int& blocks_per_sm) override {
+    auto& k = static_cast<CudaKernel&>(bk);
+    if (Status st = s_->bind(device); !ok(st)) return st;
+    CUfunction f = nullptr;
+    if (Status st = FUNNEL_CU(s_->drv, cuKernelGetFunction, &f, k.handle()); !ok(st)) return st;
+    int v = 0;
+    const Status st = FUNNEL_CU(s_->drv, cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, &v, f,
+                                static_cast<int>(block_size), dynamic_shared_bytes, flags);
+    if (ok(st)) blocks_per_sm = v;
+    return st;
+  }
+
+  Status wait_value(BackendStream& bs, std::atomic<uint32_t>& word, uint32_t value) override {
+    CudaStream& s = enqueue_on(bs);
+    const auto dev = static_cast<size_t>(s.device());
+    if (dev >= s_->devices.size()) return Status::InvalidDevice;
+    if (!s_->devices[dev].host_pointer_is_device_pointer) return Status::NotSupported;
+    if (Status st = s_->bind(s.device()); !ok(st)) return st;
+    return FUNNEL_CU(s_->drv, cuStreamWaitValue32, s.handle(), reinterpret_cast<CUdeviceptr>(&word), value,
+                     CU_STREAM_WAIT_VALUE_EQ);
+  }
 
   Status set_limit(int device, Limit limit, uint64_t value) override {
     CUlimit l{};

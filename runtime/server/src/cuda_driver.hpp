@@ -60,7 +60,20 @@ inline constexpr int kDriverApiVersion = 13000;  // CUDA 13.0
   X(cuMemcpyAsync, PFN_cuMemcpyAsync_v4000)                             \
   X(cuMemcpy2DAsync, PFN_cuMemcpy2DAsync_v3020)                         \
   X(cuMemsetD8Async, PFN_cuMemsetD8Async_v3020)                         \
-  X(cuMemsetD2D8Async, PFN_cuMemsetD2D8Async_v3020)
+  X(cuMemsetD2D8Async, PFN_cuMemsetD2D8Async_v3020)                     \
+  X(cuLibraryLoadData, PFN_cuLibraryLoadData_v12000)                   \
+  X(cuLibraryUnload, PFN_cuLibraryUnload_v12000)                       \
+  X(cuLibraryGetKernel, PFN_cuLibraryGetKernel_v12000)                 \
+  X(cuLibraryGetGlobal, PFN_cuLibraryGetGlobal_v12000)                 \
+  X(cuKernelGetFunction, PFN_cuKernelGetFunction_v12000)               \
+  X(cuKernelGetParamInfo, PFN_cuKernelGetParamInfo_v12040)             \
+  X(cuKernelGetAttribute, PFN_cuKernelGetAttribute_v12000)             \
+  X(cuKernelSetAttribute, PFN_cuKernelSetAttribute_v12000)             \
+  X(cuKernelSetCacheConfig, PFN_cuKernelSetCacheConfig_v12000)         \
+  X(cuLaunchKernelEx, PFN_cuLaunchKernelEx_v11060)                     \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags,              \
+    PFN_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_v7000)    \
+  X(cuStreamWaitValue32, PFN_cuStreamWaitValue32_v11070)
 
 // The driver's entry points.  Filled by load_driver() in cuda_backend.cpp.
 struct Driver {

@@ -16,6 +16,10 @@
 #include <thread>
 #include <vector>
 
+#include <fstream>
+#include <iterator>
+
+#include "funnel/fatbin/fatbin.hpp"
 #include "funnel/server/backend.hpp"
 
 using namespace funnel::server;
@@ -46,8 +50,155 @@ static Status wait_event(Backend& b, BackendEvent& e) {
   }
 }
 
+// Kernels: load tests/fatbin/kernels.cu (compiled by run.sh with nvcc -fatbin), check
+// that the driver's parameter layouts equal funnel::fatbin's (what the sim backend and CI
+// rely on), launch one, read a __constant__, attributes, occupancy, and a stream that
+// waits for a host word (host functions).
+static void kernels(Backend& b, BackendStream& s, const char* fatbin_path, uint8_t* host /* registered */) {
+  std::ifstream in(fatbin_path, std::ios::binary);
+  std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT(!raw.empty());
+  if (raw.empty()) return;
+  const auto bytes = std::as_bytes(std::span(raw.data(), raw.size()));
+  std::unique_ptr<BackendModule> m;
+  EXPECT_OK(b.module_load(bytes, m));
+  if (!m) return;
+  std::unique_ptr<BackendModule> bad;
+  std::vector<std::byte> junk(4096, std::byte{0x5a});
+  EXPECT(b.module_load(junk, bad) != Status::Success);
+
+  const funnel::fatbin::FatbinKernels parsed = funnel::fatbin::kernels_of_fatbin(bytes);
+  int compared = 0, mismatched = 0;
+  for (const auto& k : parsed.kernels) {
+    if (k.sm_arch != 90) continue;
+    std::unique_ptr<BackendKernel> bk;
+    std::vector<ParamLayout> layout;
+    uint32_t param_bytes = 0;
+    if (b.kernel_get(*m, k.name, bk, layout, param_bytes) != Status::Success) {
+      std::printf("FAIL kernel_get %s\n", k.name.c_str());
+      ++failures;
+      continue;
+    }
+    bool same = layout.size() == k.params.size();
+    for (size_t i = 0; same && i < layout.size(); ++i)
+      same = layout[i].offset == k.params[i].offset && layout[i].size == k.params[i].size;
+    ++compared;
+    if (!same) {
+      ++mismatched;
+      std::printf("layout mismatch %s: driver", k.name.c_str());
+      for (const auto& l : layout) std::printf(" %u+%u", l.offset, l.size);
+      std::printf(" fatbin");
+      for (const auto& l : k.params) std::printf(" %u+%u", l.offset, l.size);
+      std::printf("\n");
+    }
+  }
+  std::printf("kernel layouts: %d compared with funnel::fatbin, %d mismatched\n", compared, mismatched);
+  EXPECT(compared >= 8 && mismatched == 0);
+
+  std::unique_ptr<BackendKernel> none;
+  std::vector<ParamLayout> layout;
+  uint32_t param_bytes = 0;
+  EXPECT(b.kernel_get(*m, "no_such_kernel", none, layout, param_bytes) == Status::InvalidDeviceFunction);
+
+  // scalars(char c, short s, int i, long long ll, float f, double d, int* out): *out = sum
+  std::unique_ptr<BackendKernel> k;
+  EXPECT_OK(b.kernel_get(*m, "scalars", k, layout, param_bytes));
+  EXPECT(layout.size() == 7);
+  if (!k || layout.size() != 7) return;
+  DeviceAddress out = 0;
+  EXPECT_OK(b.mem_alloc(s.device(), 64, out));
+  std::vector<std::byte> buf(param_bytes);
+  auto put = [&](size_t i, const void* v, size_t n) {
+    EXPECT(layout[i].size == n);
+    std::memcpy(buf.data() + layout[i].offset, v, n);
+  };
+  const char c = 3;
+  const short sh = 40;
+  const int i = 500;
+  const long long ll = 6000;
+  const float f = 70000.0f;
+  const double d = 800000.0;
+  put(0, &c, 1);
+  put(1, &sh, 2);
+  put(2, &i, 4);
+  put(3, &ll, 8);
+  put(4, &f, 4);
+  put(5, &d, 8);
+  put(6, &out, 8);
+  LaunchDesc l{};
+  l.grid[0] = l.grid[1] = l.grid[2] = 1;
+  l.block[0] = l.block[1] = l.block[2] = 1;
+  EXPECT_OK(b.launch(s, *k, l, buf));
+  EXPECT_OK(b.copy(s, CopyDesc{{false, addr(host)}, {true, out}, 4, 1, 4, 4}));
+  EXPECT_OK(b.synchronize(s));
+  int result = 0;
+  std::memcpy(&result, host, 4);
+  std::printf("launch scalars -> %d (expect 876543)\n", result);
+  EXPECT(result == 876543);
+
+  // launch cost (one-way, as the worker pays it)
+  {
+    std::vector<double> t;
+    for (int it = 0; it < 2000; ++it) {
+      const auto a = std::chrono::steady_clock::now();
+      EXPECT_OK(b.launch(s, *k, l, buf));
+      t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - a).count());
+    }
+    EXPECT_OK(b.synchronize(s));
+    std::sort(t.begin(), t.end());
+    std::printf("timing: cuLaunchKernelEx %.3f us\n", t[t.size() / 2]);
+  }
+
+  // a __constant__ global: fatbin_table = {1..8}
+  DeviceAddress table = 0;
+  uint64_t table_size = 0;
+  EXPECT_OK(b.global_get(*m, s.device(), "fatbin_table", table, table_size));
+  EXPECT(table_size == 8 * sizeof(float));
+  EXPECT_OK(b.copy(s, CopyDesc{{false, addr(host)}, {true, table}, 32, 1, 32, 32}));
+  EXPECT_OK(b.synchronize(s));
+  float tv[8];
+  std::memcpy(tv, host, sizeof tv);
+  EXPECT(tv[0] == 1.0f && tv[7] == 8.0f);
+  EXPECT(b.global_get(*m, s.device(), "no_such_global", table, table_size) != Status::Success);
+
+  funnel::ipc::FuncAttributes fa;
+  EXPECT_OK(b.func_attributes(*k, s.device(), fa));
+  std::printf("scalars: regs=%u maxThreads=%u ptx=%u binary=%u\n", fa.num_regs, fa.max_threads_per_block,
+              fa.ptx_version, fa.binary_version);
+  EXPECT(fa.max_threads_per_block > 0 && fa.binary_version == 90);
+  EXPECT_OK(b.func_set_attribute(*k, s.device(), 8 /* MaxDynamicSharedMemorySize */, 64 * 1024));
+  EXPECT_OK(b.func_attributes(*k, s.device(), fa));
+  EXPECT(fa.max_dynamic_shared_size_bytes == 64 * 1024);
+  EXPECT(b.func_set_attribute(*k, s.device(), 3, 1) == Status::InvalidValue);
+  int blocks = 0;
+  EXPECT_OK(b.occupancy(*k, s.device(), 256, 0, 0, blocks));
+  std::printf("occupancy(256 threads): %d blocks/SM\n", blocks);
+  EXPECT(blocks > 0);
+
+  // wait_value: the stream holds until the host stores the word (host functions)
+  auto* reached = reinterpret_cast<std::atomic<uint32_t>*>(host + 256);
+  auto* done = reinterpret_cast<std::atomic<uint32_t>*>(host + 512);
+  reached->store(0);
+  done->store(0);
+  EXPECT_OK(b.write_value(s, *reached, 7));
+  EXPECT_OK(b.wait_value(s, *done, 7));
+  EXPECT_OK(b.launch(s, *k, l, buf));
+  const auto t0 = std::chrono::steady_clock::now();
+  while (reached->load() != 7 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5)) {
+  }
+  EXPECT(reached->load() == 7u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT(b.query(s) == Status::NotReady);  // still held by the host word
+  done->store(7);
+  EXPECT_OK(b.synchronize(s));
+  EXPECT_OK(b.mem_free(s.device(), out));
+  k.reset();
+  m.reset();
+}
+
 int main(int argc, char** argv) {
   const bool expect_no_driver = argc > 1 && std::strcmp(argv[1], "--expect-no-driver") == 0;
+  const char* fatbin_path = std::getenv("FUNNEL_SMOKE_FATBIN");
   std::unique_ptr<Backend> b;
   try {
     b = make_cuda_backend({});
@@ -252,6 +403,13 @@ int main(int argc, char** argv) {
     std::printf("timing: cuEventRecord %.3f us, cuStreamWriteValue32 %.3f us; from record: event done %.3f us, "
                 "word stored %.3f us\n",
                 med(t_rec), med(t_wv), med(seen_ev), med(seen_word));
+  }
+
+  if (fatbin_path != nullptr) {
+    kernels(*b, *s, fatbin_path, A);
+  } else {
+    std::printf("FAIL: FUNNEL_SMOKE_FATBIN not set (run.sh sets it): kernels not tested\n");
+    ++failures;
   }
 
   EXPECT_OK(b->mem_free(0, d1));

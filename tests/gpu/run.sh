@@ -95,11 +95,14 @@ HAVE_FUNNEL=0
 
 # ---- 2. backend smoke test (the cuda backend alone) ----------------------------------
 note "cuda backend smoke test"
-if g++ -std=c++20 -O2 -Wall -Wextra -Wconversion -Wold-style-cast -Wshadow -Werror \
-  -Iruntime/server/include -Iruntime/ipc/include -Iruntime/common/include -I/usr/local/cuda/include \
-  runtime/server/src/cuda_backend.cpp tests/gpu/backend_smoke.cpp -o "$BUILD/backend_smoke" \
-  -lspdlog -lfmt -ldl -pthread >"$OUT_DIR/smoke/compile.log" 2>&1; then
-  if timeout "$TIMEOUT" "$BUILD/backend_smoke" >"$OUT_DIR/smoke/backend_smoke.log" 2>&1; then
+if nvcc -fatbin -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=[sm_80,compute_80] \
+  -Itests/fatbin -o "$BUILD/smoke_kernels.fatbin" tests/fatbin/kernels.cu >"$OUT_DIR/smoke/compile.log" 2>&1 &&
+  g++ -std=c++20 -O2 -Wall -Wextra -Wconversion -Wold-style-cast -Wshadow -Werror \
+  -Iruntime/server/include -Iruntime/ipc/include -Iruntime/common/include -Iruntime/fatbin/include \
+  -I/usr/local/cuda/include runtime/server/src/cuda_backend.cpp runtime/fatbin/src/*.cpp tests/gpu/backend_smoke.cpp \
+  -o "$BUILD/backend_smoke" -lspdlog -lfmt -ldl -pthread >>"$OUT_DIR/smoke/compile.log" 2>&1; then
+  if FUNNEL_SMOKE_FATBIN="$BUILD/smoke_kernels.fatbin" timeout "$TIMEOUT" "$BUILD/backend_smoke" \
+    >"$OUT_DIR/smoke/backend_smoke.log" 2>&1; then
     result smoke backend_smoke PASS "$(grep -m1 '^H2D' "$OUT_DIR/smoke/backend_smoke.log")"
   else
     result smoke backend_smoke FAIL "see smoke/backend_smoke.log"

@@ -24,6 +24,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cuda_driver.hpp"
+#include "funnel/fatbin/fatbin.hpp"
 #include "funnel/server/backend.hpp"
 
 namespace funnel::server {
@@ -572,7 +573,14 @@ class CudaBackend final : public Backend {
 
   Status module_load(std::span<const std::byte> image, std::unique_ptr<BackendModule>& out) override {
     if (Status st = s_->bind(0); !ok(st)) return st;
-    if (image.empty()) return Status::InvalidKernelImage;
+    // The driver loads lazily (CUDA_MODULE_LOADING=LAZY is the default) and accepted 4 KiB of
+    // junk in the GPU smoke test: check that the bytes are a fat binary first.
+    try {
+      if (funnel::fatbin::parse_fatbin(image).empty()) return Status::InvalidKernelImage;
+    } catch (const funnel::fatbin::Error& e) {
+      spdlog::warn("cuda: module rejected: {}", e.what());
+      return Status::InvalidKernelImage;
+    }
     CUlibrary lib = nullptr;
     const Status st = FUNNEL_CU(s_->drv, cuLibraryLoadData, &lib, image.data(), nullptr, nullptr, 0u, nullptr,
                                 nullptr, 0u);

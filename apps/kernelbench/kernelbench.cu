@@ -1,0 +1,210 @@
+// kernelbench: what kernel launches cost, for one process of a group that bench/kernels.sh
+// starts N at a time (natively, under NVIDIA MPS, through funnel-run).
+//
+//   kernelbench issue  [--launches N]          per-launch cost seen by the caller of <<<>>>
+//   kernelbench throughput --kernel empty|small --seconds S --barrier DIR --clients N
+//                                              launch for S seconds after all N processes are
+//                                              ready; prints this process's completed launches
+//   kernelbench first                          attach + one kernel + exit (start-up)
+//   kernelbench idle --barrier DIR --clients N attach, run one kernel, mark ready, wait for
+//                                              DIR/stop (GPU memory of idle clients)
+// Every mode prints one JSON line.  "small" is 4 blocks of 128 threads that spin ~5 us on the
+// GPU's global timer, as the issue describes; "empty" does nothing.
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#define CK(call)                                                                               \
+  do {                                                                                         \
+    cudaError_t e_ = (call);                                                                   \
+    if (e_ != cudaSuccess) {                                                                   \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+      std::exit(2);                                                                            \
+    }                                                                                          \
+  } while (0)
+
+using Clock = std::chrono::steady_clock;
+
+__global__ void empty_kernel() {}
+
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__global__ void small_kernel(unsigned ns, int* sink) {
+  const unsigned long long t0 = global_ns();
+  while (global_ns() - t0 < ns) {
+  }
+  if (threadIdx.x == 0 && sink != nullptr) atomicAdd(sink, 1);
+}
+
+namespace {
+
+struct Args {
+  std::string mode;
+  std::string kernel = "empty";
+  double seconds = 2.0;
+  std::string barrier;
+  int clients = 1;
+  int launches = 20000;
+  unsigned small_ns = 5000;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: kernelbench issue|throughput|first|idle [options]\n");
+    std::exit(2);
+  }
+  a.mode = argv[1];
+  for (int i = 2; i < argc; ++i) {
+    const std::string k = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "kernelbench: %s needs a value\n", k.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (k == "--kernel") a.kernel = next();
+    else if (k == "--seconds") a.seconds = std::atof(next().c_str());
+    else if (k == "--barrier") a.barrier = next();
+    else if (k == "--clients") a.clients = std::atoi(next().c_str());
+    else if (k == "--launches") a.launches = std::atoi(next().c_str());
+    else if (k == "--small-ns") a.small_ns = static_cast<unsigned>(std::atoi(next().c_str()));
+    else {
+      std::fprintf(stderr, "kernelbench: unknown option %s\n", k.c_str());
+      std::exit(2);
+    }
+  }
+  if (a.kernel != "empty" && a.kernel != "small") {
+    std::fprintf(stderr, "kernelbench: --kernel must be empty or small\n");
+    std::exit(2);
+  }
+  return a;
+}
+
+int count_prefix(const std::string& dir, const char* prefix) {
+  int n = 0;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d))
+      if (std::strncmp(e->d_name, prefix, std::strlen(prefix)) == 0) ++n;
+    closedir(d);
+  }
+  return n;
+}
+
+void touch(const std::string& path) {
+  if (FILE* f = std::fopen(path.c_str(), "w")) std::fclose(f);
+}
+
+// Marks this process ready and waits (at most 10 minutes) until `clients` are.
+void barrier(const Args& a) {
+  if (a.barrier.empty()) return;
+  touch(a.barrier + "/ready." + std::to_string(getpid()));
+  const auto give_up = Clock::now() + std::chrono::minutes(10);
+  while (count_prefix(a.barrier, "ready.") < a.clients) {
+    if (Clock::now() > give_up) {
+      std::fprintf(stderr, "kernelbench: barrier timed out\n");
+      std::exit(2);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+void launch(const Args& a, cudaStream_t s, int* sink) {
+  if (a.kernel == "empty") empty_kernel<<<1, 1, 0, s>>>();
+  else small_kernel<<<4, 128, 0, s>>>(a.small_ns, sink);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = parse(argc, argv);
+  const auto t_start = Clock::now();
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  int* sink = nullptr;
+  CK(cudaMalloc(&sink, sizeof(int)));
+  CK(cudaMemset(sink, 0, sizeof(int)));
+
+  if (a.mode == "first") {
+    empty_kernel<<<1, 1, 0, s>>>();
+    CK(cudaGetLastError());
+    CK(cudaStreamSynchronize(s));
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t_start).count();
+    std::printf("{\"bench\":\"first\",\"ms\":%.3f}\n", ms);
+    return 0;
+  }
+
+  // warm up: module load, first launch
+  for (int i = 0; i < 10; ++i) launch(a, s, sink);
+  CK(cudaGetLastError());
+  CK(cudaStreamSynchronize(s));
+
+  if (a.mode == "issue") {
+    // bursts of 50 with the stream drained in between, so the queue never fills and the
+    // time is the caller's cost of one <<<>>>
+    std::vector<double> t;
+    t.reserve(static_cast<size_t>(a.launches));
+    for (int i = 0; i < a.launches; ++i) {
+      if (i % 50 == 0) CK(cudaStreamSynchronize(s));
+      const auto t0 = Clock::now();
+      launch(a, s, sink);
+      t.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    }
+    CK(cudaGetLastError());
+    CK(cudaStreamSynchronize(s));
+    std::sort(t.begin(), t.end());
+    std::printf("{\"bench\":\"issue_%s\",\"us\":%.3f,\"p10_us\":%.3f,\"p90_us\":%.3f}\n", a.kernel.c_str(),
+                t[t.size() / 2], t[t.size() / 10], t[t.size() * 9 / 10]);
+    return 0;
+  }
+
+  if (a.mode == "throughput") {
+    barrier(a);
+    const auto t0 = Clock::now();
+    const auto until = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.seconds));
+    long long n = 0;
+    while (Clock::now() < until) {
+      for (int i = 0; i < 64; ++i) launch(a, s, sink);
+      n += 64;
+    }
+    CK(cudaGetLastError());
+    CK(cudaStreamSynchronize(s));
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    int counted = 0;
+    CK(cudaMemcpy(&counted, sink, sizeof counted, cudaMemcpyDeviceToHost));
+    // small kernels count their blocks' executions: 4 per launch (+ the warm-up's 40)
+    const bool ok = a.kernel == "empty" || counted == 4 * (n + 10);
+    std::printf("{\"bench\":\"throughput_%s\",\"launches\":%lld,\"seconds\":%.4f,\"per_s\":%.1f,\"ok\":%s}\n",
+                a.kernel.c_str(), n, secs, static_cast<double>(n) / secs, ok ? "true" : "false");
+    return ok ? 0 : 1;
+  }
+
+  if (a.mode == "idle") {
+    barrier(a);
+    const auto give_up = Clock::now() + std::chrono::minutes(10);
+    const std::string stop = a.barrier + "/stop";
+    struct stat st;
+    while (stat(stop.c_str(), &st) != 0 && Clock::now() < give_up) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::printf("{\"bench\":\"idle\"}\n");
+    return 0;
+  }
+
+  std::fprintf(stderr, "kernelbench: unknown mode %s\n", a.mode.c_str());
+  return 2;
+}

@@ -169,6 +169,9 @@ struct SimOptions {
 };
 
 std::unique_ptr<Backend> make_sim_backend(const SimOptions& options);
+// The launches a sim backend has run so far, oldest first (the most recent 65536); empty
+// for any other backend.
+std::vector<SimLaunchRecord> sim_launch_records(const Backend& sim);
 // Throws std::runtime_error naming the problem (no driver, no GPU, bad ordinal) and the fix.
 std::unique_ptr<Backend> make_cuda_backend(const std::vector<int>& devices);
 

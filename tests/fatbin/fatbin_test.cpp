@@ -110,6 +110,7 @@ std::map<std::string, Expected> expected_kernels() {
       {"_Z9templatedIsEvT_cPS0_", layout<short, char, short*>()},
       {"_ZN11fatbin_test12in_namespaceENS_6PaddedEPi", layout<Padded, int*>()},
       {"_Z12unused_paramiPKv", layout<int, const void*>()},
+      {"uses_globals", layout<int, int*>()},
   };
 }
 
@@ -285,6 +286,64 @@ TEST(Fatbin, CorruptedCubinNeverCrashes) {
         (void)fb::kernels_of_cubin(copy);
       } catch (const fb::Error&) {
       }
+      try {
+        (void)fb::globals_of_cubin(copy);
+      } catch (const fb::Error&) {
+      }
+    }
+  }
+}
+
+// The cubins of the sm_90 and sm_80 entries (uncompressed build).
+std::vector<std::vector<std::byte>> cubins_of(const std::string& mode) {
+  std::vector<std::vector<std::byte>> out;
+  const auto section = fatbin_section(mode);
+  for (const auto& im : fb::parse_fatbin(section))
+    if (im.kind == fb::ImageKind::cubin) out.push_back(fb::decompressed_payload(im));
+  return out;
+}
+
+TEST(Fatbin, GlobalsOfCubin) {
+  const auto cubins = cubins_of("none");
+  ASSERT_EQ(cubins.size(), 2u);
+  for (const auto& cubin : cubins) {
+    std::map<std::string, fb::GlobalInfo> found;
+    for (auto& g : fb::globals_of_cubin(cubin)) found[g.name] = g;
+    ASSERT_EQ(found.size(), 3u);
+    ASSERT_TRUE(found.contains("fatbin_counter"));
+    EXPECT_EQ(found["fatbin_counter"].size, 16 * sizeof(int));
+    EXPECT_FALSE(found["fatbin_counter"].constant);
+    EXPECT_TRUE(found["fatbin_counter"].init.empty()) << "zero-initialised: .nv.global is NOBITS";
+    ASSERT_TRUE(found.contains("fatbin_table"));
+    EXPECT_TRUE(found["fatbin_table"].constant);
+    ASSERT_EQ(found["fatbin_table"].init.size(), 8 * sizeof(float));
+    float table[8];
+    std::memcpy(table, found["fatbin_table"].init.data(), sizeof table);
+    for (int i = 0; i < 8; ++i) EXPECT_EQ(table[i], static_cast<float>(i + 1));
+    const std::string ns = "_ZN11fatbin_test8ns_valueE";
+    ASSERT_TRUE(found.contains(ns));
+    EXPECT_EQ(found[ns].size, sizeof(double));
+    ASSERT_EQ(found[ns].init.size(), sizeof(double));
+    double v = 0;
+    std::memcpy(&v, found[ns].init.data(), sizeof v);
+    EXPECT_EQ(v, 2.5);
+  }
+  // Not an ELF file: an error, not an empty list.
+  EXPECT_THROW((void)fb::globals_of_cubin(std::vector<std::byte>(10)), fb::Error);
+}
+
+TEST(Fatbin, KernelResources) {
+  for (const auto& cubin : cubins_of("none")) {
+    for (const auto& k : fb::kernels_of_cubin(cubin)) {
+      SCOPED_TRACE(k.name + " sm_" + std::to_string(k.sm_arch));
+      EXPECT_GT(k.num_regs, 0u);
+      EXPECT_LE(k.num_regs, 255u);
+      // sm_90 cubins put the 1 KiB the compiler reserves in front of a kernel's own
+      // shared variables (nvcc 13: 1280 bytes here); sm_80 ones hold the variables alone.
+      if (k.name != "uses_globals") EXPECT_EQ(k.shared_bytes, 0u);
+      else if (k.sm_arch == 80) EXPECT_EQ(k.shared_bytes, 64 * sizeof(int));
+      else EXPECT_GE(k.shared_bytes, 64 * sizeof(int));
+      EXPECT_EQ(k.local_bytes, 0u);
     }
   }
 }

@@ -51,3 +51,17 @@ __global__ void in_namespace(Padded p, int* out) { *out = p.c + p.i; }
 
 // Not extern "C": a mangled name without a namespace.
 __global__ void unused_param(int, const void* p) { (void)p; }
+
+// Variables (funnel::fatbin::globals_of_cubin) and resources (registers, static shared memory).
+__device__ int fatbin_counter[16];
+__constant__ float fatbin_table[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+namespace fatbin_test {
+__device__ double ns_value = 2.5;
+}  // namespace fatbin_test
+
+extern "C" __global__ void uses_globals(int i, int* out) {
+  __shared__ int staged[64];
+  staged[threadIdx.x] = fatbin_counter[i] + static_cast<int>(fatbin_table[i]) + static_cast<int>(fatbin_test::ns_value);
+  __syncthreads();
+  *out = staged[63 - threadIdx.x];
+}

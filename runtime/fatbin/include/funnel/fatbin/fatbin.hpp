@@ -72,10 +72,28 @@ struct KernelInfo {
   int sm_arch = 0;
   std::vector<KernelParam> params;  // sorted by ordinal
   uint32_t param_bytes = 0;         // EIATTR_PARAM_CBANK size; 0 without parameters
+  // Resources (0 when the cubin does not record them): registers per thread
+  // (EIATTR_REGCOUNT of .nv.info), static shared memory (size of .nv.shared.<name>),
+  // local memory per thread (EIATTR_FRAME_SIZE).
+  uint32_t num_regs = 0;
+  uint64_t shared_bytes = 0;
+  uint64_t local_bytes = 0;
 };
 
 // Kernels of one ELF cubin (uncompressed payload of an ImageKind::cubin entry).
 std::vector<KernelInfo> kernels_of_cubin(std::span<const std::byte> elf);
+
+// A __device__ (.nv.global*) or __constant__ (.nv.constant<bank>) variable of a cubin:
+// an STT_OBJECT symbol of .symtab defined in one of those sections.
+struct GlobalInfo {
+  std::string name;  // mangled (or plain for extern "C")
+  uint64_t size = 0;
+  bool constant = false;
+  std::vector<std::byte> init;  // initial bytes (size of them); empty: zero-initialised (NOBITS)
+};
+
+// Variables of one ELF cubin, in symbol table order.  Throws Error on malformed input.
+std::vector<GlobalInfo> globals_of_cubin(std::span<const std::byte> elf);
 
 struct FatbinKernels {
   std::vector<KernelInfo> kernels;  // of every cubin, in entry order

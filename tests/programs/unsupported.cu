@@ -1,10 +1,14 @@
 // funnel-only: what funnel does not support yet must fail loudly, never silently succeed.
 // A runtime call without an implementation returns cudaErrorNotSupported (and names itself
-// once on stderr); so does a kernel launch until kernels go through the server.
-// Natively both succeed, so tests/gpu/run.sh does not compare this program with a native run.
+// once on stderr); so does a kernel of a fat binary with a __managed__ variable (named on
+// stderr once), and a launch attribute funnel does not pass on.
+// Natively these succeed, so tests/gpu/run.sh does not compare this program with a native run.
 #include "check.h"
 
-__global__ void kernel(int* p) { p[0] = 1; }
+__managed__ int counter;  // never touched on the host: its host shadow is not set up
+
+__global__ void kernel(int* p) { p[0] = 1 + counter; }
+__global__ void plain() {}
 
 int main() {
   int* d = nullptr;
@@ -13,7 +17,18 @@ int main() {
   std::printf("unsupported: %s\n", cudaGetErrorName(cudaGraphCreate(&g, 0)));
   std::printf("unsupported again: %s\n", cudaGetErrorName(cudaGraphCreate(&g, 0)));
   kernel<<<1, 1>>>(d);
-  std::printf("launch: %s\n", cudaGetErrorName(cudaGetLastError()));
+  std::printf("launch with a managed variable: %s\n", cudaGetErrorName(cudaGetLastError()));
+  kernel<<<1, 1>>>(d);
+  std::printf("again: %s\n", cudaGetErrorName(cudaGetLastError()));
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeMemSyncDomain;
+  attr[0].val.memSyncDomain = cudaLaunchMemSyncDomainRemote;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(1);
+  cfg.blockDim = dim3(1);
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  std::printf("launch attribute: %s\n", cudaGetErrorName(cudaLaunchKernelEx(&cfg, plain)));
   CHECK(cudaFree(d));
   CHECK(cudaDeviceSynchronize());
   std::printf("done\n");

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "api.hpp"
+#include "host_func.hpp"
 
 using namespace funnel::client;
 using funnel::ipc::DeviceRecord;
@@ -167,7 +168,11 @@ FUNNEL_API cudaError_t cudaDeviceGetPCIBusId(char* pciBusId, int len, int device
 
 FUNNEL_API cudaError_t cudaDeviceSynchronize() {
   return guarded(__func__, [&] {
-    return to_cuda(Runtime::get().call(Opcode::DeviceSynchronize, current_device(), 0, nullptr, 0));
+    const int dev = current_device();
+    const uint64_t uses = hf_uses();
+    const cudaError_t e = to_cuda(Runtime::get().call(Opcode::DeviceSynchronize, dev, 0, nullptr, 0));
+    if (e == cudaSuccess) hf_device_synchronized(dev, uses);
+    return e;
   });
 }
 

@@ -109,13 +109,9 @@ CopyCmd staged_cmd(const Chunk& c, int slot, bool to_device) {
 // of the stream runs after the copy.  `sync` only takes the deferred error.
 cudaError_t staged_h2d(Runtime& rt, const std::vector<Chunk>& chunks, const StreamRef& s, bool sync) {
   for (const Chunk& c : chunks) {
-    const int slot = rt.acquire_staging(true);
-    if (slot < 0) return cudaErrorDevicesUnavailable;
     // The previous user's H2D may still be in flight: the server frees it.
-    if (!rt.wait_staging(slot, [](uint32_t v) { return v == state(StagingState::Free); })) {
-      rt.release_staging(slot);
-      return cudaErrorDevicesUnavailable;
-    }
+    const int slot = rt.acquire_free_staging();
+    if (slot < 0) return cudaErrorDevicesUnavailable;
     std::byte* dst = rt.view().staging(static_cast<uint32_t>(slot));
     rt.copier().copy(dst, c.width, c.host, c.host_pitch, c.width, c.rows);
     rt.view().staging_state(static_cast<uint32_t>(slot)).store(state(StagingState::InFlight), std::memory_order_release);

@@ -1,36 +1,53 @@
-// The entry points nvcc's generated code calls from static constructors and kernel
-// stubs.  Registration is only recorded (kernels are the next milestone); none of it
-// attaches to a server, so a program that never calls CUDA never starts one.
-#include <mutex>
-#include <vector>
-
+// The entry points nvcc's generated code calls from static constructors: fat binaries,
+// kernels and variables are only recorded here (modules.cpp); none of it attaches to a
+// server, so a program that never calls CUDA never starts one.  -rdc programs register
+// through the same calls: nvcc's link stub (crt/link.stub) registers the device-linked
+// fat binary once, with every object's callbacks.
 #include "api.hpp"
+#include "modules.hpp"
 
 using namespace funnel::client;
 
 namespace {
 
-struct FatBinary {
-  void* wrapper;  // the __fatDeviceText wrapper nvcc passed (kept for module loading)
-  struct Function {
-    const char* host;
-    const char* device_name;
-  };
-  std::vector<Function> functions;
-  struct Var {
-    char* host;
-    const char* device_name;
-    size_t size;
-    int constant;
-  };
-  std::vector<Var> vars;
-};
+// nvcc expects a void** handle it only passes back to us: the Module record itself.
+Module* from_handle(void** handle) { return reinterpret_cast<Module*>(handle); }
 
-std::mutex g_mu;
-std::vector<FatBinary*>& fatbins() {
-  static auto* v = new std::vector<FatBinary*>();  // never destroyed: used from atexit handlers
-  return *v;
+}  // namespace
+
+FUNNEL_API void** __cudaRegisterFatBinary(void* fatCubin) noexcept {
+  Module* m = register_module(fatCubin);
+  if (m != nullptr) return reinterpret_cast<void**>(m);
+  static void* fallback = nullptr;  // out of memory: registrations against it are dropped
+  return &fallback;
 }
+
+FUNNEL_API void __cudaRegisterFatBinaryEnd(void** /*handle*/) noexcept {}
+
+FUNNEL_API void __cudaUnregisterFatBinary(void** handle) noexcept { unregister_module(from_handle(handle)); }
+
+// Called by the registration of __managed__ variables; natively it initialises the
+// runtime for them.  Managed memory is not supported (the module's use fails).
+FUNNEL_API char __cudaInitModule(void** /*handle*/) noexcept { return 1; }
+
+FUNNEL_API void __cudaRegisterFunction(void** handle, const char* hostFun, char* /*deviceFun*/,
+                                       const char* deviceName, int /*thread_limit*/, uint3* /*tid*/, uint3* /*bid*/,
+                                       dim3* /*bDim*/, dim3* /*gDim*/, int* /*wSize*/) noexcept {
+  register_kernel(from_handle(handle), hostFun, deviceName);
+}
+
+FUNNEL_API void __cudaRegisterVar(void** handle, char* hostVar, char* /*deviceAddress*/, const char* deviceName,
+                                  int /*ext*/, size_t size, int constant, int /*global*/) noexcept {
+  register_variable(from_handle(handle), hostVar, deviceName, size, constant != 0);
+}
+
+FUNNEL_API void __cudaRegisterManagedVar(void** handle, void** hostVarPtrAddress, char* /*deviceAddress*/,
+                                         const char* deviceName, int /*ext*/, size_t /*size*/, int /*constant*/,
+                                         int /*global*/) noexcept {
+  register_managed(from_handle(handle), hostVarPtrAddress, deviceName);
+}
+
+namespace {
 
 struct CallConfig {
   dim3 grid, block;
@@ -39,64 +56,7 @@ struct CallConfig {
 };
 thread_local std::vector<CallConfig> t_configs;
 
-FatBinary* from_handle(void** handle) { return reinterpret_cast<FatBinary*>(handle); }
-
-cudaError_t launch_unsupported(const char* name) {
-  (void)name;
-  report_unsupported("kernel launch");
-  return cudaErrorNotSupported;
-}
-
 }  // namespace
-
-// The handle is a pointer to our record; its first member is the wrapper pointer, as
-// the handle nvcc expects (a void** it only passes back to us).
-FUNNEL_API void** __cudaRegisterFatBinary(void* fatCubin) noexcept {
-  try {
-    auto* fb = new FatBinary{fatCubin, {}, {}};
-    std::lock_guard lk(g_mu);
-    fatbins().push_back(fb);
-    return reinterpret_cast<void**>(fb);
-  } catch (...) {
-    static void* fallback = nullptr;
-    return &fallback;
-  }
-}
-
-FUNNEL_API void __cudaRegisterFatBinaryEnd(void** /*handle*/) noexcept {}
-
-FUNNEL_API void __cudaUnregisterFatBinary(void** handle) noexcept {
-  std::lock_guard lk(g_mu);
-  auto& v = fatbins();
-  for (auto it = v.begin(); it != v.end(); ++it) {
-    if (reinterpret_cast<void**>(*it) == handle) {
-      delete *it;
-      v.erase(it);
-      return;
-    }
-  }
-}
-
-FUNNEL_API char __cudaInitModule(void** /*handle*/) noexcept { return 1; }
-
-FUNNEL_API void __cudaRegisterFunction(void** handle, const char* hostFun, char* /*deviceFun*/,
-                                       const char* deviceName, int /*thread_limit*/, uint3* /*tid*/, uint3* /*bid*/,
-                                       dim3* /*bDim*/, dim3* /*gDim*/, int* /*wSize*/) noexcept {
-  try {
-    std::lock_guard lk(g_mu);
-    from_handle(handle)->functions.push_back({hostFun, deviceName});
-  } catch (...) {
-  }
-}
-
-FUNNEL_API void __cudaRegisterVar(void** handle, char* hostVar, char* /*deviceAddress*/, const char* deviceName,
-                                  int /*ext*/, size_t size, int constant, int /*global*/) noexcept {
-  try {
-    std::lock_guard lk(g_mu);
-    from_handle(handle)->vars.push_back({hostVar, deviceName, size, constant});
-  } catch (...) {
-  }
-}
 
 FUNNEL_API unsigned __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim, size_t sharedMem,
                                                 struct CUstream_st* stream) noexcept {
@@ -125,17 +85,4 @@ FUNNEL_API cudaError_t __cudaGetKernel(cudaKernel_t* kernel, const void* hostFun
   if (kernel == nullptr) return record(cudaErrorInvalidValue);
   *kernel = reinterpret_cast<cudaKernel_t>(const_cast<void*>(hostFun));
   return cudaSuccess;
-}
-
-FUNNEL_API cudaError_t __cudaLaunchKernel(cudaKernel_t, dim3, dim3, void**, size_t, cudaStream_t) noexcept {
-  return record(launch_unsupported(__func__));
-}
-FUNNEL_API cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t, dim3, dim3, void**, size_t, cudaStream_t) noexcept {
-  return record(launch_unsupported(__func__));
-}
-FUNNEL_API cudaError_t cudaLaunchKernel(const void*, dim3, dim3, void**, size_t, cudaStream_t) noexcept {
-  return record(launch_unsupported(__func__));
-}
-FUNNEL_API cudaError_t cudaLaunchKernel_ptsz(const void*, dim3, dim3, void**, size_t, cudaStream_t) noexcept {
-  return record(launch_unsupported(__func__));
 }

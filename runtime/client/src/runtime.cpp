@@ -204,8 +204,8 @@ Status Runtime::ready() noexcept {
 }
 
 uint64_t Runtime::write_record(Opcode op, int device, uint64_t stream, uint32_t reply_slot, const void* payload,
-                               uint32_t n) noexcept {
-  const uint32_t size = ipc::record_size_for(n);
+                               uint32_t n, std::span<const std::byte> trailing) noexcept {
+  const uint32_t size = ipc::record_size_for(uint64_t{n} + trailing.size());
   std::lock_guard lk(ring_mu_);
   std::byte* at = writer_.reserve(size, [&] { return gone(); });
   if (at == nullptr) return 0;
@@ -218,6 +218,7 @@ uint64_t Runtime::write_record(Opcode op, int device, uint64_t stream, uint32_t 
   h.stream = stream;
   std::memcpy(at, &h, sizeof h);
   if (n != 0) std::memcpy(at + sizeof h, payload, n);
+  if (!trailing.empty()) std::memcpy(at + sizeof h + n, trailing.data(), trailing.size());
   writer_.publish();
   return h.seq;
 }
@@ -277,10 +278,21 @@ Status Runtime::call(Opcode op, int device, uint64_t stream, const void* payload
   return s;
 }
 
-Status Runtime::post(Opcode op, int device, uint64_t stream, const void* payload, uint32_t n) noexcept {
+Status Runtime::ask(Opcode op, int device, const void* payload, uint32_t n, std::span<const std::byte> trailing,
+                    Reply* reply) noexcept {
   if (Status s = ready(); s != Status::Success) return s;
-  return write_record(op, device, stream, ipc::kNoReply, payload, n) != 0 ? Status::Success
-                                                                          : Status::DevicesUnavailable;
+  const int slot = acquire_reply_slot();
+  if (slot < 0) return Status::DevicesUnavailable;
+  const uint64_t seq = write_record(op, device, 0, static_cast<uint32_t>(slot), payload, n, trailing);
+  if (seq == 0) return Status::DevicesUnavailable;
+  return wait_reply(static_cast<uint32_t>(slot), seq, reply);
+}
+
+Status Runtime::post(Opcode op, int device, uint64_t stream, const void* payload, uint32_t n,
+                     std::span<const std::byte> trailing) noexcept {
+  if (Status s = ready(); s != Status::Success) return s;
+  return write_record(op, device, stream, ipc::kNoReply, payload, n, trailing) != 0 ? Status::Success
+                                                                                    : Status::DevicesUnavailable;
 }
 
 int Runtime::acquire_staging(bool block) noexcept {
@@ -302,6 +314,17 @@ int Runtime::acquire_staging(bool block) noexcept {
     if (!block || dead_.load()) return -1;
     stage_cv_.wait_for(lk, std::chrono::milliseconds(20));
   }
+}
+
+int Runtime::acquire_free_staging() noexcept {
+  const int slot = acquire_staging(true);
+  if (slot < 0) return -1;
+  constexpr auto kFree = static_cast<uint32_t>(ipc::StagingState::Free);
+  if (!wait_staging(slot, [](uint32_t v) { return v == kFree; })) {
+    release_staging(slot);
+    return -1;
+  }
+  return slot;
 }
 
 ParallelCopy& Runtime::copier() noexcept {
@@ -349,11 +372,22 @@ uint32_t Runtime::next_generation_locked(uint32_t slot) noexcept {
   return g;
 }
 
+uint32_t Runtime::next_generation_locked(uint32_t a, uint32_t b) noexcept {
+  // The later of the two (wrapping compare), so that neither word's generations go back.
+  const uint32_t ga = slot_generation_[a], gb = slot_generation_[b];
+  uint32_t g = (static_cast<int32_t>(ga - gb) >= 0 ? ga : gb) + 1;
+  if (g == 0) g = 1;
+  slot_generation_[a] = slot_generation_[b] = g;
+  return g;
+}
+
 Classified Runtime::classify(const void* p) noexcept {
   const auto a = reinterpret_cast<uintptr_t>(p);
   std::lock_guard lk(tables_mu);
   Classified c;
-  if (auto it = allocs.upper_bound(a); it != allocs.begin()) {
+  for (const auto* table : {&allocs, &globals}) {
+    auto it = table->upper_bound(a);
+    if (it == table->begin()) continue;
     --it;
     if (a < it->first + std::max<uint64_t>(it->second.size, 1)) {
       c.kind = Classified::Device;
@@ -378,12 +412,15 @@ Classified Runtime::classify(const void* p) noexcept {
 
 std::optional<DeviceAlloc> Runtime::device_range(uint64_t addr, uint64_t len) noexcept {
   std::lock_guard lk(tables_mu);
-  auto it = allocs.upper_bound(addr);
-  if (it == allocs.begin()) return std::nullopt;
-  --it;
-  const uint64_t off = addr - it->first;
-  if (off > it->second.size || len > it->second.size - off) return std::nullopt;
-  return it->second;
+  for (const auto* table : {&allocs, &globals}) {
+    auto it = table->upper_bound(addr);
+    if (it == table->begin()) continue;
+    --it;
+    const uint64_t off = addr - it->first;
+    if (off > it->second.size || len > it->second.size - off) continue;
+    return it->second;
+  }
+  return std::nullopt;
 }
 
 }  // namespace funnel::client

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -83,14 +84,23 @@ class Runtime {
 
   // A command that waits for its reply (and takes the deferred error).
   Status call(Opcode op, int device, uint64_t stream, const void* payload, uint32_t n, Reply* reply = nullptr) noexcept;
-  // A one-way command.
-  Status post(Opcode op, int device, uint64_t stream, const void* payload, uint32_t n) noexcept;
+  // A round trip whose status is the command's own: the deferred error of earlier work
+  // stays for the next synchronising call (module, kernel and symbol look-ups).
+  // `trailing`: bytes written after the payload (names).
+  Status ask(Opcode op, int device, const void* payload, uint32_t n, std::span<const std::byte> trailing,
+             Reply* reply) noexcept;
+  // A one-way command, optionally followed by trailing bytes (a launch's parameters).
+  Status post(Opcode op, int device, uint64_t stream, const void* payload, uint32_t n,
+              std::span<const std::byte> trailing = {}) noexcept;
   // Takes the first error of earlier one-way work (a synchronising call's duty).
   Status take_deferred() noexcept;
 
   // Staging slots: process-local ownership (several host threads copy at once).
   int acquire_staging(bool block) noexcept;  // -1 when none (non-blocking) or the server is gone
   void release_staging(int slot) noexcept;
+  // A slot taken as acquire_staging(true) does, once the server is done with its previous
+  // transfer (state Free); -1 when the server is gone.
+  int acquire_free_staging() noexcept;
   // Waits until slot's state word satisfies pred(state); false when the server is gone.
   template <class Pred>
   bool wait_staging(int slot, Pred pred) noexcept {
@@ -110,6 +120,7 @@ class Runtime {
   std::map<uint64_t, DeviceAlloc> allocs;          // device address -> allocation
   std::map<uintptr_t, PinnedAlloc> pinned;         // local address -> pinned file
   std::map<uintptr_t, uint64_t> registered;        // cudaHostRegister ranges
+  std::map<uint64_t, DeviceAlloc> globals;         // __device__/__constant__ variables (SymbolGet)
   std::set<StreamObj*> streams;
   std::set<EventObj*> events;
   std::atomic<uint64_t> next_stream_id{1};
@@ -121,6 +132,8 @@ class Runtime {
   uint32_t acquire_event_slot_locked() noexcept;  // kNoEventSlot when all are taken
   void release_event_slot_locked(uint32_t slot) noexcept;
   uint32_t next_generation_locked(uint32_t slot) noexcept;
+  // One generation newer than the last of both slots (a host function's two words).
+  uint32_t next_generation_locked(uint32_t a, uint32_t b) noexcept;
 
   Classified classify(const void* p) noexcept;  // takes tables_mu
   // The device allocation containing [addr, addr+len), if any.
@@ -132,7 +145,7 @@ class Runtime {
   Status attach_locked() noexcept;
   Status wait_reply(uint32_t slot, uint64_t seq, Reply* reply) noexcept;
   uint64_t write_record(Opcode op, int device, uint64_t stream, uint32_t reply_slot, const void* payload,
-                        uint32_t n) noexcept;
+                        uint32_t n, std::span<const std::byte> trailing = {}) noexcept;
   int acquire_reply_slot() noexcept;
   void release_reply_slot(uint32_t s) noexcept;
   void start_watcher() noexcept;

@@ -1,0 +1,320 @@
+// Kernel launches, function attributes and occupancy (doc/design/kernels.md).  A launch
+// is one one-way Launch record on the stream: it never waits for the server; its
+// errors come back at the next synchronising call, as native launch errors do.
+#include <vector>
+
+#include "api.hpp"
+#include "launch_params.hpp"
+#include "modules.hpp"
+
+using namespace funnel::client;
+namespace ipc = funnel::ipc;
+
+namespace {
+
+struct LaunchSpec {
+  dim3 grid, block;
+  size_t shared = 0;
+  cudaStream_t stream = nullptr;
+  bool per_thread = false;
+  uint32_t flags = 0;
+  uint32_t cluster[3] = {0, 0, 0};
+  int32_t priority = 0;
+};
+
+bool over(unsigned v, int limit) { return limit > 0 && v > static_cast<unsigned>(limit); }
+
+// What CUDA checks before a launch reaches the GPU, against the device's limits.
+cudaError_t check_shape(const LaunchSpec& l, const ipc::DeviceRecord& d) {
+  const dim3 &g = l.grid, &b = l.block;
+  if (g.x == 0 || g.y == 0 || g.z == 0 || b.x == 0 || b.y == 0 || b.z == 0) return cudaErrorInvalidConfiguration;
+  auto attr = [&](cudaDeviceAttr a) { return a < ipc::kMaxDeviceAttributes ? d.attributes[a] : 0; };
+  if (over(b.x, attr(cudaDevAttrMaxBlockDimX)) || over(b.y, attr(cudaDevAttrMaxBlockDimY)) ||
+      over(b.z, attr(cudaDevAttrMaxBlockDimZ)) || over(g.x, attr(cudaDevAttrMaxGridDimX)) ||
+      over(g.y, attr(cudaDevAttrMaxGridDimY)) || over(g.z, attr(cudaDevAttrMaxGridDimZ)))
+    return cudaErrorInvalidConfiguration;
+  const uint64_t threads = uint64_t{b.x} * b.y * b.z;
+  if (attr(cudaDevAttrMaxThreadsPerBlock) > 0 && threads > static_cast<uint64_t>(attr(cudaDevAttrMaxThreadsPerBlock)))
+    return cudaErrorInvalidConfiguration;
+  return cudaSuccess;
+}
+
+// The registered kernel behind `func`, ready on `device` (module loaded, layout known).
+cudaError_t ready_kernel(const void* func, int device, Kernel*& out) {
+  Kernel* k = func != nullptr ? find_kernel(func) : nullptr;
+  if (k == nullptr) return cudaErrorInvalidDeviceFunction;
+  Runtime& rt = Runtime::get();
+  if (cudaError_t e = to_cuda(rt.ready()); e != cudaSuccess) return e;
+  if (cudaError_t e = to_cuda(kernel_ready(*k, rt, device)); e != cudaSuccess) return e;
+  out = k;
+  return cudaSuccess;
+}
+
+cudaError_t launch(const void* func, const LaunchSpec& l, void** args) {
+  if (find_kernel(func) == nullptr) return cudaErrorInvalidDeviceFunction;
+  StreamRef s;
+  if (cudaError_t e = resolve_stream(l.stream, l.per_thread, s); e != cudaSuccess) return e;
+  Runtime& rt = Runtime::get();
+  if (s.device < 0 || s.device >= rt.device_count()) return cudaErrorInvalidDevice;
+  if (cudaError_t e = check_shape(l, rt.device(s.device)); e != cudaSuccess) return e;
+  Kernel* k = nullptr;
+  if (cudaError_t e = ready_kernel(func, s.device, k); e != cudaSuccess) return e;
+  if (args == nullptr && !k->layout.empty()) return cudaErrorInvalidValue;
+  if (l.shared > UINT32_MAX) return cudaErrorInvalidValue;
+
+  thread_local std::vector<std::byte> params;
+  params.resize(k->param_bytes);
+  pack_params(k->layout, k->param_bytes, args, params.data());
+  ipc::LaunchCmd c{};
+  c.kernel_id = k->id;
+  c.grid[0] = l.grid.x, c.grid[1] = l.grid.y, c.grid[2] = l.grid.z;
+  c.block[0] = l.block.x, c.block[1] = l.block.y, c.block[2] = l.block.z;
+  c.shared_bytes = static_cast<uint32_t>(l.shared);
+  c.flags = l.flags;
+  for (int i = 0; i < 3; ++i) c.cluster[i] = l.cluster[i];
+  c.priority = l.priority;
+  c.param_bytes = k->param_bytes;
+  return to_cuda(rt.post(Opcode::Launch, s.device, s.id, &c, sizeof c, params));
+}
+
+const char* attribute_name(cudaLaunchAttributeID id) {
+  switch (id) {
+    case cudaLaunchAttributeAccessPolicyWindow: return "cudaLaunchAttributeAccessPolicyWindow";
+    case cudaLaunchAttributeSynchronizationPolicy: return "cudaLaunchAttributeSynchronizationPolicy";
+    case cudaLaunchAttributeClusterSchedulingPolicyPreference:
+      return "cudaLaunchAttributeClusterSchedulingPolicyPreference";
+    case cudaLaunchAttributeProgrammaticStreamSerialization:
+      return "cudaLaunchAttributeProgrammaticStreamSerialization";
+    case cudaLaunchAttributeProgrammaticEvent: return "cudaLaunchAttributeProgrammaticEvent";
+    case cudaLaunchAttributeMemSyncDomainMap: return "cudaLaunchAttributeMemSyncDomainMap";
+    case cudaLaunchAttributeMemSyncDomain: return "cudaLaunchAttributeMemSyncDomain";
+    case cudaLaunchAttributePreferredClusterDimension: return "cudaLaunchAttributePreferredClusterDimension";
+    case cudaLaunchAttributeLaunchCompletionEvent: return "cudaLaunchAttributeLaunchCompletionEvent";
+    case cudaLaunchAttributeDeviceUpdatableKernelNode: return "cudaLaunchAttributeDeviceUpdatableKernelNode";
+    case cudaLaunchAttributePreferredSharedMemoryCarveout: return "cudaLaunchAttributePreferredSharedMemoryCarveout";
+    case cudaLaunchAttributeNvlinkUtilCentricScheduling: return "cudaLaunchAttributeNvlinkUtilCentricScheduling";
+    default: return nullptr;
+  }
+}
+
+cudaError_t launch_ex(const cudaLaunchConfig_t* config, const void* func, void** args, bool per_thread) {
+  if (config == nullptr) return cudaErrorInvalidValue;
+  if (config->numAttrs != 0 && config->attrs == nullptr) return cudaErrorInvalidValue;
+  LaunchSpec l{config->gridDim, config->blockDim, config->dynamicSmemBytes, config->stream, per_thread};
+  for (unsigned i = 0; i < config->numAttrs; ++i) {
+    const cudaLaunchAttribute& a = config->attrs[i];
+    switch (a.id) {
+      case cudaLaunchAttributeIgnore: break;
+      case cudaLaunchAttributeCooperative:
+        if (a.val.cooperative != 0) l.flags |= ipc::kLaunchCooperative;
+        break;
+      case cudaLaunchAttributeClusterDimension:
+        l.cluster[0] = a.val.clusterDim.x, l.cluster[1] = a.val.clusterDim.y, l.cluster[2] = a.val.clusterDim.z;
+        break;
+      case cudaLaunchAttributePriority: l.priority = a.val.priority; break;
+      default: {
+        const char* name = attribute_name(a.id);
+        const std::string what = name != nullptr ? fmt::format("cudaLaunchKernelExC with {}", name)
+                                                 : fmt::format("cudaLaunchKernelExC with launch attribute {}",
+                                                               static_cast<int>(a.id));
+        report_unsupported(what.c_str());
+        return cudaErrorNotSupported;
+      }
+    }
+  }
+  return launch(func, l, args);
+}
+
+cudaError_t func_attributes(cudaFuncAttributes* attr, const void* func) {
+  if (attr == nullptr) return cudaErrorInvalidValue;
+  const int dev = current_device();
+  Kernel* k = nullptr;
+  if (cudaError_t e = ready_kernel(func, dev, k); e != cudaSuccess) return e;
+  ipc::KernelCmd c{k->id};
+  Reply r;
+  if (cudaError_t e = to_cuda(Runtime::get().ask(Opcode::FuncGetAttributes, dev, &c, sizeof c, {}, &r));
+      e != cudaSuccess)
+    return e;
+  const ipc::FuncAttributes a = ipc::unpack_func_attributes(r.value);
+  *attr = cudaFuncAttributes{};
+  attr->sharedSizeBytes = a.shared_size_bytes;
+  attr->constSizeBytes = a.const_size_bytes;
+  attr->localSizeBytes = a.local_size_bytes;
+  attr->maxThreadsPerBlock = static_cast<int>(a.max_threads_per_block);
+  attr->numRegs = static_cast<int>(a.num_regs);
+  attr->ptxVersion = static_cast<int>(a.ptx_version);
+  attr->binaryVersion = static_cast<int>(a.binary_version);
+  attr->cacheModeCA = static_cast<int>(a.cache_mode_ca);
+  attr->maxDynamicSharedSizeBytes = static_cast<int>(a.max_dynamic_shared_size_bytes);
+  attr->preferredShmemCarveout = static_cast<int>(a.preferred_shmem_carveout);
+  attr->clusterDimMustBeSet = static_cast<int>(a.cluster_dim_must_be_set);
+  attr->requiredClusterWidth = static_cast<int>(a.required_cluster[0]);
+  attr->requiredClusterHeight = static_cast<int>(a.required_cluster[1]);
+  attr->requiredClusterDepth = static_cast<int>(a.required_cluster[2]);
+  attr->clusterSchedulingPolicyPreference = static_cast<int>(a.cluster_scheduling_policy_preference);
+  attr->nonPortableClusterSizeAllowed = static_cast<int>(a.non_portable_cluster_size_allowed);
+  return cudaSuccess;
+}
+
+// cudaFuncSetAttribute and cudaFuncSetCacheConfig: one-way after local checks.
+cudaError_t func_set(const void* func, uint32_t attribute, int value) {
+  const int dev = current_device();
+  Kernel* k = nullptr;
+  if (cudaError_t e = ready_kernel(func, dev, k); e != cudaSuccess) return e;
+  ipc::FuncSetAttributeCmd c{k->id, attribute, value};
+  return to_cuda(Runtime::get().post(Opcode::FuncSetAttribute, dev, 0, &c, sizeof c));
+}
+
+cudaError_t set_attribute(const void* func, cudaFuncAttribute attr, int value) {
+  switch (attr) {
+    case cudaFuncAttributeMaxDynamicSharedMemorySize: {
+      if (value < 0) return cudaErrorInvalidValue;
+      Runtime& rt = Runtime::get();
+      if (cudaError_t e = to_cuda(rt.ready()); e != cudaSuccess) return e;
+      const int dev = current_device();
+      if (dev < 0 || dev >= rt.device_count()) return cudaErrorInvalidDevice;
+      static_assert(cudaDevAttrMaxSharedMemoryPerBlockOptin < ipc::kMaxDeviceAttributes);
+      const int optin = rt.device(dev).attributes[cudaDevAttrMaxSharedMemoryPerBlockOptin];
+      if (optin > 0 && value > optin) return cudaErrorInvalidValue;
+      break;
+    }
+    case cudaFuncAttributePreferredSharedMemoryCarveout:
+      if (value < -1 || value > 100) return cudaErrorInvalidValue;
+      break;
+    case cudaFuncAttributeClusterDimMustBeSet: case cudaFuncAttributeRequiredClusterWidth:
+    case cudaFuncAttributeRequiredClusterHeight: case cudaFuncAttributeRequiredClusterDepth:
+    case cudaFuncAttributeNonPortableClusterSizeAllowed: case cudaFuncAttributeClusterSchedulingPolicyPreference:
+      if (value < 0) return cudaErrorInvalidValue;
+      break;
+    default: return cudaErrorInvalidValue;
+  }
+  return func_set(func, static_cast<uint32_t>(attr), value);
+}
+
+cudaError_t occupancy(int* blocks, const void* func, int block_size, size_t dynamic_shared, unsigned flags) {
+  if (blocks == nullptr || block_size <= 0) return cudaErrorInvalidValue;
+  if ((flags & ~unsigned{cudaOccupancyDisableCachingOverride}) != 0) return cudaErrorInvalidValue;
+  const int dev = current_device();
+  Kernel* k = nullptr;
+  if (cudaError_t e = ready_kernel(func, dev, k); e != cudaSuccess) return e;
+  ipc::OccupancyCmd c{k->id, static_cast<uint32_t>(block_size), flags, dynamic_shared};
+  Reply r;
+  const cudaError_t e = to_cuda(Runtime::get().ask(Opcode::Occupancy, dev, &c, sizeof c, {}, &r));
+  if (e == cudaSuccess) *blocks = static_cast<int>(r.value[0]);
+  return e;
+}
+
+LaunchSpec spec(dim3 grid, dim3 block, size_t shared, cudaStream_t stream, bool per_thread, uint32_t flags = 0) {
+  LaunchSpec l;
+  l.grid = grid, l.block = block, l.shared = shared, l.stream = stream, l.per_thread = per_thread, l.flags = flags;
+  return l;
+}
+
+}  // namespace
+
+// nvcc's kernel stubs (<<<>>>): the handle is the host stub's address (__cudaGetKernel).
+FUNNEL_API cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid, dim3 block, void** args, size_t shared,
+                                          cudaStream_t stream) {
+  return guarded(__func__, [&] { return launch(kernel, spec(grid, block, shared, stream, false), args); });
+}
+FUNNEL_API cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 grid, dim3 block, void** args,
+                                               size_t shared, cudaStream_t stream) {
+  return guarded(__func__, [&] { return launch(kernel, spec(grid, block, shared, stream, true), args); });
+}
+FUNNEL_API cudaError_t cudaLaunchKernel(const void* func, dim3 grid, dim3 block, void** args, size_t shared,
+                                        cudaStream_t stream) {
+  return guarded(__func__, [&] { return launch(func, spec(grid, block, shared, stream, false), args); });
+}
+FUNNEL_API cudaError_t cudaLaunchKernel_ptsz(const void* func, dim3 grid, dim3 block, void** args, size_t shared,
+                                             cudaStream_t stream) {
+  return guarded(__func__, [&] { return launch(func, spec(grid, block, shared, stream, true), args); });
+}
+FUNNEL_API cudaError_t cudaLaunchCooperativeKernel(const void* func, dim3 grid, dim3 block, void** args,
+                                                   size_t shared, cudaStream_t stream) {
+  return guarded(__func__, [&] {
+    return launch(func, spec(grid, block, shared, stream, false, ipc::kLaunchCooperative), args);
+  });
+}
+FUNNEL_API cudaError_t cudaLaunchCooperativeKernel_ptsz(const void* func, dim3 grid, dim3 block, void** args,
+                                                        size_t shared, cudaStream_t stream) {
+  return guarded(__func__, [&] {
+    return launch(func, spec(grid, block, shared, stream, true, ipc::kLaunchCooperative), args);
+  });
+}
+FUNNEL_API cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* config, const void* func, void** args) {
+  return guarded(__func__, [&] { return launch_ex(config, func, args, false); });
+}
+FUNNEL_API cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t* config, const void* func, void** args) {
+  return guarded(__func__, [&] { return launch_ex(config, func, args, true); });
+}
+
+// Kernel handles are host stub addresses: cudaLaunchKernel and the cudaFunc* calls
+// accept them as they accept the stub.
+FUNNEL_API cudaError_t cudaGetKernel(cudaKernel_t* kernel, const void* entry) {
+  return guarded(__func__, [&] {
+    if (kernel == nullptr) return cudaErrorInvalidValue;
+    if (find_kernel(entry) == nullptr) return cudaErrorInvalidDeviceFunction;
+    *kernel = reinterpret_cast<cudaKernel_t>(const_cast<void*>(entry));
+    return cudaSuccess;
+  });
+}
+// The cudaFunction_t is only good for funnel's own runtime calls: driver API calls on it
+// do not go through funnel (doc/not-supported.md).
+FUNNEL_API cudaError_t cudaGetFuncBySymbol(cudaFunction_t* fn, const void* symbol) {
+  return guarded(__func__, [&] {
+    if (fn == nullptr) return cudaErrorInvalidValue;
+    if (find_kernel(symbol) == nullptr) return cudaErrorInvalidDeviceFunction;
+    *fn = reinterpret_cast<cudaFunction_t>(const_cast<void*>(symbol));
+    return cudaSuccess;
+  });
+}
+FUNNEL_API cudaError_t cudaFuncGetName(const char** name, const void* func) {
+  return guarded(__func__, [&] {
+    if (name == nullptr) return cudaErrorInvalidValue;
+    Kernel* k = find_kernel(func);
+    if (k == nullptr) return cudaErrorInvalidDeviceFunction;
+    *name = k->name.c_str();
+    return cudaSuccess;
+  });
+}
+FUNNEL_API cudaError_t cudaFuncGetParamInfo(const void* func, size_t index, size_t* offset, size_t* size) {
+  return guarded(__func__, [&] {
+    Kernel* k = nullptr;
+    if (cudaError_t e = ready_kernel(func, current_device(), k); e != cudaSuccess) return e;
+    if (index >= k->layout.size()) return cudaErrorInvalidValue;
+    if (offset != nullptr) *offset = ipc::param_offset(k->layout[index]);
+    if (size != nullptr) *size = ipc::param_size(k->layout[index]);
+    return cudaSuccess;
+  });
+}
+
+FUNNEL_API cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, const void* func) {
+  return guarded(__func__, [&] { return func_attributes(attr, func); });
+}
+FUNNEL_API cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+  return guarded(__func__, [&] { return set_attribute(func, attr, value); });
+}
+FUNNEL_API cudaError_t cudaFuncSetCacheConfig(const void* func, cudaFuncCache config) {
+  return guarded(__func__, [&] {
+    if (config < cudaFuncCachePreferNone || config > cudaFuncCachePreferEqual) return cudaErrorInvalidValue;
+    return func_set(func, ipc::kFuncCacheConfig, config);
+  });
+}
+// Deprecated and without effect on Volta and later GPUs: checked, then accepted.
+FUNNEL_API cudaError_t cudaFuncSetSharedMemConfig(const void* func, cudaSharedMemConfig config) {
+  return guarded(__func__, [&] {
+    if (config < cudaSharedMemBankSizeDefault || config > cudaSharedMemBankSizeEightByte) return cudaErrorInvalidValue;
+    Kernel* k = nullptr;
+    return ready_kernel(func, current_device(), k);
+  });
+}
+
+FUNNEL_API cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, const void* func, int block_size,
+                                                                      size_t dynamic_shared) {
+  return guarded(__func__, [&] { return occupancy(blocks, func, block_size, dynamic_shared, 0); });
+}
+FUNNEL_API cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* blocks, const void* func,
+                                                                               int block_size, size_t dynamic_shared,
+                                                                               unsigned flags) {
+  return guarded(__func__, [&] { return occupancy(blocks, func, block_size, dynamic_shared, flags); });
+}

@@ -1,0 +1,250 @@
+// Host functions (cudaLaunchHostFunc, cudaStreamAddCallback; doc/design/kernels.md,
+// "Host functions").  The stream stores a generation into a "reached" event state word,
+// then waits until the "done" word holds it; one callback thread of this process sees
+// the store, runs the function and stores "done".
+//
+// The server's wait is for equality, so a done word must not take another value before
+// the stream got past the wait.  Each stream therefore keeps its pair of words for all
+// its host functions (in stream order the next store comes only after the stream passed
+// the previous wait), and pairs go back to the event slot pool only after a
+// cudaDeviceSynchronize that began after their last use (hf_device_synchronized).
+#include <sched.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <thread>
+
+#include "api.hpp"
+#include "host_func.hpp"
+
+using namespace funnel::client;
+
+namespace {
+
+struct Pending {
+  uint32_t gen;
+  cudaHostFn_t fn;               // cudaLaunchHostFunc
+  cudaStreamCallback_t callback;  // cudaStreamAddCallback
+  cudaStream_t handle;           // as the application named the stream (for callback)
+  void* data;
+};
+
+struct Pair {
+  uint32_t reached = funnel::ipc::kNoEventSlot;
+  uint32_t done = funnel::ipc::kNoEventSlot;
+  std::deque<Pending> queue;  // in stream order
+  uint64_t last_use = 0;
+};
+
+using StreamKey = std::pair<int, uint64_t>;  // device, stream id
+
+class HostFuncs {
+ public:
+  explicit HostFuncs(Runtime& rt) : rt_(rt) {}
+
+  cudaError_t submit(const StreamRef& s, Pending p) {
+    std::unique_lock lk(mu_);
+    auto [it, fresh] = pairs_.try_emplace({s.device, s.id});
+    Pair& pair = it->second;
+    {
+      std::lock_guard tl(rt_.tables_mu);
+      if (fresh) {
+        pair.reached = rt_.acquire_event_slot_locked();
+        pair.done = rt_.acquire_event_slot_locked();
+        if (pair.reached == funnel::ipc::kNoEventSlot || pair.done == funnel::ipc::kNoEventSlot) {
+          rt_.release_event_slot_locked(pair.reached);
+          rt_.release_event_slot_locked(pair.done);
+          pairs_.erase(it);
+          return cudaErrorMemoryAllocation;
+        }
+      }
+      p.gen = rt_.next_generation_locked(pair.reached, pair.done);
+    }
+    pair.last_use = ++uses_;
+    // Posted under mu_: the queue's order is the ring's order for this stream.
+    funnel::ipc::HostFuncCmd c{pair.reached, pair.done, p.gen, 0};
+    if (cudaError_t e = to_cuda(rt_.post(Opcode::HostFunc, s.device, s.id, &c, sizeof c)); e != cudaSuccess)
+      return e;
+    pair.queue.push_back(p);
+    ++pending_;
+    if (!started_) start();
+    lk.unlock();
+    cv_.notify_one();
+    return cudaSuccess;
+  }
+
+  uint64_t uses() {
+    std::lock_guard lk(mu_);
+    return uses_;
+  }
+
+  // Every stream of the device got past everything enqueued before `before`.
+  void synchronized(int device, uint64_t before) {
+    std::lock_guard lk(mu_);
+    std::lock_guard tl(rt_.tables_mu);
+    std::erase_if(pairs_, [&](auto& kv) {
+      const Pair& p = kv.second;
+      if (kv.first.first != device || !p.queue.empty() || p.last_use > before) return false;
+      rt_.release_event_slot_locked(p.reached);
+      rt_.release_event_slot_locked(p.done);
+      return true;
+    });
+  }
+
+  void stop() {
+    {
+      std::lock_guard lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  void start() {
+    std::thread([this] { loop(); }).detach();
+    started_ = true;
+  }
+
+  bool reached(const Pair& p, const Pending& f) const {
+    const uint32_t seen = rt_.view().event_state(p.reached).load(std::memory_order_acquire);
+    return static_cast<int32_t>(seen - f.gen) >= 0;
+  }
+
+  // Runs one host function whose stream got there; false if none has.  (It returns
+  // after one: pairs_ may change while mu_ is released.)
+  bool run_one(std::unique_lock<std::mutex>& lk, cudaError_t failed) {
+    for (auto& [key, pair] : pairs_) {
+      if (pair.queue.empty() || (failed == cudaSuccess && !reached(pair, pair.queue.front()))) continue;
+      const Pending f = pair.queue.front();
+      pair.queue.pop_front();
+      --pending_;
+      const uint32_t done = pair.done;
+      lk.unlock();
+      // A failed context never reaches the host function: a stream callback is told
+      // (as CUDA passes the stream's error), a host function is dropped.
+      if (f.callback != nullptr) f.callback(f.handle, failed, f.data);
+      else if (failed == cudaSuccess) f.fn(f.data);
+      rt_.view().event_state(done).store(f.gen, std::memory_order_release);
+      lk.lock();
+      return true;
+    }
+    return false;
+  }
+
+  void loop() {
+    using namespace std::chrono;
+    std::unique_lock lk(mu_);
+    int idle = 0;
+    while (!stop_) {
+      if (pending_ == 0) {
+        cv_.wait_for(lk, milliseconds(200));
+        idle = 0;
+        continue;
+      }
+      cudaError_t failed = cudaSuccess;
+      if (rt_.gone()) {
+        failed = cudaErrorDevicesUnavailable;
+      } else if (int32_t sticky = rt_.view().completion().sticky_error.load(); sticky != 0) {
+        failed = static_cast<cudaError_t>(sticky);
+      }
+      if (run_one(lk, failed)) {
+        idle = 0;
+        continue;
+      }
+      // Nothing reached yet: spin briefly, then sleep in short slices (the GPU's store
+      // wakes nobody).
+      if (++idle < 64) {
+        lk.unlock();
+        sched_yield();
+        lk.lock();
+      } else {
+        cv_.wait_for(lk, microseconds(std::min(1000, 20 * (idle - 63))));
+      }
+    }
+  }
+
+  Runtime& rt_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<StreamKey, Pair> pairs_;
+  uint64_t uses_ = 0;
+  size_t pending_ = 0;
+  bool started_ = false;
+  bool stop_ = false;
+};
+
+std::atomic<HostFuncs*> g_host_funcs{nullptr};
+
+void stop_at_exit() {
+  if (HostFuncs* h = g_host_funcs.load()) h->stop();
+}
+
+// This process's host function state; a forked child (new Runtime) gets its own.  Never
+// destroyed: the callback thread and atexit handlers use it.
+HostFuncs& host_funcs(Runtime& rt) {
+  static std::once_flag once;
+  std::call_once(once, [] { std::atexit(stop_at_exit); });
+  static std::atomic<Runtime*> owner{nullptr};
+  HostFuncs* h = g_host_funcs.load(std::memory_order_acquire);
+  if (h != nullptr && owner.load(std::memory_order_acquire) == &rt) return *h;
+  static std::mutex mu;  // only taken on the first use in a process (or a forked child)
+  std::lock_guard lk(mu);
+  h = g_host_funcs.load();
+  if (h == nullptr || owner.load() != &rt) {
+    h = new HostFuncs(rt);
+    g_host_funcs.store(h, std::memory_order_release);
+    owner.store(&rt, std::memory_order_release);
+  }
+  return *h;
+}
+
+cudaError_t add(cudaStream_t stream, bool per_thread, Pending p) {
+  StreamRef s;
+  if (cudaError_t e = resolve_stream(stream, per_thread, s); e != cudaSuccess) return e;
+  p.handle = stream;
+  return host_funcs(Runtime::get()).submit(s, p);
+}
+
+cudaError_t launch_host_func(cudaStream_t stream, cudaHostFn_t fn, void* data, bool per_thread) {
+  if (fn == nullptr) return cudaErrorInvalidValue;
+  return add(stream, per_thread, Pending{0, fn, nullptr, nullptr, data});
+}
+
+cudaError_t add_callback(cudaStream_t stream, cudaStreamCallback_t cb, void* data, unsigned flags, bool per_thread) {
+  if (cb == nullptr || flags != 0) return cudaErrorInvalidValue;
+  return add(stream, per_thread, Pending{0, nullptr, cb, nullptr, data});
+}
+
+}  // namespace
+
+namespace funnel::client {
+
+uint64_t hf_uses() noexcept {
+  HostFuncs* h = g_host_funcs.load(std::memory_order_acquire);
+  return h != nullptr ? h->uses() : 0;
+}
+
+void hf_device_synchronized(int device, uint64_t uses_before) noexcept {
+  HostFuncs* h = g_host_funcs.load(std::memory_order_acquire);
+  if (h != nullptr) h->synchronized(device, uses_before);
+}
+
+}  // namespace funnel::client
+
+FUNNEL_API cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* data) {
+  return guarded(__func__, [&] { return launch_host_func(stream, fn, data, false); });
+}
+FUNNEL_API cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t stream, cudaHostFn_t fn, void* data) {
+  return guarded(__func__, [&] { return launch_host_func(stream, fn, data, true); });
+}
+FUNNEL_API cudaError_t cudaStreamAddCallback(cudaStream_t stream, cudaStreamCallback_t cb, void* data,
+                                             unsigned int flags) {
+  return guarded(__func__, [&] { return add_callback(stream, cb, data, flags, false); });
+}
+FUNNEL_API cudaError_t cudaStreamAddCallback_ptsz(cudaStream_t stream, cudaStreamCallback_t cb, void* data,
+                                                  unsigned int flags) {
+  return guarded(__func__, [&] { return add_callback(stream, cb, data, flags, true); });
+}

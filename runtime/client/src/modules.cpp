@@ -1,0 +1,300 @@
+#include "modules.hpp"
+
+#include <cstring>
+#include <memory>
+#include <shared_mutex>
+#include <unordered_map>
+
+#include "api.hpp"
+#include "funnel/fatbin/fatbin.hpp"
+#include "funnel/ipc/module_digest.hpp"
+#include "launch_params.hpp"
+
+namespace funnel::client {
+
+struct Module {
+  const void* wrapper = nullptr;
+  std::vector<std::unique_ptr<Kernel>> kernels;
+  std::vector<std::unique_ptr<Variable>> variables;
+  std::vector<std::string> managed;  // __managed__ variables: the module cannot be used
+  std::mutex mu;
+  Runtime* owner = nullptr;  // the Runtime the load below was for (mu)
+  Status status = Status::Success;
+  uint64_t id = 0;
+};
+
+namespace {
+
+// Never destroyed: kernels may be launched from atexit handlers and other threads
+// while static destructors run.  Records of an unregistered module are unhooked from
+// the maps but kept, so that a racing launch never touches freed memory.
+struct Registry {
+  std::shared_mutex mu;
+  std::unordered_map<const void*, Kernel*> kernels;      // host stub -> kernel
+  std::unordered_map<const void*, Variable*> variables;  // host shadow -> variable
+  std::atomic<uint64_t> next_module_id{1};
+  std::atomic<uint64_t> next_kernel_id{1};
+};
+Registry& registry() {
+  static auto* r = new Registry();
+  return *r;
+}
+
+// nvcc's __fatBinC_Wrapper_t (fatbinary_section.h).
+struct FatbinWrapper {
+  uint32_t magic;
+  uint32_t version;
+  const std::byte* data;
+  const void* filename_or_fatbins;
+};
+// The fat binary header the wrapper's data starts with (doc/design/fatbin.md).
+struct FatbinHeader {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t header_size;
+  uint64_t payload_size;
+};
+
+// The fat binary's bytes, or an empty span when the wrapper is not one nvcc makes.
+std::span<const std::byte> fatbin_bytes(const void* wrapper) {
+  FatbinWrapper w;
+  std::memcpy(&w, wrapper, sizeof w);
+  if (w.magic != fatbin::kWrapperMagic || w.data == nullptr) return {};
+  FatbinHeader h;
+  std::memcpy(&h, w.data, sizeof h);
+  if (h.magic != fatbin::kFatbinMagic || h.header_size < sizeof h) return {};
+  const uint64_t size = uint64_t{h.header_size} + h.payload_size;
+  if (size > ipc::kMaxModuleBytes) return {};
+  return {w.data, size};
+}
+
+// Sends the module's bytes through staging slots (in order: one thread, one ring).
+Status upload(Runtime& rt, int device, uint64_t id, std::span<const std::byte> bytes) {
+  const uint64_t chunk = rt.view().header().staging_slot_size;
+  for (uint64_t off = 0; off < bytes.size(); off += chunk) {
+    const uint64_t n = std::min(chunk, bytes.size() - off);
+    const int slot = rt.acquire_free_staging();
+    if (slot < 0) return Status::DevicesUnavailable;
+    const auto s = static_cast<uint32_t>(slot);
+    std::memcpy(rt.view().staging(s), bytes.data() + off, n);
+    rt.view().staging_state(s).store(static_cast<uint32_t>(ipc::StagingState::InFlight), std::memory_order_release);
+    const ipc::ModuleDataCmd d{id, off, n, s, 0};
+    const Status st = rt.post(Opcode::ModuleData, device, 0, &d, sizeof d);
+    rt.release_staging(slot);  // the server frees the state word once it consumed the bytes
+    if (st != Status::Success) return st;
+  }
+  return Status::Success;
+}
+
+Status load(Module& m, Runtime& rt, int device) {
+  if (!m.managed.empty()) {
+    std::string names;
+    for (const auto& n : m.managed) names += (names.empty() ? "" : ", ") + n;
+    log_error(fmt::format("funnel: __managed__ variable {} is not supported (doc/not-supported.md); the kernels and "
+                          "variables of its fat binary fail with cudaErrorNotSupported",
+                          names));
+    return Status::NotSupported;
+  }
+  const auto bytes = fatbin_bytes(m.wrapper);
+  if (bytes.empty()) {
+    log_error("funnel: a registered fat binary has an unknown format; its kernels fail with "
+              "cudaErrorInvalidKernelImage");
+    return Status::InvalidKernelImage;
+  }
+  const ipc::ModuleDigest digest = ipc::module_digest(bytes);
+  ipc::ModuleCmd c{};
+  c.module_id = registry().next_module_id.fetch_add(1);
+  std::memcpy(c.digest, digest.data(), sizeof c.digest);
+  c.flags = m.variables.empty() ? 0 : ipc::kModuleHasVariables;
+  c.size = bytes.size();
+  Reply r;
+  if (Status s = rt.ask(Opcode::ModuleQuery, device, &c, sizeof c, {}, &r); s != Status::Success) return s;
+  if (r.value[0] == 0) {
+    if (Status s = upload(rt, device, c.module_id, bytes); s != Status::Success) return s;
+    if (Status s = rt.ask(Opcode::ModuleLoad, device, &c, sizeof c, {}, &r); s != Status::Success) return s;
+  }
+  m.id = c.module_id;
+  return Status::Success;
+}
+
+Status module_ready(Module& m, Runtime& rt, int device) {
+  std::lock_guard lk(m.mu);
+  if (m.owner != &rt) {
+    m.status = load(m, rt, device);
+    m.owner = &rt;
+  }
+  return m.status;
+}
+
+std::span<const std::byte> name_bytes(const std::string& s) {
+  return std::as_bytes(std::span(s.data(), std::min<size_t>(s.size(), ipc::kMaxNameBytes)));
+}
+
+Status look_up(Kernel& k, Runtime& rt, int device) {
+  if (Status s = module_ready(*k.module, rt, device); s != Status::Success) return s;
+  ipc::KernelGetCmd c{registry().next_kernel_id.fetch_add(1), k.module->id,
+                      static_cast<uint32_t>(name_bytes(k.name).size()), 0};
+  Reply r;
+  if (Status s = rt.ask(Opcode::KernelGet, device, &c, sizeof c, name_bytes(k.name), &r); s != Status::Success)
+    return s;
+  const uint64_t count = r.value[0];
+  const uint64_t param_bytes = r.value[1];
+  if (count > ipc::kMaxParamBytes || param_bytes > ipc::kMaxParamBytes) return Status::InvalidKernelImage;
+  std::vector<uint64_t> layout;
+  for (uint64_t i = 0; i < std::min<uint64_t>(count, 3); ++i) layout.push_back(r.value[2 + i]);
+  for (uint32_t first = 3; first < count; first += 5) {
+    ipc::KernelParamsCmd p{c.kernel_id, first, 0};
+    if (Status s = rt.ask(Opcode::KernelParams, device, &p, sizeof p, {}, &r); s != Status::Success) return s;
+    for (uint64_t i = 0; i < std::min<uint64_t>(count - first, 5); ++i) layout.push_back(r.value[i]);
+  }
+  if (!layout_fits(layout, static_cast<uint32_t>(param_bytes))) return Status::InvalidKernelImage;
+  k.id = c.kernel_id;
+  k.param_bytes = static_cast<uint32_t>(param_bytes);
+  k.layout = std::move(layout);
+  return Status::Success;
+}
+
+// Makes a registration findable by its host address; the module owns it.
+template <class T>
+void enlist(std::unordered_map<const void*, T*>& index, std::vector<std::unique_ptr<T>>& owned,
+            std::unique_ptr<T> record) {
+  std::unique_lock lk(registry().mu);
+  index[record->host] = record.get();
+  owned.push_back(std::move(record));
+}
+
+}  // namespace
+
+Module* register_module(const void* wrapper) noexcept {
+  try {
+    auto* m = new Module();
+    m->wrapper = wrapper;
+    return m;
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+void register_kernel(Module* m, const void* host, const char* device_name) noexcept {
+  if (m == nullptr || device_name == nullptr) return;
+  try {
+    auto k = std::make_unique<Kernel>();
+    k->module = m;
+    k->host = host;
+    k->name = device_name;
+    enlist(registry().kernels, m->kernels, std::move(k));
+  } catch (...) {
+  }
+}
+
+void register_variable(Module* m, const void* host, const char* name, uint64_t size, bool constant) noexcept {
+  if (m == nullptr || name == nullptr) return;
+  try {
+    auto v = std::make_unique<Variable>();
+    v->module = m;
+    v->host = host;
+    v->name = name;
+    v->size = size;
+    v->constant = constant;
+    enlist(registry().variables, m->variables, std::move(v));
+  } catch (...) {
+  }
+}
+
+void register_managed(Module* m, const void* /*host*/, const char* name) noexcept {
+  if (m == nullptr) return;
+  try {
+    std::unique_lock lk(registry().mu);
+    m->managed.emplace_back(name != nullptr ? name : "?");
+  } catch (...) {
+  }
+}
+
+void unregister_module(Module* m) noexcept {
+  if (m == nullptr) return;
+  Registry& r = registry();
+  {
+    std::unique_lock lk(r.mu);
+    for (const auto& k : m->kernels)
+      if (auto it = r.kernels.find(k->host); it != r.kernels.end() && it->second == k.get()) r.kernels.erase(it);
+    for (const auto& v : m->variables)
+      if (auto it = r.variables.find(v->host); it != r.variables.end() && it->second == v.get())
+        r.variables.erase(it);
+  }
+  // A module loaded by this process's Runtime is unloaded there (dlclose of a library
+  // with kernels); a process that never attached sends nothing.
+  std::lock_guard lk(m->mu);
+  Runtime& rt = Runtime::get();
+  if (m->owner == &rt && m->status == Status::Success) {
+    ipc::ModuleCmd c{};
+    c.module_id = m->id;
+    (void)rt.post(Opcode::ModuleUnload, current_device(), 0, &c, sizeof c);
+    m->owner = nullptr;
+  }
+}
+
+Kernel* find_kernel(const void* func) noexcept {
+  Registry& r = registry();
+  std::shared_lock lk(r.mu);
+  auto it = r.kernels.find(func);
+  return it != r.kernels.end() ? it->second : nullptr;
+}
+
+Variable* find_variable(const void* symbol) noexcept {
+  Registry& r = registry();
+  std::shared_lock lk(r.mu);
+  auto it = r.variables.find(symbol);
+  return it != r.variables.end() ? it->second : nullptr;
+}
+
+Status kernel_ready(Kernel& k, Runtime& rt, int device) noexcept {
+  if (k.ready_for.load(std::memory_order_acquire) == &rt) return Status::Success;
+  try {
+    std::lock_guard lk(k.mu);
+    if (k.ready_for.load(std::memory_order_relaxed) == &rt) return Status::Success;
+    if (k.failed_for == &rt) return k.error;
+    const Status s = look_up(k, rt, device);
+    if (s == Status::Success) {
+      k.ready_for.store(&rt, std::memory_order_release);
+    } else if (s != Status::DevicesUnavailable) {
+      k.failed_for = &rt;
+      k.error = s;
+    }
+    return s;
+  } catch (const std::exception& e) {
+    log_error(fmt::format("funnel: internal error looking up kernel {}: {}", k.name, e.what()));
+    return Status::Unknown;
+  }
+}
+
+Status variable_address(Variable& v, Runtime& rt, int device, uint64_t& address) noexcept {
+  try {
+    std::lock_guard lk(v.mu);
+    if (v.owner != &rt) {
+      v.address.clear();
+      v.owner = &rt;
+    }
+    if (auto it = v.address.find(device); it != v.address.end()) {
+      address = it->second;
+      return Status::Success;
+    }
+    if (Status s = module_ready(*v.module, rt, device); s != Status::Success) return s;
+    ipc::SymbolGetCmd c{v.module->id, static_cast<uint32_t>(name_bytes(v.name).size()), 0};
+    Reply r;
+    if (Status s = rt.ask(Opcode::SymbolGet, device, &c, sizeof c, name_bytes(v.name), &r); s != Status::Success)
+      return s;
+    address = r.value[0];
+    v.size = r.value[1];
+    {
+      std::lock_guard tl(rt.tables_mu);
+      rt.globals[address] = DeviceAlloc{v.size, device};
+    }
+    v.address.emplace(device, address);
+    return Status::Success;
+  } catch (const std::exception& e) {
+    log_error(fmt::format("funnel: internal error looking up variable {}: {}", v.name, e.what()));
+    return Status::Unknown;
+  }
+}
+
+}  // namespace funnel::client

@@ -1,0 +1,64 @@
+// The fat binaries, kernels and variables nvcc's static constructors register, and
+// their lazy life on the server (doc/design/kernels.md): a fat binary is uploaded (or
+// found in the server's cache by digest) the first time one of its kernels or
+// variables is used; a kernel's parameter layout is asked for once.  Everything is
+// per Runtime: a forked child, which gets a fresh Runtime, loads again.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "runtime.hpp"
+
+namespace funnel::client {
+
+struct Module;
+
+struct Kernel {
+  Module* module = nullptr;
+  const void* host = nullptr;  // the host stub nvcc registered
+  std::string name;            // device (mangled) name
+  // Valid once ready_for is the current Runtime (kernel_ready).
+  std::atomic<Runtime*> ready_for{nullptr};
+  uint64_t id = 0;
+  uint32_t param_bytes = 0;
+  std::vector<uint64_t> layout;  // ipc::pack_param per parameter
+  std::mutex mu;
+  Runtime* failed_for = nullptr;  // the look-up failed for this Runtime with `error` (mu)
+  Status error = Status::Success;
+};
+
+struct Variable {
+  Module* module = nullptr;
+  const void* host = nullptr;  // the host shadow
+  std::string name;
+  uint64_t size = 0;
+  bool constant = false;
+  std::mutex mu;
+  Runtime* owner = nullptr;             // the Runtime the addresses below belong to (mu)
+  std::map<int, uint64_t> address;      // device -> address (mu)
+};
+
+// Registration (nvcc's static constructors; no server contact).
+Module* register_module(const void* wrapper) noexcept;
+void register_kernel(Module* m, const void* host, const char* device_name) noexcept;
+void register_variable(Module* m, const void* host, const char* name, uint64_t size, bool constant) noexcept;
+void register_managed(Module* m, const void* host, const char* name) noexcept;
+void unregister_module(Module* m) noexcept;
+
+// The registered kernel of a host stub (or of a handle cudaGetKernel gave out);
+// nullptr when unknown.
+Kernel* find_kernel(const void* func) noexcept;
+Variable* find_variable(const void* symbol) noexcept;
+
+// Loads the kernel's module on the server if needed and learns its parameter layout
+// (KernelGet, KernelParams).  `device`: header.device of the round trips.
+Status kernel_ready(Kernel& k, Runtime& rt, int device) noexcept;
+// The variable's device address on `device` (SymbolGet, once per device); the range is
+// entered into rt.globals so that copies treat it as device memory.
+Status variable_address(Variable& v, Runtime& rt, int device, uint64_t& address) noexcept;
+
+}  // namespace funnel::client

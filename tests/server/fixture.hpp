@@ -10,9 +10,13 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "funnel/server/server.hpp"
+#include "test_client.hpp"
 
 namespace funnel::test {
 
@@ -54,6 +58,22 @@ inline std::filesystem::path make_temp_dir() {
   return d;
 }
 
+// The server's stats verb, parsed (null when it did not answer).
+inline nlohmann::json stats(const std::filesystem::path& run_dir) {
+  const std::string s = control(run_dir, "stats");
+  return s.empty() ? nlohmann::json{} : nlohmann::json::parse(s);
+}
+
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit = std::chrono::seconds(5)) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return pred();
+}
+
 class ServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -79,7 +99,10 @@ class ServerTest : public ::testing::Test {
     server::SimOptions so;
     so.devices = devices;
     so.memory_bytes = memory;
-    server_ = std::make_unique<server::Server>(std::move(o), server::make_sim_backend(so));
+    so.launch_log = launch_log_;
+    auto backend = server::make_sim_backend(so);
+    backend_ = backend.get();
+    server_ = std::make_unique<server::Server>(std::move(o), std::move(backend));
     server_->start();
     thread_ = std::thread([this] {
       try {
@@ -96,11 +119,14 @@ class ServerTest : public ::testing::Test {
     if (server_) server_->request_stop();
     if (thread_.joinable()) thread_.join();
     server_.reset();
+    backend_ = nullptr;
   }
 
   Watchdog watchdog_;
   std::filesystem::path dir_, run_dir_;
   std::unique_ptr<server::Server> server_;
+  server::Backend* backend_ = nullptr;  // the server's, while it runs
+  std::string launch_log_;              // SimOptions::launch_log of the next start_server
   std::thread thread_;
   std::atomic<bool> finished_{false};
 };

@@ -19,21 +19,6 @@
 namespace funnel::test {
 namespace {
 
-nlohmann::json stats(const std::filesystem::path& run_dir) {
-  const std::string s = control(run_dir, "stats");
-  return s.empty() ? nlohmann::json{} : nlohmann::json::parse(s);
-}
-
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit = std::chrono::seconds(5)) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return pred();
-}
-
 size_t files_named(const std::filesystem::path& dir, const std::string& prefix) {
   size_t n = 0;
   std::error_code ec;

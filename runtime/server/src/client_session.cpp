@@ -30,6 +30,7 @@ void ClientSession::create_channel(const ChannelSpec& spec) {
   shared_.run_dir = spec.run_dir;
   shared_.backend = spec.backend;
   shared_.totals = spec.totals;
+  shared_.modules = spec.modules;
   shared_.notify_fd = spec.notify_fd;
   ipc::ChannelHeader h{};
   if (!ipc::layout(spec.geometry, h))
@@ -111,6 +112,8 @@ void Worker::teardown() noexcept {
         }
       }
     }
+    // A stream held by a host function whose client is gone would never drain.
+    release_host_funcs();
     for (StreamEntry* s : streams_.on_device(-1)) backend_.synchronize(*s->stream);
     // What is still pending waits on work that is queued and now finishing (destroyed
     // streams); give it a bounded time, then run the frees regardless.
@@ -122,6 +125,10 @@ void Worker::teardown() noexcept {
     for (auto& p : pending_)
       if (p.done) p.done(Status::Unknown);
     pending_.clear();
+    kernels_.clear();  // before their modules
+    symbols_.clear();
+    modules_.clear();
+    uploads_.clear();
     for (const auto& [addr, a] : allocations_) free_allocation(addr, a);
     allocations_.clear();
     sub(counters_.events, events_.size());

@@ -22,6 +22,7 @@ struct ChannelSpec {
   std::filesystem::path run_dir;
   Backend* backend = nullptr;
   ServerTotals* totals = nullptr;
+  ModuleCache* modules = nullptr;
   int notify_fd = -1;
 };
 

@@ -29,6 +29,11 @@ Status Worker::check_device(int device) const {
                                                                                        : Status::InvalidDevice;
 }
 
+bool Worker::device_range_ok(uint64_t address, uint64_t extent) const {
+  return containing(allocations_, address, extent) != allocations_.end() ||
+         containing(symbols_, address, extent) != symbols_.end();
+}
+
 EventEntry* Worker::find_event(uint64_t id) {
   auto it = events_.find(id);
   return it == events_.end() ? nullptr : &it->second;
@@ -40,7 +45,7 @@ Status Worker::resolve_location(const ipc::Location& l, uint64_t pitch, uint64_t
   if (Status st = region_extent(pitch, width, height, extent); st != Status::Success) return st;
   switch (l.space) {
     case ipc::MemSpace::Device: {
-      if (containing(allocations_, l.address, extent) == allocations_.end()) return Status::InvalidValue;
+      if (!device_range_ok(l.address, extent)) return Status::InvalidValue;
       out = {true, l.address};
       is_device = true;
       return Status::Success;
@@ -288,7 +293,7 @@ Status Worker::memset(const ipc::CommandHeader& h, const ipc::MemsetCmd& c) {
     answer(h);
     return Status::Success;
   }
-  if (containing(allocations_, c.address, extent) == allocations_.end()) return Status::InvalidValue;
+  if (!device_range_ok(c.address, extent)) return Status::InvalidValue;
   Status st;
   StreamEntry* s = streams_.find(h.stream, h.device, st);
   if (s == nullptr) return st;

@@ -38,6 +38,7 @@ std::string Server::Impl::stats_json() const {
                     {"commands", load(c.commands)},
                     {"bytes_h2d", load(c.bytes_h2d)},
                     {"bytes_d2h", load(c.bytes_d2h)},
+                    {"launches", load(c.launches)},
                     {"errors", load(c.errors)}});
     mem += load(c.device_memory_bytes);
     allocs += load(c.allocations);
@@ -46,6 +47,7 @@ std::string Server::Impl::stats_json() const {
     pinned += load(c.pinned_bytes);
     pinned_allocs += load(c.pinned_allocations);
   }
+  const auto cache = modules->stats();
   const double uptime = std::chrono::duration<double>(Clock::now() - started_at).count();
   json j = {{"server",
              {{"pid", ::getpid()},
@@ -55,6 +57,12 @@ std::string Server::Impl::stats_json() const {
               {"uptime_s", uptime},
               {"clients", clients.size()}}},
             {"clients", list},
+            {"modules",
+             {{"cached", cache.entries},
+              {"cached_bytes", cache.bytes},
+              {"uploads", cache.uploads},
+              {"cache_hits", cache.hits},
+              {"loads", cache.loads}}},
             {"totals",
              {{"device_memory_bytes", mem},
               {"allocations", allocs},

@@ -189,6 +189,7 @@ void Server::Impl::attach(Connection& c, const ipc::HelloMsg& hello) {
   spec.run_dir = options.run_dir;
   spec.backend = backend.get();
   spec.totals = &totals;
+  spec.modules = modules.get();
   spec.notify_fd = notify_fd.get();
   try {
     s->create_channel(spec);

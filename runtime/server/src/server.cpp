@@ -22,6 +22,7 @@ namespace funnel::server {
 Server::Server(ServerOptions options, std::unique_ptr<Backend> backend) : impl_(std::make_unique<Impl>()) {
   impl_->options = std::move(options);
   impl_->backend = std::move(backend);
+  impl_->modules = std::make_unique<ModuleCache>(*impl_->backend);
 }
 
 Server::~Server() {

@@ -11,6 +11,7 @@
 #include "client_session.hpp"
 #include "funnel/ipc/socket.hpp"
 #include "funnel/server/server.hpp"
+#include "module_cache.hpp"
 #include "session.hpp"
 
 namespace funnel::server {
@@ -28,6 +29,7 @@ struct Connection {
 struct Server::Impl {
   ServerOptions options;
   std::unique_ptr<Backend> backend;
+  std::unique_ptr<ModuleCache> modules;  // after the backend: its modules go first
   ipc::UniqueFd listen_fd, epoll_fd, wake_fd, notify_fd, signal_fd;
   ServerTotals totals;
   std::map<int, Connection> connections;                      // by fd

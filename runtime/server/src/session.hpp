@@ -26,10 +26,12 @@
 
 namespace funnel::server {
 
+class ModuleCache;
+
 // Relaxed counters: the stats verb reads them without stopping anyone.
 struct ClientCounters {
   std::atomic<uint64_t> device_memory_bytes{0}, allocations{0}, streams{0}, events{0}, pinned_bytes{0},
-      pinned_allocations{0}, commands{0}, bytes_h2d{0}, bytes_d2h{0}, errors{0};
+      pinned_allocations{0}, commands{0}, bytes_h2d{0}, bytes_d2h{0}, errors{0}, launches{0};
 };
 
 struct ServerTotals {
@@ -44,6 +46,7 @@ struct SessionShared {
   std::filesystem::path run_dir;
   Backend* backend = nullptr;
   ServerTotals* totals = nullptr;
+  ModuleCache* modules = nullptr;  // the server's, shared by every session
   ClientCounters counters;
   std::atomic<bool> stop{false};
   std::atomic<bool> shutting_down{false};  // the server stops: answer waiting replies with DevicesUnavailable
@@ -80,6 +83,32 @@ struct PinnedEntry {
   ipc::MappedFile file;
   std::filesystem::path path;
   uint64_t size;
+};
+
+// A fat binary on its way in (ModuleQuery missed, ModuleData pieces, then ModuleLoad).
+struct ModuleUpload {
+  ipc::ModuleCmd cmd;
+  std::vector<std::byte> bytes;
+};
+
+struct KernelEntry {
+  uint64_t module_id;
+  std::shared_ptr<BackendModule> module;  // declared first: outlives the kernel
+  std::unique_ptr<BackendKernel> kernel;
+  std::vector<ParamLayout> params;
+  uint32_t param_bytes;
+};
+
+// A __device__/__constant__ variable this client asked for: copies may use it.
+struct SymbolRange {
+  uint64_t size;
+  uint64_t module_id;
+};
+
+// A host function's stream wait: the stream stays held until done_slot holds generation.
+struct HostFuncWait {
+  uint32_t done_slot;
+  uint32_t generation;
 };
 
 class Worker {
@@ -127,8 +156,31 @@ class Worker {
   Status device_reset(const ipc::CommandHeader& h);
   Status limit(const ipc::CommandHeader& h, const ipc::LimitCmd& c, bool set);
 
+  // kernels.cpp: modules, kernels, launches, symbols, host functions
+  Status module_query(const ipc::CommandHeader& h, const ipc::ModuleCmd& c);
+  Status module_data(const ipc::CommandHeader& h, const ipc::ModuleDataCmd& c);
+  Status module_load(const ipc::CommandHeader& h, const ipc::ModuleCmd& c);
+  Status module_unload(const ipc::CommandHeader& h, const ipc::ModuleCmd& c);
+  Status kernel_get(const ipc::CommandHeader& h, const ipc::KernelGetCmd& c, const std::byte* name);
+  Status kernel_params(const ipc::CommandHeader& h, const ipc::KernelParamsCmd& c);
+  Status launch(const ipc::CommandHeader& h, const ipc::LaunchCmd& c, const std::byte* params);
+  Status symbol_get(const ipc::CommandHeader& h, const ipc::SymbolGetCmd& c, const std::byte* name);
+  Status func_get_attributes(const ipc::CommandHeader& h, const ipc::KernelCmd& c);
+  Status func_set_attribute(const ipc::CommandHeader& h, const ipc::FuncSetAttributeCmd& c);
+  Status occupancy(const ipc::CommandHeader& h, const ipc::OccupancyCmd& c);
+  Status host_func(const ipc::CommandHeader& h, const ipc::HostFuncCmd& c);
+  // Answers h with the module now held for module_id.
+  Status add_module(const ipc::CommandHeader& h, uint64_t module_id, std::shared_ptr<BackendModule> m);
+  KernelEntry* find_kernel(uint64_t id);
+  // The kernel `kernel_id` for a command on h.device (InvalidDevice, InvalidResourceHandle).
+  Status kernel_on_device(const ipc::CommandHeader& h, uint64_t kernel_id, KernelEntry*& out);
+  // Stores every outstanding host function's done word (teardown): no stream stays held.
+  void release_host_funcs() noexcept;
+
   // Helpers shared by the commands.
   Status check_device(int device) const;
+  // Whether [address, address+extent) lies in one allocation or one symbol of this client.
+  bool device_range_ok(uint64_t address, uint64_t extent) const;
   Status resolve_location(const ipc::Location& l, uint64_t pitch, uint64_t width, uint64_t height,
                           CopyEndpoint& out, bool& is_device) const;
   EventEntry* find_event(uint64_t id);
@@ -152,6 +204,11 @@ class Worker {
   std::map<uint64_t, DeviceAllocation> allocations_;  // by base address
   std::unordered_map<uint64_t, EventEntry> events_;
   std::unordered_map<uint64_t, PinnedEntry> pinned_;
+  std::unordered_map<uint64_t, std::shared_ptr<BackendModule>> modules_;  // by client module id
+  std::unordered_map<uint64_t, ModuleUpload> uploads_;
+  std::unordered_map<uint64_t, KernelEntry> kernels_;  // by client kernel id
+  std::map<uint64_t, SymbolRange> symbols_;             // by device address
+  std::vector<HostFuncWait> host_funcs_;
   uint64_t next_pinned_id_ = 1;
   std::vector<Pending> pending_;
   std::vector<std::byte> record_;

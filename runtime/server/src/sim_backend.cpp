@@ -1,6 +1,8 @@
 // The sim backend: host memory stands in for device memory and every stream is a
 // host thread running closures in FIFO order, so the whole server (ordering, events,
-// staging, accounting) can be tested on a machine without a GPU.
+// staging, accounting) can be tested on a machine without a GPU.  Kernels are not
+// executed: a launch is recorded (kernel, shape, parameter buffer) in stream order, so
+// tests check what a client packed; modules are read with funnel::fatbin.
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -9,13 +11,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
+#include "funnel/fatbin/fatbin.hpp"
 #include "funnel/server/backend.hpp"
 
 namespace funnel::server {
@@ -25,6 +30,20 @@ using Clock = std::chrono::steady_clock;
 // Waits are sliced so that a backend being destroyed is noticed: nothing waits forever.
 constexpr auto kSlice = std::chrono::milliseconds(50);
 constexpr uint64_t kAlign = 256;
+constexpr auto kWaitValuePoll = std::chrono::microseconds(100);
+constexpr size_t kMaxLaunchRecords = 65536;
+
+// The device the sim describes (an H100-like sm_90 part); occupancy uses these.
+constexpr uint32_t kMaxThreadsPerBlock = 1024;
+constexpr uint32_t kMaxThreadsPerSm = 2048;
+constexpr uint32_t kMaxBlocksPerSm = 32;
+constexpr uint32_t kRegistersPerSm = 65536;
+constexpr uint32_t kRegisterAllocation = 256;  // registers are allocated per warp in units of this
+constexpr uint64_t kSharedPerSm = 233472;
+constexpr uint64_t kSharedPerBlockOptin = 232448;
+constexpr uint64_t kSharedPerBlockDefault = 49152;
+constexpr uint64_t kReservedSharedPerBlock = 1024;
+constexpr int kMultiprocessors = 132;
 
 struct EventState {
   std::mutex m;
@@ -56,6 +75,11 @@ class SimStream final : public BackendStream {
     thread_.join();
   }
   int device() const noexcept override { return device_; }
+  // Being destroyed: a closure that waits for something outside the stream gives up.
+  bool closing() {
+    std::lock_guard lk(m_);
+    return closing_;
+  }
 
   void enqueue(std::function<void()> f) {
     {
@@ -114,10 +138,114 @@ struct Allocation {
   uint64_t size;
 };
 
+// What cudaFuncSetAttribute changed for one kernel of one module: every SimKernel of
+// that name shares it, as every client of a shared CUlibrary shares its CUkernel.
+struct KernelSettings {
+  std::mutex m;
+  uint64_t max_dynamic_shared = 0;
+  int32_t carveout = -1;
+  int32_t cache_config = 0;
+  bool non_portable_cluster = false;
+  uint32_t scheduling_policy = 0;
+};
+
+struct HostBlock {
+  void operator()(void* p) const noexcept { std::free(p); }
+};
+
+// A fat binary read with funnel::fatbin: the kernels and variables of its best cubin
+// (sm_90 if present, else the highest), and host memory for each variable per device.
+class SimModule final : public BackendModule {
+ public:
+  int sm_arch = 0;
+  std::map<std::string, fatbin::KernelInfo> kernels;
+  std::map<std::string, fatbin::GlobalInfo> globals;
+  uint64_t const_bytes = 0;  // all __constant__ variables
+
+  std::shared_ptr<KernelSettings> settings(const std::string& kernel) {
+    std::lock_guard lk(m_);
+    auto& s = settings_[kernel];
+    if (!s) {
+      s = std::make_shared<KernelSettings>();
+      s->max_dynamic_shared = kSharedPerBlockDefault - std::min(kSharedPerBlockDefault, kernels.at(kernel).shared_bytes);
+    }
+    return s;
+  }
+
+  // The variable's memory on `device`, created (with its initial bytes) on first use.
+  Status variable(int device, const std::string& name, DeviceAddress& address, uint64_t& size) {
+    auto g = globals.find(name);
+    if (g == globals.end()) return Status::SymbolNotFound;
+    std::lock_guard lk(m_);
+    auto& block = memory_[{device, name}];
+    if (!block) {
+      const uint64_t bytes = std::max<uint64_t>(1, (g->second.size + kAlign - 1) / kAlign * kAlign);
+      block.reset(std::aligned_alloc(kAlign, bytes));
+      if (!block) return Status::MemoryAllocation;
+      std::memset(block.get(), 0, bytes);
+      if (!g->second.init.empty()) std::memcpy(block.get(), g->second.init.data(), g->second.init.size());
+    }
+    address = reinterpret_cast<uint64_t>(block.get());
+    size = g->second.size;
+    return Status::Success;
+  }
+
+ private:
+  std::mutex m_;
+  std::map<std::string, std::shared_ptr<KernelSettings>> settings_;
+  std::map<std::pair<int, std::string>, std::unique_ptr<void, HostBlock>> memory_;
+};
+
+class SimKernel final : public BackendKernel {
+ public:
+  SimKernel(const SimModule& m, const fatbin::KernelInfo& k, std::shared_ptr<KernelSettings> s)
+      : module(m), info(k), settings(std::move(s)) {}
+  const SimModule& module;
+  const fatbin::KernelInfo& info;
+  std::shared_ptr<KernelSettings> settings;
+};
+
+// The best cubin architecture of a fat binary: sm_90 where present, else the highest.
+int best_arch(const std::vector<fatbin::FatbinImage>& images) {
+  int best = 0;
+  for (const auto& im : images) {
+    if (im.kind != fatbin::ImageKind::cubin) continue;
+    if (im.sm_arch == 90) return 90;
+    best = std::max(best, im.sm_arch);
+  }
+  return best;
+}
+
+// Registers allocated to one warp of a kernel using `regs` registers per thread.
+uint32_t registers_per_warp(uint32_t regs) {
+  return (std::max(regs, 1u) * 32 + kRegisterAllocation - 1) / kRegisterAllocation * kRegisterAllocation;
+}
+
+std::string hex(std::span<const std::byte> bytes) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (std::byte b : bytes) {
+    out.push_back(digits[static_cast<uint8_t>(b) >> 4]);
+    out.push_back(digits[static_cast<uint8_t>(b) & 0xf]);
+  }
+  return out;
+}
+
 class SimBackend final : public Backend {
  public:
   explicit SimBackend(const SimOptions& o) : options_(o), used_(static_cast<size_t>(o.devices), 0) {
     limits_.resize(static_cast<size_t>(o.devices), {1024, 1u << 20, 8u << 20});
+    if (!o.launch_log.empty()) {
+      log_.open(o.launch_log, std::ios::app);
+      if (!log_) throw std::runtime_error(fmt::format("cannot open the sim launch log {} (FUNNEL_SIM_LAUNCH_LOG): {}",
+                                                      o.launch_log, std::strerror(errno)));
+    }
+  }
+
+  std::vector<SimLaunchRecord> launches() const {
+    std::lock_guard lk(launch_m_);
+    return {launches_.begin(), launches_.end()};
   }
   ~SimBackend() override {
     dying_ = true;
@@ -353,22 +481,163 @@ class SimBackend final : public Backend {
 
   Status synchronize(BackendStream& s) override { return stream(s).wait_idle() ? Status::Success : Status::Unknown; }
 
-  // Kernels: not implemented yet in this backend (funnel core part 2 fills these in).
-  Status module_load(std::span<const std::byte>, std::unique_ptr<BackendModule>&) override { return Status::NotSupported; }
-  Status kernel_get(BackendModule&, const std::string&, std::unique_ptr<BackendKernel>&, std::vector<ParamLayout>&,
-                    uint32_t&) override {
-    return Status::NotSupported;
+  // ---- kernels ----------------------------------------------------------------
+
+  Status module_load(std::span<const std::byte> image, std::unique_ptr<BackendModule>& out) override {
+    auto m = std::make_unique<SimModule>();
+    try {
+      const auto images = fatbin::parse_fatbin(image);
+      m->sm_arch = best_arch(images);
+      if (m->sm_arch == 0) return Status::NoKernelImageForDevice;  // PTX only: nothing the sim can read
+      for (const auto& im : images) {
+        if (im.kind != fatbin::ImageKind::cubin || im.sm_arch != m->sm_arch) continue;
+        const auto cubin = fatbin::decompressed_payload(im);
+        for (auto& k : fatbin::kernels_of_cubin(cubin)) m->kernels.emplace(k.name, std::move(k));
+        for (auto& g : fatbin::globals_of_cubin(cubin)) {
+          if (g.constant) m->const_bytes += g.size;
+          m->globals.emplace(g.name, std::move(g));
+        }
+      }
+    } catch (const fatbin::Error&) {
+      return Status::InvalidKernelImage;
+    } catch (const std::bad_alloc&) {
+      return Status::MemoryAllocation;
+    }
+    out = std::move(m);
+    return Status::Success;
   }
-  Status global_get(BackendModule&, int, const std::string&, DeviceAddress&, uint64_t&) override {
-    return Status::NotSupported;
+
+  Status kernel_get(BackendModule& mod, const std::string& name, std::unique_ptr<BackendKernel>& out,
+                    std::vector<ParamLayout>& params, uint32_t& param_bytes) override {
+    auto& m = module(mod);
+    auto it = m.kernels.find(name);
+    if (it == m.kernels.end()) return Status::InvalidDeviceFunction;
+    const auto& k = it->second;
+    params.clear();
+    param_bytes = k.param_bytes;
+    for (const auto& p : k.params) {
+      params.push_back({p.offset, p.size});
+      param_bytes = std::max(param_bytes, p.offset + p.size);
+    }
+    out = std::make_unique<SimKernel>(m, k, m.settings(name));
+    return Status::Success;
   }
-  Status launch(BackendStream&, BackendKernel&, const LaunchDesc&, std::span<const std::byte>) override {
-    return Status::NotSupported;
+
+  Status global_get(BackendModule& mod, int device, const std::string& name, DeviceAddress& address,
+                    uint64_t& size) override {
+    if (!valid(device)) return Status::InvalidDevice;
+    return module(mod).variable(device, name, address, size);
   }
-  Status func_attributes(BackendKernel&, int, ipc::FuncAttributes&) override { return Status::NotSupported; }
-  Status func_set_attribute(BackendKernel&, int, uint32_t, int32_t) override { return Status::NotSupported; }
-  Status occupancy(BackendKernel&, int, uint32_t, uint64_t, uint32_t, int&) override { return Status::NotSupported; }
-  Status wait_value(BackendStream&, std::atomic<uint32_t>&, uint32_t) override { return Status::NotSupported; }
+
+  Status launch(BackendStream& s, BackendKernel& kernel, const LaunchDesc& d, std::span<const std::byte> params) override {
+    auto& k = static_cast<SimKernel&>(kernel);
+    const uint64_t threads = uint64_t{d.block[0]} * d.block[1] * d.block[2];
+    if (d.grid[0] == 0 || d.grid[1] == 0 || d.grid[2] == 0 || threads == 0 || threads > kMaxThreadsPerBlock ||
+        d.block[0] > 1024 || d.block[1] > 1024 || d.block[2] > 64 || d.grid[0] > 2147483647u || d.grid[1] > 65535 ||
+        d.grid[2] > 65535)
+      return Status::InvalidConfiguration;
+    uint64_t max_dynamic = 0;
+    {
+      std::lock_guard lk(k.settings->m);
+      max_dynamic = k.settings->max_dynamic_shared;
+    }
+    if (d.shared_bytes > max_dynamic) return Status::InvalidValue;
+    if (d.cooperative) {
+      int per_sm = 0;
+      occupancy(kernel, s.device(), static_cast<uint32_t>(threads), d.shared_bytes, 0, per_sm);
+      if (uint64_t{d.grid[0]} * d.grid[1] * d.grid[2] > uint64_t(per_sm) * kMultiprocessors)
+        return Status::CooperativeLaunchTooLarge;
+    }
+    SimLaunchRecord r;
+    r.kernel = k.info.name;
+    std::copy(std::begin(d.grid), std::end(d.grid), r.grid);
+    std::copy(std::begin(d.block), std::end(d.block), r.block);
+    r.shared_bytes = d.shared_bytes;
+    r.params.resize(params.size());
+    if (!params.empty()) std::memcpy(r.params.data(), params.data(), params.size());
+    stream(s).enqueue([this, r = std::move(r)]() mutable { record_launch(std::move(r)); });
+    return Status::Success;
+  }
+
+  // From the cubin: registers, static shared and local memory; the rest as the sim
+  // device defines it.  preferred_shmem_carveout is -1 (as CUDA's default) until set,
+  // which the 7-bit packing carries as 127.
+  Status func_attributes(BackendKernel& kernel, int device, ipc::FuncAttributes& out) override {
+    if (!valid(device)) return Status::InvalidDevice;
+    auto& k = static_cast<SimKernel&>(kernel);
+    out = ipc::FuncAttributes{};
+    out.shared_size_bytes = k.info.shared_bytes;
+    out.const_size_bytes = k.module.const_bytes;
+    out.local_size_bytes = k.info.local_bytes;
+    out.num_regs = k.info.num_regs;
+    const uint32_t warps = kRegistersPerSm / registers_per_warp(k.info.num_regs);
+    out.max_threads_per_block = std::min(kMaxThreadsPerBlock, warps * 32);
+    out.ptx_version = static_cast<uint32_t>(k.module.sm_arch);
+    out.binary_version = static_cast<uint32_t>(k.module.sm_arch);
+    std::lock_guard lk(k.settings->m);
+    out.max_dynamic_shared_size_bytes = static_cast<uint32_t>(k.settings->max_dynamic_shared);
+    out.preferred_shmem_carveout = static_cast<uint32_t>(k.settings->carveout);
+    out.non_portable_cluster_size_allowed = k.settings->non_portable_cluster ? 1 : 0;
+    out.cluster_scheduling_policy_preference = k.settings->scheduling_policy;
+    return Status::Success;
+  }
+
+  Status func_set_attribute(BackendKernel& kernel, int device, uint32_t attribute, int32_t value) override {
+    if (!valid(device)) return Status::InvalidDevice;
+    auto& k = static_cast<SimKernel&>(kernel);
+    std::lock_guard lk(k.settings->m);
+    switch (attribute) {
+      case 8:  // cudaFuncAttributeMaxDynamicSharedMemorySize
+        if (value < 0 || static_cast<uint64_t>(value) + k.info.shared_bytes > kSharedPerBlockOptin) return Status::InvalidValue;
+        k.settings->max_dynamic_shared = static_cast<uint64_t>(value);
+        return Status::Success;
+      case 9:  // cudaFuncAttributePreferredSharedMemoryCarveout
+        if (value < -1 || value > 100) return Status::InvalidValue;
+        k.settings->carveout = value;
+        return Status::Success;
+      case 14:  // cudaFuncAttributeNonPortableClusterSizeAllowed
+        k.settings->non_portable_cluster = value != 0;
+        return Status::Success;
+      case 15:  // cudaFuncAttributeClusterSchedulingPolicyPreference
+        if (value < 0 || value > 2) return Status::InvalidValue;
+        k.settings->scheduling_policy = static_cast<uint32_t>(value);
+        return Status::Success;
+      case ipc::kFuncCacheConfig:
+        if (value < 0 || value > 3) return Status::InvalidValue;
+        k.settings->cache_config = value;
+        return Status::Success;
+      default:
+        return Status::InvalidValue;
+    }
+  }
+
+  // Blocks per multiprocessor: the least of the thread, block, register and shared
+  // memory limits of the sim device (registers per warp in units of 256, 1 KiB of
+  // shared memory reserved per block), as the CUDA occupancy calculator computes them.
+  Status occupancy(BackendKernel& kernel, int device, uint32_t block_size, uint64_t dynamic_shared_bytes, uint32_t,
+                   int& blocks_per_sm) override {
+    if (!valid(device)) return Status::InvalidDevice;
+    if (block_size == 0) return Status::InvalidValue;
+    auto& k = static_cast<SimKernel&>(kernel);
+    blocks_per_sm = 0;
+    const uint64_t shared = k.info.shared_bytes + dynamic_shared_bytes;
+    if (block_size > kMaxThreadsPerBlock || shared > kSharedPerBlockOptin) return Status::Success;
+    const uint32_t warps = (block_size + 31) / 32;
+    uint64_t blocks = std::min(kMaxThreadsPerSm / (warps * 32), kMaxBlocksPerSm);
+    blocks = std::min<uint64_t>(blocks, kRegistersPerSm / registers_per_warp(k.info.num_regs) / warps);
+    if (shared > 0) blocks = std::min<uint64_t>(blocks, kSharedPerSm / (shared + kReservedSharedPerBlock));
+    blocks_per_sm = static_cast<int>(blocks);
+    return Status::Success;
+  }
+
+  Status wait_value(BackendStream& s, std::atomic<uint32_t>& word, uint32_t value) override {
+    SimStream* st = &stream(s);
+    st->enqueue([this, st, &word, value] {
+      while (word.load(std::memory_order_acquire) != value && !dying_.load() && !st->closing())
+        std::this_thread::sleep_for(kWaitValuePoll);
+    });
+    return Status::Success;
+  }
 
   Status set_limit(int device, Limit limit, uint64_t value) override {
     if (!valid(device)) return Status::InvalidDevice;
@@ -391,6 +660,24 @@ class SimBackend final : public Backend {
   static void* to_ptr(uint64_t a) noexcept { return reinterpret_cast<void*>(a); }
   static SimStream& stream(BackendStream& s) noexcept { return static_cast<SimStream&>(s); }
   static SimEvent& event(BackendEvent& e) noexcept { return static_cast<SimEvent&>(e); }
+  static SimModule& module(BackendModule& m) noexcept { return static_cast<SimModule&>(m); }
+
+  // Runs on the stream thread, in stream order.
+  void record_launch(SimLaunchRecord r) {
+    if (log_.is_open()) {
+      const nlohmann::json line = {{"kernel", r.kernel},
+                                   {"grid", {r.grid[0], r.grid[1], r.grid[2]}},
+                                   {"block", {r.block[0], r.block[1], r.block[2]}},
+                                   {"shared", r.shared_bytes},
+                                   {"params", hex(std::as_bytes(std::span(r.params)))}};
+      std::lock_guard lk(log_m_);
+      log_ << line.dump() << '\n';
+      log_.flush();
+    }
+    std::lock_guard lk(launch_m_);
+    launches_.push_back(std::move(r));
+    if (launches_.size() > kMaxLaunchRecords) launches_.pop_front();
+  }
   bool valid(int device) const noexcept { return device >= 0 && device < options_.devices; }
 
   SimOptions options_;
@@ -399,9 +686,18 @@ class SimBackend final : public Backend {
   std::map<uint64_t, Allocation> allocs_;
   std::vector<uint64_t> used_;
   std::vector<std::array<uint64_t, 3>> limits_;
+  mutable std::mutex launch_m_;
+  std::deque<SimLaunchRecord> launches_;
+  std::mutex log_m_;
+  std::ofstream log_;
 };
 
 }  // namespace
+
+std::vector<SimLaunchRecord> sim_launch_records(const Backend& sim) {
+  const auto* s = dynamic_cast<const SimBackend*>(&sim);
+  return s == nullptr ? std::vector<SimLaunchRecord>{} : s->launches();
+}
 
 std::unique_ptr<Backend> make_sim_backend(const SimOptions& options) {
   if (options.devices < 1 || options.devices > static_cast<int>(ipc::kMaxDevices))

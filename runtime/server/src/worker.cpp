@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 
 #include <spdlog/spdlog.h>
 
@@ -37,7 +38,27 @@ T payload_as(const std::byte* p) noexcept {
   return v;
 }
 
-bool is_kernel_opcode(uint16_t op) noexcept { return op >= 60 && op < 80; }
+// The bytes that follow the fixed payload of KernelGet, Launch and SymbolGet (read from
+// the copied record, whose fixed payload the caller checked is there); nullopt past the
+// protocol's limit.
+std::optional<uint64_t> trailing_bytes(ipc::Opcode op, const std::byte* payload) noexcept {
+  switch (op) {
+    case ipc::Opcode::KernelGet: {
+      const auto n = payload_as<ipc::KernelGetCmd>(payload).name_bytes;
+      return n <= ipc::kMaxNameBytes ? std::optional<uint64_t>(n) : std::nullopt;
+    }
+    case ipc::Opcode::SymbolGet: {
+      const auto n = payload_as<ipc::SymbolGetCmd>(payload).name_bytes;
+      return n <= ipc::kMaxNameBytes ? std::optional<uint64_t>(n) : std::nullopt;
+    }
+    case ipc::Opcode::Launch: {
+      const auto n = payload_as<ipc::LaunchCmd>(payload).param_bytes;
+      return n <= ipc::kMaxParamBytes ? std::optional<uint64_t>(n) : std::nullopt;
+    }
+    default:
+      return 0;
+  }
+}
 
 }  // namespace
 
@@ -125,17 +146,17 @@ void Worker::execute(const ipc::CommandHeader& h, const std::byte* payload) {
     return;
   }
   Status st;
-  if (is_kernel_opcode(op)) {
-    st = Status::NotSupported;  // funnel core part 2: launches dispatch from here
+  const int64_t want = ipc::payload_size(h.opcode);
+  if (want < 0) {
+    st = Status::NotSupported;
+  } else if (!ipc::has_trailing_bytes(h.opcode)) {
+    st = h.size == ipc::record_size_for(static_cast<uint64_t>(want)) ? dispatch(h, payload) : Status::InvalidValue;
+  } else if (h.size < ipc::record_size_for(static_cast<uint64_t>(want))) {
+    st = Status::InvalidValue;
   } else {
-    const int64_t want = ipc::payload_size(h.opcode);
-    if (want < 0) {
-      st = Status::NotSupported;
-    } else if (h.size != ipc::record_size_for(static_cast<uint64_t>(want))) {
-      st = Status::InvalidValue;
-    } else {
-      st = dispatch(h, payload);
-    }
+    const auto trailing = trailing_bytes(h.opcode, payload);
+    st = trailing && h.size == ipc::record_size_for(static_cast<uint64_t>(want) + *trailing) ? dispatch(h, payload)
+                                                                                               : Status::InvalidValue;
   }
   if (st != Status::Success) {
     if (st == Status::NotSupported || st == Status::InvalidValue || st == Status::InvalidResourceHandle ||
@@ -174,10 +195,18 @@ Status Worker::dispatch(const ipc::CommandHeader& h, const std::byte* p) {
     case Opcode::DeviceReset: return device_reset(h);
     case Opcode::SetLimit: return limit(h, payload_as<ipc::LimitCmd>(p), true);
     case Opcode::GetLimit: return limit(h, payload_as<ipc::LimitCmd>(p), false);
-    case Opcode::ModuleQuery: case Opcode::ModuleData: case Opcode::ModuleLoad: case Opcode::ModuleUnload:
-    case Opcode::KernelGet: case Opcode::KernelParams: case Opcode::Launch: case Opcode::SymbolGet:
-    case Opcode::FuncGetAttributes: case Opcode::FuncSetAttribute: case Opcode::Occupancy: case Opcode::HostFunc:
-      return Status::NotSupported;  // funnel core part 2 (kernels) dispatches these
+    case Opcode::ModuleQuery: return module_query(h, payload_as<ipc::ModuleCmd>(p));
+    case Opcode::ModuleData: return module_data(h, payload_as<ipc::ModuleDataCmd>(p));
+    case Opcode::ModuleLoad: return module_load(h, payload_as<ipc::ModuleCmd>(p));
+    case Opcode::ModuleUnload: return module_unload(h, payload_as<ipc::ModuleCmd>(p));
+    case Opcode::KernelGet: return kernel_get(h, payload_as<ipc::KernelGetCmd>(p), p + sizeof(ipc::KernelGetCmd));
+    case Opcode::KernelParams: return kernel_params(h, payload_as<ipc::KernelParamsCmd>(p));
+    case Opcode::Launch: return launch(h, payload_as<ipc::LaunchCmd>(p), p + sizeof(ipc::LaunchCmd));
+    case Opcode::SymbolGet: return symbol_get(h, payload_as<ipc::SymbolGetCmd>(p), p + sizeof(ipc::SymbolGetCmd));
+    case Opcode::FuncGetAttributes: return func_get_attributes(h, payload_as<ipc::KernelCmd>(p));
+    case Opcode::FuncSetAttribute: return func_set_attribute(h, payload_as<ipc::FuncSetAttributeCmd>(p));
+    case Opcode::Occupancy: return occupancy(h, payload_as<ipc::OccupancyCmd>(p));
+    case Opcode::HostFunc: return host_func(h, payload_as<ipc::HostFuncCmd>(p));
     case Opcode::Fence: answer(h); return Status::Success;
     case Opcode::Detach:
       shared_.detached.store(true);

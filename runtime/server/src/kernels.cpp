@@ -1,0 +1,288 @@
+// The kernel commands (doc/design/kernels.md): modules uploaded once per content into
+// the server's ModuleCache, kernel layouts, launches, symbols, function attributes,
+// occupancy and host functions.  As in commands.cpp, every field was copied out of the
+// ring and is validated here before anything happens.
+#include <cstring>
+#include <string>
+
+#include <spdlog/spdlog.h>
+
+#include "funnel/ipc/futex.hpp"
+#include "module_cache.hpp"
+#include "session.hpp"
+#include "validation.hpp"
+
+namespace funnel::server {
+namespace {
+
+bool one_way(const ipc::CommandHeader& h) noexcept { return h.reply_slot == ipc::kNoReply; }
+
+ModuleKey key_of(const ipc::ModuleCmd& c) noexcept {
+  ModuleKey k{};
+  std::memcpy(k.digest.data(), c.digest, sizeof c.digest);
+  k.size = c.size;
+  return k;
+}
+
+bool own_copy(const ipc::ModuleCmd& c) noexcept { return (c.flags & ipc::kModuleHasVariables) != 0; }
+
+Status check_module_cmd(const ipc::ModuleCmd& c) noexcept {
+  if (c.size == 0 || c.size > ipc::kMaxModuleBytes) return Status::InvalidValue;
+  if ((c.flags & ~ipc::kModuleHasVariables) != 0) return Status::InvalidValue;
+  return Status::Success;
+}
+
+std::string name_of(const std::byte* p, uint32_t n) { return std::string(reinterpret_cast<const char*>(p), n); }
+
+}  // namespace
+
+KernelEntry* Worker::find_kernel(uint64_t id) {
+  auto it = kernels_.find(id);
+  return it == kernels_.end() ? nullptr : &it->second;
+}
+
+// ---- modules ----------------------------------------------------------------
+
+Status Worker::add_module(const ipc::CommandHeader& h, uint64_t module_id, std::shared_ptr<BackendModule> m) {
+  modules_[module_id] = std::move(m);
+  answer(h, {1});
+  return Status::Success;
+}
+
+Status Worker::module_query(const ipc::CommandHeader& h, const ipc::ModuleCmd& c) {
+  if (one_way(h)) return Status::InvalidValue;
+  if (Status st = check_module_cmd(c); st != Status::Success) return st;
+  if (modules_.contains(c.module_id)) return Status::InvalidResourceHandle;
+  std::shared_ptr<BackendModule> m;
+  const Status st = shared_.modules->acquire(key_of(c), own_copy(c), m);
+  if (st == Status::Success) {
+    uploads_.erase(c.module_id);
+    return add_module(h, c.module_id, std::move(m));
+  }
+  if (st != Status::NotReady) return st;
+  // Not cached: the client sends the bytes (a new query restarts an upload).
+  uploads_[c.module_id] = ModuleUpload{c, {}};
+  answer(h, {0});
+  return Status::Success;
+}
+
+Status Worker::module_data(const ipc::CommandHeader& h, const ipc::ModuleDataCmd& c) {
+  const auto& hd = view_.header();
+  if (c.staging_slot >= hd.staging_slots) return Status::InvalidValue;
+  auto& state = view_.staging_state(c.staging_slot);
+  if (state.load(std::memory_order_acquire) != static_cast<uint32_t>(ipc::StagingState::InFlight))
+    return Status::InvalidValue;  // not handed to the server: leave it alone
+  // The slot goes back to the client whatever happens to its bytes.
+  const auto release = [&] {
+    state.store(static_cast<uint32_t>(ipc::StagingState::Free), std::memory_order_release);
+    ipc::futex_wake_all(state);
+  };
+  auto it = uploads_.find(c.module_id);
+  if (it == uploads_.end() || c.bytes > hd.staging_slot_size || c.offset != it->second.bytes.size() ||
+      c.bytes > it->second.cmd.size - c.offset) {
+    release();
+    // A broken upload cannot be finished: ModuleLoad fails and the client starts over.
+    if (it != uploads_.end()) uploads_.erase(it);
+    return Status::InvalidValue;
+  }
+  try {
+    auto& bytes = it->second.bytes;
+    if (bytes.empty()) bytes.reserve(it->second.cmd.size);
+    const auto* src = static_cast<const std::byte*>(view_.staging(c.staging_slot));
+    bytes.insert(bytes.end(), src, src + c.bytes);
+  } catch (const std::bad_alloc&) {
+    release();
+    uploads_.erase(it);
+    return Status::MemoryAllocation;
+  }
+  release();
+  answer(h);
+  return Status::Success;
+}
+
+Status Worker::module_load(const ipc::CommandHeader& h, const ipc::ModuleCmd& c) {
+  if (one_way(h)) return Status::InvalidValue;
+  if (Status st = check_module_cmd(c); st != Status::Success) return st;
+  auto it = uploads_.find(c.module_id);
+  if (it == uploads_.end()) return Status::InvalidResourceHandle;
+  ModuleUpload up = std::move(it->second);
+  uploads_.erase(it);
+  if (modules_.contains(c.module_id)) return Status::InvalidResourceHandle;
+  if (std::memcmp(up.cmd.digest, c.digest, sizeof c.digest) != 0 || up.cmd.size != c.size ||
+      up.cmd.flags != c.flags || up.bytes.size() != c.size)
+    return Status::InvalidValue;
+  const ModuleKey key = key_of(c);
+  if (ipc::module_digest(up.bytes) != key.digest) {
+    spdlog::warn("client {}: module {} ({} bytes) does not match its digest", shared_.id, c.module_id, c.size);
+    return Status::InvalidValue;
+  }
+  std::shared_ptr<BackendModule> m;
+  if (Status st = shared_.modules->insert(key, std::move(up.bytes), own_copy(c), m); st != Status::Success) return st;
+  return add_module(h, c.module_id, std::move(m));
+}
+
+Status Worker::module_unload(const ipc::CommandHeader& h, const ipc::ModuleCmd& c) {
+  uploads_.erase(c.module_id);
+  auto it = modules_.find(c.module_id);
+  if (it == modules_.end()) return Status::InvalidResourceHandle;
+  auto module = std::move(it->second);
+  modules_.erase(it);
+  std::erase_if(kernels_, [&](const auto& k) { return k.second.module_id == c.module_id; });
+  std::erase_if(symbols_, [&](const auto& s) { return s.second.module_id == c.module_id; });
+  // Launches and symbol copies already queued still use it: it goes once they are done.
+  when_drained(-1, h.reply_slot, h.seq, [module](Status) mutable {
+    module.reset();
+    return Status::Success;
+  });
+  return Status::Success;
+}
+
+// ---- kernels ----------------------------------------------------------------
+
+Status Worker::kernel_get(const ipc::CommandHeader& h, const ipc::KernelGetCmd& c, const std::byte* name) {
+  if (one_way(h)) return Status::InvalidValue;
+  if (c.name_bytes == 0) return Status::InvalidValue;
+  if (kernels_.contains(c.kernel_id)) return Status::InvalidResourceHandle;
+  auto m = modules_.find(c.module_id);
+  if (m == modules_.end()) return Status::InvalidResourceHandle;
+  KernelEntry k{c.module_id, m->second, nullptr, {}, 0};
+  if (Status st = backend_.kernel_get(*m->second, name_of(name, c.name_bytes), k.kernel, k.params, k.param_bytes);
+      st != Status::Success)
+    return st;
+  if (k.param_bytes > ipc::kMaxParamBytes) return Status::NotSupported;  // no client could launch it
+  std::array<uint64_t, 5> v{k.params.size(), k.param_bytes};
+  for (size_t i = 0; i < 3 && i < k.params.size(); ++i) v[2 + i] = ipc::pack_param(k.params[i].offset, k.params[i].size);
+  kernels_.emplace(c.kernel_id, std::move(k));
+  answer(h, v);
+  return Status::Success;
+}
+
+Status Worker::kernel_params(const ipc::CommandHeader& h, const ipc::KernelParamsCmd& c) {
+  if (one_way(h)) return Status::InvalidValue;
+  KernelEntry* k = find_kernel(c.kernel_id);
+  if (k == nullptr) return Status::InvalidResourceHandle;
+  if (c.first > k->params.size()) return Status::InvalidValue;
+  std::array<uint64_t, 5> v{};
+  for (size_t i = 0; i < v.size() && c.first + i < k->params.size(); ++i)
+    v[i] = ipc::pack_param(k->params[c.first + i].offset, k->params[c.first + i].size);
+  answer(h, v);
+  return Status::Success;
+}
+
+Status Worker::launch(const ipc::CommandHeader& h, const ipc::LaunchCmd& c, const std::byte* params) {
+  KernelEntry* k = find_kernel(c.kernel_id);
+  if (k == nullptr) return Status::InvalidResourceHandle;
+  if (c.param_bytes != k->param_bytes) return Status::InvalidValue;
+  if ((c.flags & ~ipc::kLaunchCooperative) != 0) return Status::InvalidValue;
+  for (int i = 0; i < 3; ++i)
+    if (c.grid[i] == 0 || c.block[i] == 0) return Status::InvalidConfiguration;
+  LaunchDesc d{};
+  std::memcpy(d.grid, c.grid, sizeof d.grid);
+  std::memcpy(d.block, c.block, sizeof d.block);
+  std::memcpy(d.cluster, c.cluster, sizeof d.cluster);
+  d.shared_bytes = c.shared_bytes;
+  d.cooperative = (c.flags & ipc::kLaunchCooperative) != 0;
+  d.priority = c.priority;
+  Status st;
+  StreamEntry* s = streams_.find(h.stream, h.device, st);
+  if (s == nullptr) return st;
+  if (st = streams_.before_work(*s); st != Status::Success) return st;
+  if (st = backend_.launch(*s->stream, *k->kernel, d, {params, c.param_bytes}); st != Status::Success) return st;
+  streams_.after_work(*s);
+  add(counters_.launches, 1);
+  answer(h);
+  return Status::Success;
+}
+
+// ---- symbols, attributes, occupancy -------------------------------------------
+
+Status Worker::symbol_get(const ipc::CommandHeader& h, const ipc::SymbolGetCmd& c, const std::byte* name) {
+  if (one_way(h)) return Status::InvalidValue;
+  if (c.name_bytes == 0) return Status::InvalidValue;
+  if (Status st = check_device(h.device); st != Status::Success) return st;
+  auto m = modules_.find(c.module_id);
+  if (m == modules_.end()) return Status::InvalidResourceHandle;
+  DeviceAddress address = 0;
+  uint64_t size = 0;
+  if (Status st = backend_.global_get(*m->second, h.device, name_of(name, c.name_bytes), address, size);
+      st != Status::Success)
+    return st;
+  // Copies may now reach the variable (never freed as an allocation; dropped on unload).
+  if (size != 0) symbols_[address] = SymbolRange{size, c.module_id};
+  answer(h, {address, size});
+  return Status::Success;
+}
+
+Status Worker::kernel_on_device(const ipc::CommandHeader& h, uint64_t kernel_id, KernelEntry*& out) {
+  if (Status st = check_device(h.device); st != Status::Success) return st;
+  out = find_kernel(kernel_id);
+  return out == nullptr ? Status::InvalidResourceHandle : Status::Success;
+}
+
+Status Worker::func_get_attributes(const ipc::CommandHeader& h, const ipc::KernelCmd& c) {
+  if (one_way(h)) return Status::InvalidValue;
+  KernelEntry* k = nullptr;
+  if (Status st = kernel_on_device(h, c.kernel_id, k); st != Status::Success) return st;
+  ipc::FuncAttributes a;
+  if (Status st = backend_.func_attributes(*k->kernel, h.device, a); st != Status::Success) return st;
+  uint64_t packed[5];
+  ipc::pack_func_attributes(a, packed);
+  answer(h, {packed[0], packed[1], packed[2], packed[3], packed[4]});
+  return Status::Success;
+}
+
+Status Worker::func_set_attribute(const ipc::CommandHeader& h, const ipc::FuncSetAttributeCmd& c) {
+  KernelEntry* k = nullptr;
+  if (Status st = kernel_on_device(h, c.kernel_id, k); st != Status::Success) return st;
+  if (Status st = backend_.func_set_attribute(*k->kernel, h.device, c.attribute, c.value); st != Status::Success)
+    return st;
+  answer(h);
+  return Status::Success;
+}
+
+Status Worker::occupancy(const ipc::CommandHeader& h, const ipc::OccupancyCmd& c) {
+  if (one_way(h)) return Status::InvalidValue;
+  KernelEntry* k = nullptr;
+  if (Status st = kernel_on_device(h, c.kernel_id, k); st != Status::Success) return st;
+  int blocks = 0;
+  if (Status st = backend_.occupancy(*k->kernel, h.device, c.block_size, c.dynamic_shared_bytes, c.flags, blocks);
+      st != Status::Success)
+    return st;
+  answer(h, {static_cast<uint64_t>(blocks)});
+  return Status::Success;
+}
+
+// ---- host functions -----------------------------------------------------------
+
+Status Worker::host_func(const ipc::CommandHeader& h, const ipc::HostFuncCmd& c) {
+  const uint32_t slots = view_.header().event_slots;
+  if (c.reached_slot >= slots || c.done_slot >= slots) return Status::InvalidValue;
+  // Waits the client already released need no store at teardown.
+  std::erase_if(host_funcs_, [&](const HostFuncWait& w) {
+    return view_.event_state(w.done_slot).load(std::memory_order_acquire) == w.generation;
+  });
+  Status st;
+  StreamEntry* s = streams_.find(h.stream, h.device, st);
+  if (s == nullptr) return st;
+  if (st = streams_.before_work(*s); st != Status::Success) return st;
+  if (st = backend_.write_value(*s->stream, view_.event_state(c.reached_slot), c.generation); st != Status::Success)
+    return st;
+  // Remembered before the wait is queued: from here on the stream may block on the client.
+  host_funcs_.push_back({c.done_slot, c.generation});
+  if (st = backend_.wait_value(*s->stream, view_.event_state(c.done_slot), c.generation); st != Status::Success)
+    return st;
+  streams_.after_work(*s);
+  answer(h);
+  return Status::Success;
+}
+
+void Worker::release_host_funcs() noexcept {
+  // In submission order, so a slot ends at its newest generation.
+  for (const HostFuncWait& w : host_funcs_) {
+    auto& word = view_.event_state(w.done_slot);
+    word.store(w.generation, std::memory_order_release);
+  }
+  host_funcs_.clear();
+}
+
+}  // namespace funnel::server

@@ -1,0 +1,566 @@
+// Kernel commands (doc/design/kernels.md) against the sim backend: a fat binary built
+// by nvcc from kernels/launch_kernels.cu is uploaded through staging slots, cached for
+// every client, its kernels' layouts come back as funnel::fatbin reads them, and the
+// parameter buffer of a launch reaches the backend byte for byte.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstddef>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fixture.hpp"
+#include "funnel/fatbin/fatbin.hpp"
+#include "funnel/ipc/module_digest.hpp"
+#include "launch_types.h"
+#include "test_client.hpp"
+
+namespace funnel::test {
+namespace {
+
+using server::ParamLayout;
+
+struct TestFatbin {
+  std::vector<std::byte> bytes;
+  ipc::ModuleDigest digest{};
+  std::map<std::string, fatbin::KernelInfo> kernels;  // sm_90, as the sim backend picks
+};
+
+const TestFatbin& test_fatbin() {
+  static const TestFatbin f = [] {
+    TestFatbin t;
+    std::ifstream in(FUNNEL_SERVER_TEST_FATBIN, std::ios::binary);
+    const std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    t.bytes.resize(chars.size());
+    std::memcpy(t.bytes.data(), chars.data(), chars.size());
+    t.digest = ipc::module_digest(t.bytes);
+    for (auto& k : fatbin::kernels_of_fatbin(t.bytes).kernels)
+      if (k.sm_arch == 90) t.kernels[k.name] = k;
+    return t;
+  }();
+  return f;
+}
+
+ipc::ModuleCmd module_cmd(uint64_t id, uint32_t flags, const ipc::ModuleDigest& digest, uint64_t size) {
+  ipc::ModuleCmd c{};
+  c.module_id = id;
+  std::memcpy(c.digest, digest.data(), sizeof c.digest);
+  c.flags = flags;
+  c.size = size;
+  return c;
+}
+
+// A command followed by trailing bytes (a name or a parameter buffer).
+template <class T>
+std::vector<std::byte> with_trailing(const T& cmd, const void* trailing, size_t n) {
+  const auto* head = reinterpret_cast<const std::byte*>(&cmd);
+  const auto* tail = static_cast<const std::byte*>(trailing);
+  std::vector<std::byte> out(head, head + sizeof cmd);
+  if (n != 0) out.insert(out.end(), tail, tail + n);
+  return out;
+}
+
+// A record with trailing bytes, as a round trip.  (TestClient::call's template would
+// take the pointer itself as the payload.)
+Reply call_record(TestClient& c, Opcode op, const std::vector<std::byte>& rec) {
+  const uint32_t slot = 3;
+  return c.wait(slot, c.send(op, rec.data(), rec.size(), slot));
+}
+
+bool wait_slot_free(TestClient& c, uint32_t slot) {
+  return eventually([&] {
+    return c.view().staging_state(slot).load() == static_cast<uint32_t>(ipc::StagingState::Free);
+  });
+}
+
+// ModuleData pieces of `chunk` bytes, round robin over the staging slots, as the client
+// runtime sends them; returns once the server gave every slot back.
+void upload(TestClient& c, uint64_t module_id, std::span<const std::byte> bytes, uint64_t chunk = 4096) {
+  const uint32_t slots = c.view().header().staging_slots;
+  uint32_t slot = 0;
+  for (uint64_t off = 0; off < bytes.size(); off += chunk, slot = (slot + 1) % slots) {
+    const uint64_t n = std::min<uint64_t>(chunk, bytes.size() - off);
+    ASSERT_TRUE(wait_slot_free(c, slot));
+    std::memcpy(c.view().staging(slot), bytes.data() + off, n);
+    c.view().staging_state(slot).store(static_cast<uint32_t>(ipc::StagingState::InFlight));
+    c.post(Opcode::ModuleData, ipc::ModuleDataCmd{module_id, off, n, slot, 0});
+  }
+  for (uint32_t s = 0; s < slots; ++s) ASSERT_TRUE(wait_slot_free(c, s));
+}
+
+// Query, then upload and load on a miss.  value[0] of the result: 1 once loaded.
+Reply load_module(TestClient& c, uint64_t module_id, uint32_t flags = 0, bool* hit = nullptr) {
+  const auto& f = test_fatbin();
+  const auto cmd = module_cmd(module_id, flags, f.digest, f.bytes.size());
+  Reply r = c.call(Opcode::ModuleQuery, cmd);
+  if (hit != nullptr) *hit = r.status == Status::Success && r.value[0] == 1;
+  if (r.status != Status::Success || r.value[0] == 1) return r;
+  upload(c, module_id, f.bytes);
+  return c.call(Opcode::ModuleLoad, cmd);
+}
+
+Reply kernel_get(TestClient& c, uint64_t kernel_id, uint64_t module_id, const std::string& name) {
+  const ipc::KernelGetCmd cmd{kernel_id, module_id, static_cast<uint32_t>(name.size()), 0};
+  const auto rec = with_trailing(cmd, name.data(), name.size());
+  return call_record(c, Opcode::KernelGet, rec);
+}
+
+// The kernel's layout as a client learns it: KernelGet, then KernelParams five at a time.
+std::vector<ParamLayout> layout_of(TestClient& c, uint64_t kernel_id, const Reply& got) {
+  std::vector<ParamLayout> out;
+  const uint64_t n = got.value[0];
+  for (uint64_t i = 0; i < n && i < 3; ++i) out.push_back({ipc::param_offset(got.value[2 + i]), ipc::param_size(got.value[2 + i])});
+  for (uint32_t first = 3; first < n; first += 5) {
+    const Reply r = c.call(Opcode::KernelParams, ipc::KernelParamsCmd{kernel_id, first, 0});
+    EXPECT_EQ(r.status, Status::Success);
+    for (uint32_t i = 0; i < 5 && first + i < n; ++i)
+      out.push_back({ipc::param_offset(r.value[i]), ipc::param_size(r.value[i])});
+  }
+  return out;
+}
+
+std::vector<ParamLayout> fatbin_layout(const std::string& kernel) {
+  std::vector<ParamLayout> out;
+  for (const auto& p : test_fatbin().kernels.at(kernel).params) out.push_back({p.offset, p.size});
+  return out;
+}
+
+// Packs arguments at the offsets the server reported, as the client runtime does.
+class ParamBuffer {
+ public:
+  ParamBuffer(std::vector<ParamLayout> layout, uint32_t bytes) : layout_(std::move(layout)), buf_(bytes) {}
+  template <class T>
+  ParamBuffer& arg(const T& v) {
+    const ParamLayout& p = layout_.at(next_++);
+    EXPECT_EQ(p.size, sizeof v) << "parameter " << next_ - 1;
+    std::memcpy(buf_.data() + p.offset, &v, std::min<size_t>(p.size, sizeof v));
+    return *this;
+  }
+  const std::vector<uint8_t>& bytes() const { return buf_; }
+
+ private:
+  std::vector<ParamLayout> layout_;
+  std::vector<uint8_t> buf_;
+  size_t next_ = 0;
+};
+
+ipc::LaunchCmd launch_cmd(uint64_t kernel_id, std::array<uint32_t, 3> grid, std::array<uint32_t, 3> block,
+                          uint32_t shared, uint32_t param_bytes) {
+  ipc::LaunchCmd c{};
+  c.kernel_id = kernel_id;
+  std::copy(grid.begin(), grid.end(), c.grid);
+  std::copy(block.begin(), block.end(), c.block);
+  c.shared_bytes = shared;
+  c.param_bytes = param_bytes;
+  return c;
+}
+
+// Sends a launch one-way (as cudaLaunchKernel does).
+void post_launch(TestClient& c, const ipc::LaunchCmd& cmd, const std::vector<uint8_t>& params, uint64_t stream = 0) {
+  const auto rec = with_trailing(cmd, params.data(), params.size());
+  c.send(Opcode::Launch, rec.data(), rec.size(), ipc::kNoReply, stream);
+}
+
+Reply call_launch(TestClient& c, const ipc::LaunchCmd& cmd, const void* params, size_t n) {
+  return call_record(c, Opcode::Launch, with_trailing(cmd, params, n));
+}
+
+nlohmann::json client_stats(const std::filesystem::path& run_dir, const TestClient& c) {
+  const auto all = stats(run_dir);
+  for (const auto& j : all["clients"])
+    if (j["id"] == c.attach_reply().client_id) return j;
+  return {};
+}
+
+std::string hex(const std::vector<uint8_t>& bytes) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string out;
+  for (uint8_t b : bytes) {
+    out.push_back(digits[b >> 4]);
+    out.push_back(digits[b & 0xf]);
+  }
+  return out;
+}
+
+class KernelTest : public ServerTest {
+ protected:
+  void SetUp() override {
+    ServerTest::SetUp();
+    ASSERT_FALSE(test_fatbin().bytes.empty()) << FUNNEL_SERVER_TEST_FATBIN;
+    ASSERT_EQ(test_fatbin().kernels.size(), 3u);
+  }
+};
+
+TEST_F(KernelTest, ModuleIsUploadedOnceAndSharedByClients) {
+  start_server();
+  TestClient a(run_dir_, "a"), b(run_dir_, "b"), c(run_dir_, "c");
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  bool hit = true;
+  Reply r = load_module(a, 1, 0, &hit);
+  EXPECT_FALSE(hit) << "nothing is cached yet";
+  ASSERT_EQ(r.status, Status::Success);
+  EXPECT_EQ(r.value[0], 1u);
+
+  // Another client: the query alone loads it; nothing is uploaded.
+  r = load_module(b, 9, 0, &hit);
+  EXPECT_TRUE(hit);
+  ASSERT_EQ(r.status, Status::Success);
+  auto j = stats(run_dir_)["modules"];
+  EXPECT_EQ(j["cached"], 1);
+  EXPECT_EQ(j["cached_bytes"], test_fatbin().bytes.size());
+  EXPECT_EQ(j["uploads"], 1);
+  EXPECT_EQ(j["cache_hits"], 1);
+  EXPECT_EQ(j["loads"], 1) << "a module without variables is loaded once per server";
+
+  // With variables, a client gets its own copy, still from the cached bytes.
+  r = load_module(c, 1, ipc::kModuleHasVariables, &hit);
+  EXPECT_TRUE(hit);
+  EXPECT_EQ(r.status, Status::Success);
+  j = stats(run_dir_)["modules"];
+  EXPECT_EQ(j["uploads"], 1);
+  EXPECT_EQ(j["loads"], 2);
+
+  // Module ids are per client; one in use cannot be loaded again.
+  EXPECT_EQ(a.call(Opcode::ModuleQuery, module_cmd(1, 0, test_fatbin().digest, test_fatbin().bytes.size())).status,
+            Status::InvalidResourceHandle);
+  // Unloaded: its kernels and the id are gone for this client only.
+  ASSERT_EQ(kernel_get(b, 5, 9, "mixed").status, Status::Success);
+  b.post(Opcode::ModuleUnload, module_cmd(9, 0, test_fatbin().digest, test_fatbin().bytes.size()));
+  EXPECT_EQ(kernel_get(b, 6, 9, "mixed").status, Status::InvalidResourceHandle);
+  EXPECT_EQ(b.call(Opcode::FuncGetAttributes, ipc::KernelCmd{5}).status, Status::InvalidResourceHandle);
+  EXPECT_EQ(kernel_get(a, 5, 1, "mixed").status, Status::Success);
+  EXPECT_EQ(b.take_deferred(), 0);
+}
+
+TEST_F(KernelTest, LayoutsMatchTheCubinAndLaunchesCarryTheParameterBuffer) {
+  launch_log_ = (dir_ / "launches.jsonl").string();
+  start_server();
+  TestClient c(run_dir_);
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(load_module(c, 1).status, Status::Success);
+
+  // mixed(char, short, int, double, int*, Padded, Aligned8, char)
+  Reply got = kernel_get(c, 10, 1, "mixed");
+  ASSERT_EQ(got.status, Status::Success);
+  const auto& mixed = test_fatbin().kernels.at("mixed");
+  EXPECT_EQ(got.value[0], 8u);
+  EXPECT_EQ(got.value[1], mixed.param_bytes);
+  const auto layout = layout_of(c, 10, got);
+  EXPECT_EQ(layout, fatbin_layout("mixed"));
+  // Natural alignment, as the host lays out a struct of the same members.
+  EXPECT_EQ(layout[3].offset, 8u);   // double after char, short, int
+  EXPECT_EQ(layout[5].offset, 24u);  // Padded after the pointer
+  EXPECT_EQ(layout[5].size, sizeof(server_test::Padded));
+  EXPECT_EQ(layout[6].offset, 48u);  // Aligned8
+  EXPECT_EQ(got.value[1], 57u);      // ends with the char, not rounded up
+
+  ParamBuffer mixed_args(layout, static_cast<uint32_t>(got.value[1]));
+  mixed_args.arg('a').arg(short{-1234}).arg(7).arg(3.25).arg(reinterpret_cast<int*>(0x7f0012345600));
+  mixed_args.arg(server_test::Padded{'z', 6.5, 99}).arg(server_test::Aligned8{11, 22}).arg('T');
+  post_launch(c, launch_cmd(10, {4, 2, 1}, {128, 1, 1}, 512, static_cast<uint32_t>(got.value[1])), mixed_args.bytes());
+
+  // big_param(char, Block4k, int, unsigned char*): over 4 KiB of parameters.
+  got = kernel_get(c, 11, 1, "big_param");
+  ASSERT_EQ(got.status, Status::Success);
+  EXPECT_EQ(got.value[0], 4u);
+  const auto big_layout = layout_of(c, 11, got);
+  EXPECT_EQ(big_layout, fatbin_layout("big_param"));
+  server_test::Block4k block{};
+  for (size_t i = 0; i < sizeof block.bytes; ++i) block.bytes[i] = static_cast<unsigned char>(i * 31 + 7);
+  ParamBuffer big_args(big_layout, static_cast<uint32_t>(got.value[1]));
+  big_args.arg('q').arg(block).arg(-5).arg(reinterpret_cast<unsigned char*>(0x1000));
+  c.create_stream(3);
+  post_launch(c, launch_cmd(11, {1000, 1, 1}, {32, 4, 2}, 0, static_cast<uint32_t>(got.value[1])), big_args.bytes(), 3);
+
+  got = kernel_get(c, 12, 1, "no_params");
+  ASSERT_EQ(got.status, Status::Success);
+  EXPECT_EQ(got.value[0], 0u);
+  EXPECT_EQ(got.value[1], 0u);
+  post_launch(c, launch_cmd(12, {1, 1, 1}, {1, 1, 1}, 0, 0), {});
+
+  ASSERT_EQ(c.sync_device(), Status::Success);
+  EXPECT_EQ(c.take_deferred(), 0);
+  const auto records = server::sim_launch_records(*backend_);
+  ASSERT_EQ(records.size(), 3u);
+  std::map<std::string, server::SimLaunchRecord> by_name;
+  for (const auto& r : records) by_name[r.kernel] = r;
+  const auto& m = by_name.at("mixed");
+  EXPECT_EQ(m.params, mixed_args.bytes());
+  EXPECT_EQ(std::vector<uint32_t>(m.grid, m.grid + 3), (std::vector<uint32_t>{4, 2, 1}));
+  EXPECT_EQ(std::vector<uint32_t>(m.block, m.block + 3), (std::vector<uint32_t>{128, 1, 1}));
+  EXPECT_EQ(m.shared_bytes, 512u);
+  EXPECT_EQ(by_name.at("big_param").params, big_args.bytes());
+  EXPECT_EQ(by_name.at("big_param").params.size(), big_layout.back().offset + 8u);
+  EXPECT_TRUE(by_name.at("no_params").params.empty());
+
+  // The launch log: one JSON line per launch, in each stream's order.
+  std::ifstream log(launch_log_);
+  std::map<std::string, nlohmann::json> lines;
+  for (std::string line; std::getline(log, line);) {
+    auto j = nlohmann::json::parse(line);
+    lines[j["kernel"]] = j;
+  }
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines["mixed"]["params"], hex(mixed_args.bytes()));
+  EXPECT_EQ(lines["mixed"]["grid"], nlohmann::json({4, 2, 1}));
+  EXPECT_EQ(lines["big_param"]["block"], nlohmann::json({32, 4, 2}));
+  EXPECT_EQ(lines["big_param"]["params"], hex(big_args.bytes()));
+  EXPECT_EQ(lines["no_params"]["shared"], 0);
+  EXPECT_EQ(client_stats(run_dir_, c)["launches"], 3);
+}
+
+TEST_F(KernelTest, BadKernelCommandsFailOnlyTheirClient) {
+  start_server();
+  TestClient bad(run_dir_, "bad"), good(run_dir_, "good");
+  ASSERT_TRUE(bad.ok() && good.ok());
+  const auto& f = test_fatbin();
+
+  // Bytes that do not match the digest: rejected, nothing cached.
+  ipc::ModuleDigest wrong = f.digest;
+  wrong[3] ^= 0x40;
+  const auto wrong_cmd = module_cmd(1, 0, wrong, f.bytes.size());
+  ASSERT_EQ(bad.call(Opcode::ModuleQuery, wrong_cmd).value[0], 0u);
+  upload(bad, 1, f.bytes);
+  EXPECT_EQ(bad.call(Opcode::ModuleLoad, wrong_cmd).status, Status::InvalidValue);
+  EXPECT_EQ(stats(run_dir_)["modules"]["cached"], 0);
+  // Garbage with its own digest: not a fat binary.
+  std::vector<std::byte> junk(5000, std::byte{0x5a});
+  const auto junk_cmd = module_cmd(2, 0, ipc::module_digest(junk), junk.size());
+  ASSERT_EQ(bad.call(Opcode::ModuleQuery, junk_cmd).value[0], 0u);
+  upload(bad, 2, junk);
+  EXPECT_EQ(bad.call(Opcode::ModuleLoad, junk_cmd).status, Status::InvalidKernelImage);
+  // Pieces out of order break the upload; a staging slot out of range is refused.
+  const auto cmd = module_cmd(3, 0, f.digest, f.bytes.size());
+  ASSERT_EQ(bad.call(Opcode::ModuleQuery, cmd).value[0], 0u);
+  bad.view().staging_state(0).store(static_cast<uint32_t>(ipc::StagingState::InFlight));
+  bad.post(Opcode::ModuleData, ipc::ModuleDataCmd{3, 4096, 100, 0, 0});
+  ASSERT_TRUE(wait_slot_free(bad, 0)) << "a refused piece still gives its slot back";
+  bad.post(Opcode::ModuleData, ipc::ModuleDataCmd{3, 0, 100, 1000, 0});
+  EXPECT_EQ(bad.call(Opcode::ModuleLoad, cmd).status, Status::InvalidResourceHandle);
+  EXPECT_EQ(bad.take_deferred(), static_cast<int32_t>(Status::InvalidValue));
+  // Sizes and flags out of range.
+  EXPECT_EQ(bad.call(Opcode::ModuleQuery, module_cmd(4, 0, f.digest, ipc::kMaxModuleBytes + 1)).status, Status::InvalidValue);
+  EXPECT_EQ(bad.call(Opcode::ModuleQuery, module_cmd(4, 0x80, f.digest, f.bytes.size())).status, Status::InvalidValue);
+
+  ASSERT_EQ(load_module(bad, 5).status, Status::Success);
+  EXPECT_EQ(kernel_get(bad, 1, 5, "no_such_kernel").status, Status::InvalidDeviceFunction);
+  EXPECT_EQ(kernel_get(bad, 1, 77, "mixed").status, Status::InvalidResourceHandle);
+  // A name over kMaxNameBytes, and a name_bytes that disagrees with the record's size.
+  const std::string long_name(ipc::kMaxNameBytes + 1, 'k');
+  EXPECT_EQ(kernel_get(bad, 1, 5, long_name).status, Status::InvalidValue);
+  ipc::KernelGetCmd lying{1, 5, 5, 0};
+  auto rec = with_trailing(lying, "mixed_and_more", 14);
+  EXPECT_EQ(call_record(bad, Opcode::KernelGet, rec).status, Status::InvalidValue);
+
+  const Reply got = kernel_get(bad, 1, 5, "mixed");
+  ASSERT_EQ(got.status, Status::Success);
+  EXPECT_EQ(kernel_get(bad, 1, 5, "mixed").status, Status::InvalidResourceHandle) << "kernel id in use";
+  const auto bytes = static_cast<uint32_t>(got.value[1]);
+  std::vector<uint8_t> params(bytes + 8);
+  EXPECT_EQ(call_launch(bad, launch_cmd(1, {1, 1, 1}, {1, 1, 1}, 0, bytes - 1), params.data(), bytes - 1).status,
+            Status::InvalidValue);
+  EXPECT_EQ(call_launch(bad, launch_cmd(1, {1, 1, 1}, {1, 1, 1}, 0, bytes + 8), params.data(), bytes + 8).status,
+            Status::InvalidValue);
+  EXPECT_EQ(call_launch(bad, launch_cmd(2, {1, 1, 1}, {1, 1, 1}, 0, bytes), params.data(), bytes).status,
+            Status::InvalidResourceHandle);
+  EXPECT_EQ(call_launch(bad, launch_cmd(1, {0, 1, 1}, {1, 1, 1}, 0, bytes), params.data(), bytes).status,
+            Status::InvalidConfiguration);
+  EXPECT_EQ(call_launch(bad, launch_cmd(1, {1, 1, 1}, {1024, 2, 1}, 0, bytes), params.data(), bytes).status,
+            Status::InvalidConfiguration);
+  EXPECT_EQ(call_launch(bad, launch_cmd(1, {1, 1, 1}, {1, 1, 1}, 100000, bytes), params.data(), bytes).status,
+            Status::InvalidValue) << "more dynamic shared memory than the kernel allows";
+  // param_bytes over kMaxParamBytes (the record carries them all).
+  std::vector<uint8_t> huge(ipc::kMaxParamBytes + 4);
+  EXPECT_EQ(call_launch(bad, launch_cmd(1, {1, 1, 1}, {1, 1, 1}, 0, static_cast<uint32_t>(huge.size())), huge.data(),
+                        huge.size())
+                .status,
+            Status::InvalidValue);
+  // One-way: the error is deferred to the next synchronising call.
+  post_launch(bad, launch_cmd(1, {1, 1, 1}, {1, 1, 1}, 0, bytes - 1), std::vector<uint8_t>(bytes - 1));
+  EXPECT_EQ(bad.call(Opcode::Fence).status, Status::Success);
+  EXPECT_EQ(bad.take_deferred(), static_cast<int32_t>(Status::InvalidValue));
+  EXPECT_EQ(bad.call(Opcode::KernelParams, ipc::KernelParamsCmd{1, 9, 0}).status, Status::InvalidValue);
+  EXPECT_EQ(bad.call(Opcode::KernelParams, ipc::KernelParamsCmd{8, 0, 0}).status, Status::InvalidResourceHandle);
+  EXPECT_EQ(server::sim_launch_records(*backend_).size(), 0u) << "no bad launch reached the backend";
+
+  // The other client never noticed.
+  ASSERT_EQ(load_module(good, 5).status, Status::Success);
+  ASSERT_EQ(kernel_get(good, 1, 5, "no_params").status, Status::Success);
+  post_launch(good, launch_cmd(1, {1, 1, 1}, {1, 1, 1}, 0, 0), {});
+  EXPECT_EQ(good.sync_device(), Status::Success);
+  EXPECT_EQ(good.take_deferred(), 0);
+  EXPECT_EQ(server::sim_launch_records(*backend_).size(), 1u);
+}
+
+TEST_F(KernelTest, SymbolsAreCopyTargetsOfTheirClientOnly) {
+  start_server();
+  TestClient a(run_dir_, "a"), b(run_dir_, "b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(load_module(a, 1, ipc::kModuleHasVariables).status, Status::Success);
+  ASSERT_EQ(load_module(b, 1, ipc::kModuleHasVariables).status, Status::Success);
+  auto symbol = [](TestClient& c, uint64_t module, const std::string& name) {
+    const auto rec = with_trailing(ipc::SymbolGetCmd{module, static_cast<uint32_t>(name.size()), 0}, name.data(), name.size());
+    return call_record(c, Opcode::SymbolGet, rec);
+  };
+  const Reply counter = symbol(a, 1, "server_counter");
+  ASSERT_EQ(counter.status, Status::Success);
+  EXPECT_NE(counter.value[0], 0u);
+  EXPECT_EQ(counter.value[1], 16 * sizeof(int));
+  const uint64_t addr = counter.value[0];
+
+  // Copies into and out of the variable, as cudaMemcpyToSymbol/FromSymbol.
+  std::array<int, 16> in{}, out{};
+  for (int i = 0; i < 16; ++i) in[static_cast<size_t>(i)] = i * i - 3;
+  a.h2d(addr, in.data(), sizeof in);
+  a.d2h(out.data(), addr, sizeof out);
+  EXPECT_EQ(in, out);
+  a.post(Opcode::Memset, ipc::MemsetCmd{addr + 8, 8, 8, 1, 0, 0});
+  a.d2h(out.data(), addr, sizeof out);
+  EXPECT_EQ(out[2], 0);
+  EXPECT_EQ(out[3], 0);
+  EXPECT_EQ(out[4], in[4]);
+  // A __constant__ variable starts with its initializer.
+  const Reply table = symbol(a, 1, "server_table");
+  ASSERT_EQ(table.status, Status::Success);
+  EXPECT_EQ(table.value[1], 32 * sizeof(float));
+  std::array<float, 4> init{};
+  a.d2h(init.data(), table.value[0], sizeof init);
+  EXPECT_EQ(init, (std::array<float, 4>{0.5f, 1.5f, 2.5f, 3.5f}));
+
+  // Past the end of the variable: rejected.
+  ipc::CopyCmd cp{};
+  cp.dst = {ipc::MemSpace::Device, 0, 0, addr + sizeof in - 4};
+  cp.src = {ipc::MemSpace::Staging, 0, 0, 0};
+  cp.width = cp.dst_pitch = cp.src_pitch = 8;
+  cp.height = 1;
+  a.view().staging_state(0).store(static_cast<uint32_t>(ipc::StagingState::InFlight));
+  EXPECT_EQ(a.call(Opcode::Copy, cp).status, Status::InvalidValue);
+  ASSERT_TRUE(wait_slot_free(a, 0));
+  EXPECT_EQ(symbol(a, 1, "no_such_variable").status, Status::SymbolNotFound);
+  EXPECT_EQ(symbol(a, 2, "server_counter").status, Status::InvalidResourceHandle);
+
+  // Each client has its own variables; another client's are not its copy targets.
+  const Reply theirs = symbol(b, 1, "server_counter");
+  ASSERT_EQ(theirs.status, Status::Success);
+  EXPECT_NE(theirs.value[0], addr);
+  b.d2h(out.data(), theirs.value[0], sizeof out);
+  EXPECT_EQ(out, (std::array<int, 16>{})) << "b's copy is untouched by a's writes";
+  cp.dst.address = theirs.value[0];
+  cp.width = cp.dst_pitch = cp.src_pitch = 4;
+  a.view().staging_state(0).store(static_cast<uint32_t>(ipc::StagingState::InFlight));
+  EXPECT_EQ(a.call(Opcode::Copy, cp).status, Status::InvalidValue);
+
+  // Unloaded: the range is no longer a copy target.
+  a.post(Opcode::ModuleUnload, module_cmd(1, ipc::kModuleHasVariables, test_fatbin().digest, test_fatbin().bytes.size()));
+  EXPECT_EQ(a.call(Opcode::Memset, ipc::MemsetCmd{addr, 4, 4, 1, 0, 0}).status, Status::InvalidValue);
+  EXPECT_EQ(stats(run_dir_)["totals"]["allocations"], 0) << "symbols are not allocations";
+}
+
+TEST_F(KernelTest, FunctionAttributesAndOccupancy) {
+  start_server();
+  TestClient c(run_dir_);
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(load_module(c, 1).status, Status::Success);
+  const Reply got = kernel_get(c, 1, 1, "mixed");
+  ASSERT_EQ(got.status, Status::Success);
+  const auto& mixed = test_fatbin().kernels.at("mixed");
+
+  Reply r = c.call(Opcode::FuncGetAttributes, ipc::KernelCmd{1});
+  ASSERT_EQ(r.status, Status::Success);
+  ipc::FuncAttributes a = ipc::unpack_func_attributes(r.value);
+  EXPECT_EQ(a.num_regs, mixed.num_regs);
+  EXPECT_GT(a.num_regs, 0u);
+  EXPECT_EQ(a.shared_size_bytes, mixed.shared_bytes);
+  EXPECT_GE(a.shared_size_bytes, 256 * sizeof(int));
+  EXPECT_EQ(a.const_size_bytes, 32 * sizeof(float));
+  EXPECT_EQ(a.binary_version, 90u);
+  EXPECT_GT(a.max_threads_per_block, 0u);
+  EXPECT_LE(a.max_threads_per_block, 1024u);
+  EXPECT_EQ(a.max_dynamic_shared_size_bytes, 49152u - a.shared_size_bytes);
+
+  // Opting in to more dynamic shared memory makes a larger launch valid.
+  std::vector<uint8_t> params(got.value[1]);
+  const auto bytes = static_cast<uint32_t>(params.size());
+  EXPECT_EQ(call_launch(c, launch_cmd(1, {1, 1, 1}, {32, 1, 1}, 100000, bytes), params.data(), bytes).status,
+            Status::InvalidValue);
+  c.post(Opcode::FuncSetAttribute, ipc::FuncSetAttributeCmd{1, 8, 100000});
+  r = c.call(Opcode::FuncGetAttributes, ipc::KernelCmd{1});
+  EXPECT_EQ(ipc::unpack_func_attributes(r.value).max_dynamic_shared_size_bytes, 100000u);
+  EXPECT_EQ(call_launch(c, launch_cmd(1, {1, 1, 1}, {32, 1, 1}, 100000, bytes), params.data(), bytes).status,
+            Status::Success);
+  c.post(Opcode::FuncSetAttribute, ipc::FuncSetAttributeCmd{1, 8, 300000});
+  c.post(Opcode::FuncSetAttribute, ipc::FuncSetAttributeCmd{9, 8, 1000});
+  EXPECT_EQ(c.call(Opcode::Fence).status, Status::Success);
+  EXPECT_EQ(c.take_deferred(), static_cast<int32_t>(Status::InvalidValue));
+  EXPECT_EQ(c.call(Opcode::FuncSetAttribute, ipc::FuncSetAttributeCmd{9, 8, 1000}).status, Status::InvalidResourceHandle);
+  EXPECT_EQ(c.call(Opcode::FuncSetAttribute, ipc::FuncSetAttributeCmd{1, 12345, 1}).status, Status::InvalidValue);
+
+  auto occupancy = [&](uint32_t block, uint64_t shared) {
+    return c.call(Opcode::Occupancy, ipc::OccupancyCmd{1, block, 0, shared});
+  };
+  r = occupancy(128, 0);
+  ASSERT_EQ(r.status, Status::Success);
+  EXPECT_GE(r.value[0], 1u);
+  EXPECT_LE(r.value[0], 16u);  // 2048 threads per multiprocessor
+  const uint64_t small = r.value[0];
+  EXPECT_LE(occupancy(1024, 0).value[0], 2u);
+  EXPECT_EQ(occupancy(2048, 0).value[0], 0u) << "over the block limit";
+  r = occupancy(128, 200000);
+  EXPECT_EQ(r.value[0], 1u) << "shared memory leaves room for one block";
+  EXPECT_LE(r.value[0], small);
+  EXPECT_EQ(occupancy(0, 0).status, Status::InvalidValue);
+  EXPECT_EQ(c.call(Opcode::Occupancy, ipc::OccupancyCmd{1, 128, 0, 0}, 0, 7).status, Status::InvalidDevice);
+}
+
+TEST_F(KernelTest, HostFunctionHoldsItsStreamUntilTheClientIsDone) {
+  start_server();
+  TestClient c(run_dir_);
+  ASSERT_TRUE(c.ok());
+  const uint64_t dev = c.alloc(4096);
+  c.create_stream(5);
+  auto& reached = c.view().event_state(10);
+  auto& done = c.view().event_state(11);
+  c.post(Opcode::HostFunc, ipc::HostFuncCmd{10, 11, 7, 0}, 5);
+  c.post(Opcode::Memset, ipc::MemsetCmd{dev, 4096, 4096, 1, 0x33, 0}, 5);
+  ASSERT_TRUE(eventually([&] { return reached.load() == 7; })) << "the stream got to the host function";
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(c.on_stream(Opcode::StreamQuery, 5).status, Status::NotReady) << "held until done is stored";
+  done.store(7);
+  EXPECT_EQ(c.on_stream(Opcode::StreamSynchronize, 5).status, Status::Success);
+  std::array<uint8_t, 16> back{};
+  c.d2h(back.data(), dev, back.size());
+  EXPECT_EQ(back[0], 0x33);
+
+  const uint32_t slots = c.view().header().event_slots;
+  EXPECT_EQ(c.call(Opcode::HostFunc, ipc::HostFuncCmd{slots, 1, 1, 0}).status, Status::InvalidValue);
+  EXPECT_EQ(c.call(Opcode::HostFunc, ipc::HostFuncCmd{1, slots, 1, 0}).status, Status::InvalidValue);
+  EXPECT_EQ(c.call(Opcode::HostFunc, ipc::HostFuncCmd{1, 2, 1, 0}, 99).status, Status::InvalidResourceHandle);
+  EXPECT_EQ(c.take_deferred(), 0);
+}
+
+TEST_F(KernelTest, ClientLeavingWithAHeldStreamDoesNotHangTheServer) {
+  start_server();
+  {
+    TestClient c(run_dir_, "leaves");
+    ASSERT_TRUE(c.ok());
+    c.create_stream(5, ipc::kStreamNonBlocking);  // the legacy stream must not wait for it
+    c.post(Opcode::HostFunc, ipc::HostFuncCmd{0, 1, 3, 0}, 5);
+    c.post(Opcode::HostFunc, ipc::HostFuncCmd{2, 3, 4, 0});  // the legacy stream too
+    ASSERT_TRUE(eventually([&] { return c.view().event_state(0).load() == 3 && c.view().event_state(2).load() == 4; }));
+    c.detach();  // without storing either done word
+  }
+  ASSERT_TRUE(eventually([&] { return stats(run_dir_)["server"]["clients"] == 0; }, std::chrono::seconds(3)))
+      << "the session was torn down although its streams were held";
+  TestClient next(run_dir_);
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next.sync_device(), Status::Success);
+}
+
+}  // namespace
+}  // namespace funnel::test

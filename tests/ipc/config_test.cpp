@@ -40,6 +40,18 @@ WATCHED_TEST(Settings, Defaults) {
   EXPECT_EQ(s.staging_slots, 4u);
   EXPECT_EQ(s.staging_slot_bytes, 2u << 20);
   EXPECT_EQ(s.max_clients, 256u);
+  EXPECT_TRUE(s.sim_launch_log.empty());
+}
+
+WATCHED_TEST(Settings, SimLaunchLog) {
+  EXPECT_EQ(settings({{"FUNNEL_SIM_LAUNCH_LOG", "/tmp/launches.jsonl"}}).sim_launch_log, "/tmp/launches.jsonl");
+  EXPECT_EQ(value_text(settings({}), "FUNNEL_SIM_LAUNCH_LOG"), "(none)");
+  try {
+    settings({{"FUNNEL_SIM_LAUNCH_LOG", ""}});
+    FAIL() << "an empty FUNNEL_SIM_LAUNCH_LOG was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("FUNNEL_SIM_LAUNCH_LOG"), std::string::npos) << e.what();
+  }
 }
 
 WATCHED_TEST(Settings, SourcesFollowTheTableAndSayWhereEachValueCameFrom) {

@@ -100,6 +100,7 @@ int main(int argc, char** argv) {
   uint64_t staging_slot_kb = settings.staging_slot_bytes / 1024;
   int sim_devices = 1;
   uint64_t sim_memory_mb = 16 * 1024;
+  std::string sim_launch_log = settings.sim_launch_log.string();
   app.add_option("--devices", devices_text, "GPU ordinals to serve, e.g. 0,1 (default: FUNNEL_DEVICES or all)");
   app.add_option("--backend", backend_name, "cuda or sim")->check(CLI::IsMember({"cuda", "sim"}));
   app.add_option("--run-dir", run_dir, "the job's run directory (FUNNEL_RUN_DIR)");
@@ -115,6 +116,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(uint64_t{4}, uint64_t{1} << 20));
   app.add_option("--sim-devices", sim_devices, "devices of the sim backend")->check(CLI::Range(1, 16));
   app.add_option("--sim-memory-mb", sim_memory_mb, "memory per sim device, MiB");
+  app.add_option("--sim-launch-log", sim_launch_log,
+                 "sim: append every kernel launch to this file as a JSON line (FUNNEL_SIM_LAUNCH_LOG)");
   CLI11_PARSE(app, argc, argv);
 
   ReadyPipe ready(ready_fd);
@@ -122,6 +125,8 @@ int main(int argc, char** argv) {
   try {
     std::vector<int> devices = devices_text.empty() ? settings.devices : parse_devices(devices_text);
     if (staging_slot_kb % 4 != 0) throw std::runtime_error("--staging-slot-kb must be a multiple of 4");
+    // The daemon keeps the working directory, but a relative path should not depend on that.
+    if (!sim_launch_log.empty()) sim_launch_log = std::filesystem::absolute(sim_launch_log).string();
     if (!foreground) daemonize();
 
     // Signals go through the server's signalfd; block them before any thread starts.
@@ -149,6 +154,7 @@ int main(int argc, char** argv) {
       funnel::server::SimOptions so;
       so.devices = sim_devices;
       so.memory_bytes = sim_memory_mb << 20;
+      so.launch_log = sim_launch_log;
       backend = funnel::server::make_sim_backend(so);
     } else {
       backend = funnel::server::make_cuda_backend(devices);

@@ -36,6 +36,7 @@ struct Settings {
   uint64_t staging_slot_bytes = 2u << 20;  // FUNNEL_STAGING_SLOT_KB
   uint32_t max_clients = 256;       // FUNNEL_MAX_CLIENTS
   uint32_t copy_threads = 4;        // FUNNEL_COPY_THREADS
+  std::filesystem::path sim_launch_log;  // FUNNEL_SIM_LAUNCH_LOG; empty: launches are not logged
 
   // Where each value came from ("default", "environment"), by variable name, in table order.
   std::vector<std::pair<std::string, std::string>> sources;

@@ -51,14 +51,14 @@ cudaError_t ready_kernel(const void* func, int device, Kernel*& out) {
 }
 
 cudaError_t launch(const void* func, const LaunchSpec& l, void** args) {
-  if (find_kernel(func) == nullptr) return cudaErrorInvalidDeviceFunction;
+  Kernel* k = func != nullptr ? find_kernel(func) : nullptr;
+  if (k == nullptr) return cudaErrorInvalidDeviceFunction;
   StreamRef s;
   if (cudaError_t e = resolve_stream(l.stream, l.per_thread, s); e != cudaSuccess) return e;
   Runtime& rt = Runtime::get();
   if (s.device < 0 || s.device >= rt.device_count()) return cudaErrorInvalidDevice;
   if (cudaError_t e = check_shape(l, rt.device(s.device)); e != cudaSuccess) return e;
-  Kernel* k = nullptr;
-  if (cudaError_t e = ready_kernel(func, s.device, k); e != cudaSuccess) return e;
+  if (cudaError_t e = to_cuda(kernel_ready(*k, rt, s.device)); e != cudaSuccess) return e;
   if (args == nullptr && !k->layout.empty()) return cudaErrorInvalidValue;
   if (l.shared > UINT32_MAX) return cudaErrorInvalidValue;
 

@@ -7,6 +7,9 @@
 __device__ int d_values[16];
 __constant__ float c_coeffs[8];
 __device__ double d_scalar;
+// Initialised data makes the fat binary ~270 KB: uploaded in several staging pieces when
+// slots are small (client.program.symbols-small-slots).
+__device__ unsigned int d_table[64 * 1024] = {1, 2, 3};
 
 __global__ void use(int* out) { out[0] = d_values[0] + static_cast<int>(c_coeffs[0] + d_scalar); }
 
@@ -50,6 +53,11 @@ int main() {
   int again[16] = {};
   CHECK(cudaMemcpy(again, dev, sizeof again, cudaMemcpyDeviceToHost));
   std::printf("device to device: %d %d %d\n", again[0], again[4], again[15]);
+
+  unsigned head[4] = {}, last = 9;
+  CHECK(cudaMemcpyFromSymbol(head, d_table, sizeof head));
+  CHECK(cudaMemcpyFromSymbol(&last, d_table, sizeof last, sizeof(unsigned) * (64 * 1024 - 1)));
+  std::printf("initialised: %u %u %u %u, last %u\n", head[0], head[1], head[2], head[3], last);
 
   // Errors.
   int not_a_symbol = 0;

@@ -6,13 +6,14 @@
 # 3. compiles every tests/programs/*.cu (nvcc -arch=sm_90 -cudart shared -O2); with apps/demo
 #    runs each natively and through funnel-run (cuda backend), diffs stdout and exit codes
 # 4. runs 8 programs at once through ONE funnel-server and checks each against native
+# 4b. tests/gpu/compat.sh: the compatibility programs (tests/programs/compat), the same way
 # 5. (not with --quick) bench/membench.sh: membench natively and through funnel, ratio table
 # Logs: "${OUT:-$PWD/gpu-out}"/<step>/<file>.  Summary table last; exit 1 if anything failed.
 # Environment: JOBS (build parallelism), TIMEOUT (seconds per program run, default 120),
 #   NVCC_FLAGS (extra nvcc flags), FUNNEL_RUN_OPTS (replace the funnel-run options).
 set -u -o pipefail
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
 QUICK=0
 for a in "$@"; do
   case "$a" in
@@ -247,6 +248,15 @@ if [[ $HAVE_FUNNEL == 1 && ${#PROGS[@]} -gt 0 ]]; then
   fi
   rm -rf "$RUN_DIR"
 fi
+
+# ---- 4b. compatibility suite: tests/programs/compat, natively and through funnel -------
+note "compatibility suite (tests/gpu/compat.sh, logs in compat/)"
+FUNNEL_GPU_LOG_DIR=$OUT_DIR TIMEOUT=$TIMEOUT tests/gpu/compat.sh "$BUILD" >"$OUT_DIR/compat.log" 2>&1
+crc=$?
+while read -r res name reason; do
+  result compat "${name%:}" "$res" "$reason"
+done < <(grep -E '^(FAIL|SKIP) ' "$OUT_DIR/compat.log")
+result compat suite "$([[ $crc == 0 ]] && echo PASS || echo FAIL)" "$(tail -n 1 "$OUT_DIR/compat.log")"
 
 # ---- 5. benchmark ---------------------------------------------------------------------
 if [[ $QUICK == 1 ]]; then

@@ -10,16 +10,19 @@ using namespace funnel::client;
 
 namespace {
 
+// Handed out when a Module cannot be allocated: registrations against it are dropped.
+void* g_no_module = nullptr;
+
 // nvcc expects a void** handle it only passes back to us: the Module record itself.
-Module* from_handle(void** handle) { return reinterpret_cast<Module*>(handle); }
+Module* from_handle(void** handle) {
+  return handle == &g_no_module ? nullptr : reinterpret_cast<Module*>(handle);
+}
 
 }  // namespace
 
 FUNNEL_API void** __cudaRegisterFatBinary(void* fatCubin) noexcept {
   Module* m = register_module(fatCubin);
-  if (m != nullptr) return reinterpret_cast<void**>(m);
-  static void* fallback = nullptr;  // out of memory: registrations against it are dropped
-  return &fallback;
+  return m != nullptr ? reinterpret_cast<void**>(m) : &g_no_module;
 }
 
 FUNNEL_API void __cudaRegisterFatBinaryEnd(void** /*handle*/) noexcept {}

@@ -85,6 +85,21 @@ int main() {
   std::printf("many: %s\n", in_order ? "in order" : "OUT OF ORDER");
   for (auto& x : ss) CHECK(cudaStreamDestroy(x));
   CHECK(cudaStreamDestroy(s));
+  // More streams with host functions than the channel has event state words for two
+  // each: a synchronised stream's words are reused.
+  int ran = 0;
+  for (int i = 0; i < 600; ++i) {
+    cudaStream_t t;
+    CHECK(cudaStreamCreate(&t));
+    std::atomic<int> o{0};
+    Probe p;
+    p.order = &o;
+    CHECK(cudaLaunchHostFunc(t, count, &p));
+    CHECK(cudaStreamSynchronize(t));
+    CHECK(cudaStreamDestroy(t));
+    ran += p.my_index == 0;
+  }
+  std::printf("streams one after another: %d\n", ran);
   std::printf("bad arguments: %s %s\n", cudaGetErrorName(cudaLaunchHostFunc(nullptr, nullptr, nullptr)),
               cudaGetErrorName(cudaStreamAddCallback(nullptr, callback, nullptr, 1)));
   std::printf("done\n");

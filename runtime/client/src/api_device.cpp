@@ -171,7 +171,7 @@ FUNNEL_API cudaError_t cudaDeviceSynchronize() {
     const int dev = current_device();
     const uint64_t uses = hf_uses();
     const cudaError_t e = to_cuda(Runtime::get().call(Opcode::DeviceSynchronize, dev, 0, nullptr, 0));
-    if (e == cudaSuccess) hf_device_synchronized(dev, uses);
+    if (e == cudaSuccess) hf_synchronized(dev, std::nullopt, uses);
     return e;
   });
 }

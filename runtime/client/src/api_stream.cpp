@@ -1,5 +1,6 @@
 // Streams.  Ids are chosen here (nonzero, never reused), so creation is one-way.
 #include "api.hpp"
+#include "host_func.hpp"
 
 using namespace funnel::client;
 
@@ -29,7 +30,10 @@ cudaError_t create_stream(cudaStream_t* out, unsigned flags, int priority) {
 cudaError_t stream_sync(cudaStream_t stream, bool ptds) {
   StreamRef ref;
   if (cudaError_t e = resolve_stream(stream, ptds, ref); e != cudaSuccess) return e;
-  return to_cuda(Runtime::get().call(Opcode::StreamSynchronize, ref.device, ref.id, nullptr, 0));
+  const uint64_t uses = hf_uses();
+  const cudaError_t e = to_cuda(Runtime::get().call(Opcode::StreamSynchronize, ref.device, ref.id, nullptr, 0));
+  if (e == cudaSuccess) hf_synchronized(ref.device, ref.id, uses);
+  return e;
 }
 
 cudaError_t stream_query(cudaStream_t stream, bool ptds) {

@@ -7,7 +7,8 @@
 // the stream got past the wait.  Each stream therefore keeps its pair of words for all
 // its host functions (in stream order the next store comes only after the stream passed
 // the previous wait), and pairs go back to the event slot pool only after a
-// cudaDeviceSynchronize that began after their last use (hf_device_synchronized).
+// cudaDeviceSynchronize or cudaStreamSynchronize that began after their last use
+// (hf_synchronized).
 #include <sched.h>
 
 #include <chrono>
@@ -15,6 +16,7 @@
 #include <cstdlib>
 #include <deque>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "api.hpp"
@@ -81,13 +83,15 @@ class HostFuncs {
     return uses_;
   }
 
-  // Every stream of the device got past everything enqueued before `before`.
-  void synchronized(int device, uint64_t before) {
+  // The device's streams (or only `stream`, when given) got past everything enqueued
+  // before `before`.
+  void synchronized(int device, std::optional<uint64_t> stream, uint64_t before) {
     std::lock_guard lk(mu_);
     std::lock_guard tl(rt_.tables_mu);
     std::erase_if(pairs_, [&](auto& kv) {
       const Pair& p = kv.second;
-      if (kv.first.first != device || !p.queue.empty() || p.last_use > before) return false;
+      if (kv.first.first != device || (stream && kv.first.second != *stream)) return false;
+      if (!p.queue.empty() || p.last_use > before) return false;
       rt_.release_event_slot_locked(p.reached);
       rt_.release_event_slot_locked(p.done);
       return true;
@@ -227,9 +231,13 @@ uint64_t hf_uses() noexcept {
   return h != nullptr ? h->uses() : 0;
 }
 
-void hf_device_synchronized(int device, uint64_t uses_before) noexcept {
+void hf_synchronized(int device, std::optional<uint64_t> stream, uint64_t uses_before) noexcept {
   HostFuncs* h = g_host_funcs.load(std::memory_order_acquire);
-  if (h != nullptr) h->synchronized(device, uses_before);
+  if (h == nullptr) return;
+  try {
+    h->synchronized(device, stream, uses_before);
+  } catch (...) {  // the pairs stay taken until the next synchronisation
+  }
 }
 
 }  // namespace funnel::client

@@ -31,8 +31,11 @@ __global__ void tiles(const int* in, int* sums, int* maxes, int* scans, unsigned
     maxes[tid] = m;
   }
   const bool big = v > 50;
+  // Every lane of the tile takes part in each vote: any/all inside the rank-0 branch would be a
+  // vote.sync whose mask names lanes that never arrive (it hung on an H100).
   const unsigned ballot = tile.ballot(big);
-  if (tile.thread_rank() == 0) votes[tid] = ballot | (tile.any(big) ? 1u << 30 : 0) | (tile.all(big) ? 1u << 31 : 0);
+  const bool any = tile.any(big), all = tile.all(big);
+  if (tile.thread_rank() == 0) votes[tid] = ballot | (any ? 1u << 30 : 0) | (all ? 1u << 31 : 0);
   block.sync();
 }
 

@@ -55,6 +55,9 @@ int main() {
   CHECK(cudaEventRecord(nt, s));
   CHECK(cudaEventSynchronize(nt));
   std::printf("elapsed with a timing-disabled event: %s\n", cudaGetErrorName(cudaEventElapsedTime(&tm, e[0], nt)));
+  // That error is also this thread's last error (not sticky): read and clear it.
+  const cudaError_t last = cudaGetLastError();
+  std::printf("last error after it: %s, then: %s\n", cudaGetErrorName(last), cudaGetErrorName(cudaGetLastError()));
   int runs = 0;
   CHECK(cudaMemcpy(&runs, d, sizeof runs, cudaMemcpyDeviceToHost));
   std::printf("blocks run: %d\n", runs);

@@ -516,6 +516,40 @@ TEST_F(KernelTest, FunctionAttributesAndOccupancy) {
   EXPECT_LE(r.value[0], small);
   EXPECT_EQ(occupancy(0, 0).status, Status::InvalidValue);
   EXPECT_EQ(c.call(Opcode::Occupancy, ipc::OccupancyCmd{1, 128, 0, 0}, 0, 7).status, Status::InvalidDevice);
+
+  // cudaOccupancyAvailableDynamicSMemPerBlock: fewer blocks per multiprocessor leave more.
+  auto available = [&](uint32_t block, uint64_t blocks) {
+    return c.call(Opcode::OccupancyDynamicSmem, ipc::OccupancyCmd{1, block, 0, blocks});
+  };
+  r = available(256, 1);
+  ASSERT_EQ(r.status, Status::Success);
+  const uint64_t one = r.value[0];
+  r = available(256, 4);
+  ASSERT_EQ(r.status, Status::Success);
+  EXPECT_GT(one, r.value[0]);
+  EXPECT_GT(r.value[0], 0u);
+  EXPECT_LE(one + a.shared_size_bytes, 232448u);
+  EXPECT_EQ(available(256, 0).status, Status::InvalidValue);
+  EXPECT_EQ(available(0, 1).status, Status::InvalidValue);
+
+  // cudaOccupancyMaxActiveClusters: larger clusters, fewer of them; parameters never follow.
+  auto clusters = [&](uint32_t width) {
+    ipc::LaunchCmd q = launch_cmd(1, {width * 8, 1, 1}, {128, 1, 1}, 0, 0);
+    q.cluster[0] = width;
+    q.cluster[1] = q.cluster[2] = 1;
+    return c.call(Opcode::MaxActiveClusters, q);
+  };
+  r = clusters(2);
+  ASSERT_EQ(r.status, Status::Success);
+  const uint64_t pairs = r.value[0];
+  r = clusters(8);
+  ASSERT_EQ(r.status, Status::Success);
+  EXPECT_GT(pairs, r.value[0]);
+  EXPECT_GT(r.value[0], 0u);
+  EXPECT_EQ(c.call(Opcode::MaxActiveClusters, launch_cmd(1, {8, 1, 1}, {128, 1, 1}, 0, 4)).status,
+            Status::InvalidValue);
+  EXPECT_EQ(c.call(Opcode::MaxActiveClusters, launch_cmd(77, {8, 1, 1}, {128, 1, 1}, 0, 0)).status,
+            Status::InvalidResourceHandle);
 }
 
 TEST_F(KernelTest, HostFunctionHoldsItsStreamUntilTheClientIsDone) {

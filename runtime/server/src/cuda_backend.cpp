@@ -72,17 +72,22 @@ Status to_status(CUresult r) noexcept {
     case CUDA_ERROR_CONTEXT_IS_DESTROYED: return Status::InvalidResourceHandle;
     case CUDA_ERROR_ILLEGAL_STATE: return Status::IllegalState;
     case CUDA_ERROR_NOT_READY: return Status::NotReady;
+    case CUDA_ERROR_INVALID_IMAGE:
+    case CUDA_ERROR_INVALID_PTX:
+    case CUDA_ERROR_UNSUPPORTED_PTX_VERSION: return Status::InvalidKernelImage;
+    case CUDA_ERROR_NO_BINARY_FOR_GPU: return Status::NoKernelImageForDevice;
+    case CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: return Status::LaunchOutOfResources;
+    case CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE: return Status::CooperativeLaunchTooLarge;
+    // Kernel exceptions: sticky (ipc::is_sticky), as in CUDA.
     case CUDA_ERROR_ILLEGAL_ADDRESS: return Status::IllegalAddress;
-    // The other kernel exceptions are sticky in CUDA too; funnel's Status has no number for
-    // them, so they become LaunchFailure, which ipc::is_sticky treats as poisoning (the log
-    // line names the real error).
+    case CUDA_ERROR_LAUNCH_TIMEOUT: return Status::LaunchTimeout;
+    case CUDA_ERROR_ASSERT: return Status::Assert;
+    case CUDA_ERROR_HARDWARE_STACK_ERROR: return Status::HardwareStackError;
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION: return Status::IllegalInstruction;
+    case CUDA_ERROR_MISALIGNED_ADDRESS: return Status::MisalignedAddress;
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE: return Status::InvalidAddressSpace;
+    case CUDA_ERROR_INVALID_PC: return Status::InvalidPc;
     case CUDA_ERROR_LAUNCH_FAILED:
-    case CUDA_ERROR_MISALIGNED_ADDRESS:
-    case CUDA_ERROR_HARDWARE_STACK_ERROR:
-    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
-    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
-    case CUDA_ERROR_INVALID_PC:
-    case CUDA_ERROR_LAUNCH_TIMEOUT:
     case CUDA_ERROR_ECC_UNCORRECTABLE: return Status::LaunchFailure;
     case CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED:
     case CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED: return Status::InvalidValue;
@@ -269,6 +274,45 @@ class CudaEvent final : public BackendEvent {
   int device_;
   CUevent event_;
   bool pooled_;
+};
+
+// A CUlaunchConfig with the attributes a LaunchDesc asks for (it points into itself: not
+// copyable).
+struct LaunchConfig {
+  CUlaunchConfig config{};
+  CUlaunchAttribute attrs[3];
+  LaunchConfig(const LaunchDesc& l, CUstream stream) noexcept {
+    unsigned n = 0;
+    if (l.cluster[0] != 0 || l.cluster[1] != 0 || l.cluster[2] != 0) {
+      attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      attrs[n].value.clusterDim.x = std::max(l.cluster[0], 1u);
+      attrs[n].value.clusterDim.y = std::max(l.cluster[1], 1u);
+      attrs[n].value.clusterDim.z = std::max(l.cluster[2], 1u);
+      ++n;
+    }
+    if (l.cooperative) {
+      attrs[n].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+      attrs[n].value.cooperative = 1;
+      ++n;
+    }
+    if (l.priority != 0) {
+      attrs[n].id = CU_LAUNCH_ATTRIBUTE_PRIORITY;
+      attrs[n].value.priority = l.priority;
+      ++n;
+    }
+    config.gridDimX = l.grid[0];
+    config.gridDimY = l.grid[1];
+    config.gridDimZ = l.grid[2];
+    config.blockDimX = l.block[0];
+    config.blockDimY = l.block[1];
+    config.blockDimZ = l.block[2];
+    config.sharedMemBytes = l.shared_bytes;
+    config.hStream = stream;
+    config.attrs = n != 0 ? attrs : nullptr;
+    config.numAttrs = n;
+  }
+  LaunchConfig(const LaunchConfig&) = delete;
+  LaunchConfig& operator=(const LaunchConfig&) = delete;
 };
 
 class CudaModule final : public BackendModule {
@@ -648,37 +692,8 @@ class CudaBackend final : public Backend {
     auto* base = const_cast<std::byte*>(params.data());
     for (size_t i = 0; i < k.offsets().size(); ++i) args[i] = base + k.offsets()[i];
 
-    CUlaunchAttribute attrs[3];
-    unsigned n = 0;
-    if (l.cluster[0] != 0 || l.cluster[1] != 0 || l.cluster[2] != 0) {
-      attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-      attrs[n].value.clusterDim.x = std::max(l.cluster[0], 1u);
-      attrs[n].value.clusterDim.y = std::max(l.cluster[1], 1u);
-      attrs[n].value.clusterDim.z = std::max(l.cluster[2], 1u);
-      ++n;
-    }
-    if (l.cooperative) {
-      attrs[n].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
-      attrs[n].value.cooperative = 1;
-      ++n;
-    }
-    if (l.priority != 0) {
-      attrs[n].id = CU_LAUNCH_ATTRIBUTE_PRIORITY;
-      attrs[n].value.priority = l.priority;
-      ++n;
-    }
-    CUlaunchConfig c{};
-    c.gridDimX = l.grid[0];
-    c.gridDimY = l.grid[1];
-    c.gridDimZ = l.grid[2];
-    c.blockDimX = l.block[0];
-    c.blockDimY = l.block[1];
-    c.blockDimZ = l.block[2];
-    c.sharedMemBytes = l.shared_bytes;
-    c.hStream = s.handle();
-    c.attrs = n != 0 ? attrs : nullptr;
-    c.numAttrs = n;
-    return FUNNEL_CU(s_->drv, cuLaunchKernelEx, &c, reinterpret_cast<CUfunction>(k.handle()),
+    LaunchConfig c(l, s.handle());
+    return FUNNEL_CU(s_->drv, cuLaunchKernelEx, &c.config, reinterpret_cast<CUfunction>(k.handle()),
                      k.offsets().empty() ? nullptr : args, nullptr);
   }
 
@@ -734,14 +749,33 @@ class CudaBackend final : public Backend {
 
   Status occupancy(BackendKernel& bk, int device, uint32_t block_size, uint64_t dynamic_shared_bytes, uint32_t flags,
                    int& blocks_per_sm) override {
-    auto& k = static_cast<CudaKernel&>(bk);
-    if (Status st = s_->bind(device); !ok(st)) return st;
     CUfunction f = nullptr;
-    if (Status st = FUNNEL_CU(s_->drv, cuKernelGetFunction, &f, k.handle()); !ok(st)) return st;
+    if (Status st = function_of(bk, device, f); !ok(st)) return st;
     int v = 0;
     const Status st = FUNNEL_CU(s_->drv, cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, &v, f,
                                 static_cast<int>(block_size), dynamic_shared_bytes, flags);
     if (ok(st)) blocks_per_sm = v;
+    return st;
+  }
+
+  Status available_dynamic_smem(BackendKernel& bk, int device, uint32_t blocks_per_sm, uint32_t block_size,
+                                uint64_t& bytes) override {
+    CUfunction f = nullptr;
+    if (Status st = function_of(bk, device, f); !ok(st)) return st;
+    size_t v = 0;
+    const Status st = FUNNEL_CU(s_->drv, cuOccupancyAvailableDynamicSMemPerBlock, &v, f,
+                                static_cast<int>(blocks_per_sm), static_cast<int>(block_size));
+    if (ok(st)) bytes = v;
+    return st;
+  }
+
+  Status max_active_clusters(BackendKernel& bk, int device, const LaunchDesc& d, int& clusters) override {
+    CUfunction f = nullptr;
+    if (Status st = function_of(bk, device, f); !ok(st)) return st;
+    LaunchConfig c(d, nullptr);
+    int v = 0;
+    const Status st = FUNNEL_CU(s_->drv, cuOccupancyMaxActiveClusters, &v, f, &c.config);
+    if (ok(st)) clusters = v;
     return st;
   }
 
@@ -773,6 +807,13 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // The kernel's function in the device's context (loads the code there if needed); the
+  // context is current afterwards.
+  Status function_of(BackendKernel& bk, int device, CUfunction& f) {
+    if (Status st = s_->bind(device); !ok(st)) return st;
+    return FUNNEL_CU(s_->drv, cuKernelGetFunction, &f, static_cast<CudaKernel&>(bk).handle());
+  }
+
   std::shared_ptr<Shared> s_;
 };
 

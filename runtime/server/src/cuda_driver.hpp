@@ -73,7 +73,9 @@ inline constexpr int kDriverApiVersion = 13000;  // CUDA 13.0
   X(cuLaunchKernelEx, PFN_cuLaunchKernelEx_v11060)                     \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags,              \
     PFN_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_v7000)    \
-  X(cuStreamWaitValue32, PFN_cuStreamWaitValue32_v11070)
+  X(cuStreamWaitValue32, PFN_cuStreamWaitValue32_v11070)                \
+  X(cuOccupancyAvailableDynamicSMemPerBlock, PFN_cuOccupancyAvailableDynamicSMemPerBlock_v10020) \
+  X(cuOccupancyMaxActiveClusters, PFN_cuOccupancyMaxActiveClusters_v11070)
 
 // The driver's entry points.  Filled by load_driver() in cuda_backend.cpp.
 struct Driver {

@@ -169,13 +169,8 @@ Status Worker::kernel_params(const ipc::CommandHeader& h, const ipc::KernelParam
   return Status::Success;
 }
 
-Status Worker::launch(const ipc::CommandHeader& h, const ipc::LaunchCmd& c, const std::byte* params) {
-  KernelEntry* k = find_kernel(c.kernel_id);
-  if (k == nullptr) return Status::InvalidResourceHandle;
-  if (c.param_bytes != k->param_bytes) return Status::InvalidValue;
-  if ((c.flags & ~ipc::kLaunchCooperative) != 0) return Status::InvalidValue;
-  for (int i = 0; i < 3; ++i)
-    if (c.grid[i] == 0 || c.block[i] == 0) return Status::InvalidConfiguration;
+namespace {
+LaunchDesc launch_desc(const ipc::LaunchCmd& c) noexcept {
   LaunchDesc d{};
   std::memcpy(d.grid, c.grid, sizeof d.grid);
   std::memcpy(d.block, c.block, sizeof d.block);
@@ -183,6 +178,18 @@ Status Worker::launch(const ipc::CommandHeader& h, const ipc::LaunchCmd& c, cons
   d.shared_bytes = c.shared_bytes;
   d.cooperative = (c.flags & ipc::kLaunchCooperative) != 0;
   d.priority = c.priority;
+  return d;
+}
+}  // namespace
+
+Status Worker::launch(const ipc::CommandHeader& h, const ipc::LaunchCmd& c, const std::byte* params) {
+  KernelEntry* k = find_kernel(c.kernel_id);
+  if (k == nullptr) return Status::InvalidResourceHandle;
+  if (c.param_bytes != k->param_bytes) return Status::InvalidValue;
+  if ((c.flags & ~ipc::kLaunchCooperative) != 0) return Status::InvalidValue;
+  for (int i = 0; i < 3; ++i)
+    if (c.grid[i] == 0 || c.block[i] == 0) return Status::InvalidConfiguration;
+  const LaunchDesc d = launch_desc(c);
   Status st;
   StreamEntry* s = streams_.find(h.stream, h.device, st);
   if (s == nullptr) return st;
@@ -249,6 +256,34 @@ Status Worker::occupancy(const ipc::CommandHeader& h, const ipc::OccupancyCmd& c
       st != Status::Success)
     return st;
   answer(h, {static_cast<uint64_t>(blocks)});
+  return Status::Success;
+}
+
+Status Worker::occupancy_dynamic_smem(const ipc::CommandHeader& h, const ipc::OccupancyCmd& c) {
+  if (one_way(h)) return Status::InvalidValue;
+  KernelEntry* k = nullptr;
+  if (Status st = kernel_on_device(h, c.kernel_id, k); st != Status::Success) return st;
+  if (c.block_size == 0 || c.dynamic_shared_bytes == 0 || c.dynamic_shared_bytes > 1024) return Status::InvalidValue;
+  uint64_t bytes = 0;
+  if (Status st = backend_.available_dynamic_smem(*k->kernel, h.device, static_cast<uint32_t>(c.dynamic_shared_bytes),
+                                                  c.block_size, bytes);
+      st != Status::Success)
+    return st;
+  answer(h, {bytes});
+  return Status::Success;
+}
+
+Status Worker::max_active_clusters(const ipc::CommandHeader& h, const ipc::LaunchCmd& c) {
+  if (one_way(h)) return Status::InvalidValue;
+  KernelEntry* k = nullptr;
+  if (Status st = kernel_on_device(h, c.kernel_id, k); st != Status::Success) return st;
+  if (c.param_bytes != 0 || c.flags != 0) return Status::InvalidValue;
+  for (int i = 0; i < 3; ++i)
+    if (c.grid[i] == 0 || c.block[i] == 0) return Status::InvalidValue;
+  int clusters = 0;
+  if (Status st = backend_.max_active_clusters(*k->kernel, h.device, launch_desc(c), clusters); st != Status::Success)
+    return st;
+  answer(h, {static_cast<uint64_t>(clusters)});
   return Status::Success;
 }
 

@@ -168,6 +168,8 @@ class Worker {
   Status func_get_attributes(const ipc::CommandHeader& h, const ipc::KernelCmd& c);
   Status func_set_attribute(const ipc::CommandHeader& h, const ipc::FuncSetAttributeCmd& c);
   Status occupancy(const ipc::CommandHeader& h, const ipc::OccupancyCmd& c);
+  Status occupancy_dynamic_smem(const ipc::CommandHeader& h, const ipc::OccupancyCmd& c);
+  Status max_active_clusters(const ipc::CommandHeader& h, const ipc::LaunchCmd& c);
   Status host_func(const ipc::CommandHeader& h, const ipc::HostFuncCmd& c);
   // Answers h with the module now held for module_id.
   Status add_module(const ipc::CommandHeader& h, uint64_t module_id, std::shared_ptr<BackendModule> m);

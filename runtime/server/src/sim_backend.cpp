@@ -630,6 +630,36 @@ class SimBackend final : public Backend {
     return Status::Success;
   }
 
+  // The shared memory left per block when blocks_per_sm blocks share a multiprocessor,
+  // within the per-block opt-in limit, less the kernel's static shared memory.
+  Status available_dynamic_smem(BackendKernel& kernel, int device, uint32_t blocks_per_sm, uint32_t block_size,
+                                uint64_t& bytes) override {
+    if (!valid(device)) return Status::InvalidDevice;
+    if (blocks_per_sm == 0 || block_size == 0 || block_size > kMaxThreadsPerBlock) return Status::InvalidValue;
+    auto& k = static_cast<SimKernel&>(kernel);
+    bytes = 0;
+    const uint64_t per_block = kSharedPerSm / blocks_per_sm;
+    if (per_block <= kReservedSharedPerBlock + k.info.shared_bytes) return Status::Success;
+    bytes = std::min(per_block - kReservedSharedPerBlock, kSharedPerBlockOptin) - k.info.shared_bytes;
+    return Status::Success;
+  }
+
+  // Clusters of the launch's cluster shape that fit at once: the blocks per multiprocessor
+  // over the whole sim device, in whole clusters (the sim has no GPC structure).
+  Status max_active_clusters(BackendKernel& kernel, int device, const LaunchDesc& d, int& clusters) override {
+    if (!valid(device)) return Status::InvalidDevice;
+    const uint64_t cluster = uint64_t{std::max(d.cluster[0], 1u)} * std::max(d.cluster[1], 1u) * std::max(d.cluster[2], 1u);
+    if (cluster > 16) return Status::InvalidValue;
+    int per_sm = 0;
+    const uint64_t threads = uint64_t{d.block[0]} * d.block[1] * d.block[2];
+    if (Status st = occupancy(kernel, device, static_cast<uint32_t>(std::min<uint64_t>(threads, 0xffffffffu)),
+                              d.shared_bytes, 0, per_sm);
+        st != Status::Success)
+      return st;
+    clusters = static_cast<int>(uint64_t(per_sm) * kMultiprocessors / cluster);
+    return Status::Success;
+  }
+
   Status wait_value(BackendStream& s, std::atomic<uint32_t>& word, uint32_t value) override {
     SimStream* st = &stream(s);
     st->enqueue([this, st, &word, value] {

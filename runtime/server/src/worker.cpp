@@ -207,6 +207,8 @@ Status Worker::dispatch(const ipc::CommandHeader& h, const std::byte* p) {
     case Opcode::FuncSetAttribute: return func_set_attribute(h, payload_as<ipc::FuncSetAttributeCmd>(p));
     case Opcode::Occupancy: return occupancy(h, payload_as<ipc::OccupancyCmd>(p));
     case Opcode::HostFunc: return host_func(h, payload_as<ipc::HostFuncCmd>(p));
+    case Opcode::OccupancyDynamicSmem: return occupancy_dynamic_smem(h, payload_as<ipc::OccupancyCmd>(p));
+    case Opcode::MaxActiveClusters: return max_active_clusters(h, payload_as<ipc::LaunchCmd>(p));
     case Opcode::Fence: answer(h); return Status::Success;
     case Opcode::Detach:
       shared_.detached.store(true);

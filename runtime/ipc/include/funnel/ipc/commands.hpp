@@ -59,7 +59,10 @@ enum class Opcode : uint16_t {
   FuncSetAttribute = 69,   // FuncSetAttributeCmd
   Occupancy = 70,     // OccupancyCmd -> value[0] = active blocks per multiprocessor (header.device)
   HostFunc = 71,      // HostFuncCmd, one-way, on header.stream
-  // 72..79 stay reserved for kernels.
+  OccupancyDynamicSmem = 72,  // OccupancyCmd with dynamic_shared_bytes = blocks per multiprocessor
+                              //   -> value[0] = dynamic shared memory available per block (header.device)
+  MaxActiveClusters = 73,     // LaunchCmd with param_bytes 0 (no parameters follow) -> value[0] = clusters
+  // 74..79 stay reserved for kernels.
 
   Detach = 100,  // the client leaves; the server frees what it held
 };
@@ -284,6 +287,8 @@ constexpr int64_t payload_size(Opcode op) noexcept {
     case Opcode::FuncSetAttribute: return sizeof(FuncSetAttributeCmd);
     case Opcode::Occupancy: return sizeof(OccupancyCmd);
     case Opcode::HostFunc: return sizeof(HostFuncCmd);
+    case Opcode::OccupancyDynamicSmem: return sizeof(OccupancyCmd);
+    case Opcode::MaxActiveClusters: return sizeof(LaunchCmd);
   }
   return -1;
 }

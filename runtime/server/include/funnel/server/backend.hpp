@@ -144,6 +144,12 @@ class Backend {
   virtual Status func_set_attribute(BackendKernel& k, int device, uint32_t attribute, int32_t value) = 0;
   virtual Status occupancy(BackendKernel& k, int device, uint32_t block_size, uint64_t dynamic_shared_bytes,
                            uint32_t flags, int& blocks_per_sm) = 0;
+  // cudaOccupancyAvailableDynamicSMemPerBlock: dynamic shared memory a block may use so
+  // that `blocks_per_sm` blocks of `block_size` threads fit on a multiprocessor.
+  virtual Status available_dynamic_smem(BackendKernel& k, int device, uint32_t blocks_per_sm, uint32_t block_size,
+                                        uint64_t& bytes) = 0;
+  // cudaOccupancyMaxActiveClusters for a launch configuration with cluster dimensions.
+  virtual Status max_active_clusters(BackendKernel& k, int device, const LaunchDesc& d, int& clusters) = 0;
   // The stream waits (without holding the worker) until `word` equals `value` —
   // stored by a client after a host function ran (cuStreamWaitValue32).
   virtual Status wait_value(BackendStream& s, std::atomic<uint32_t>& word, uint32_t value) = 0;

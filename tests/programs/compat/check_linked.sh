@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# check_linked.sh BIN_DIR: every program named in BIN_DIR/programs.txt exists, is executable
-# and needs libcudart.so.13 (shared runtime: funnel-run can only serve those), with no
-# static runtime linked in.  No GPU needed (ctest compat.linked).
+# check_linked.sh BIN_DIR: every program named in BIN_DIR/programs.txt (a line's first word)
+# exists, is executable and needs libcudart.so.13 (shared runtime: funnel-run can only serve
+# those), with no static runtime linked in.  No GPU needed (ctest compat.linked).
 set -u
 dir=$1
 [[ -f $dir/programs.txt ]] || { echo "FAIL: $dir/programs.txt missing"; exit 1; }
 n=0 bad=0
-while read -r p; do
+while read -r p _marks; do  # a line: the name, then marks such as `fault`
   [[ -z $p ]] && continue
   n=$((n + 1))
   f=$dir/$p

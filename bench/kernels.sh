@@ -101,6 +101,17 @@ for mode in $MODES; do
   # (b) aggregate throughput of N processes
   ns=$NS
   [[ $mode == funnel && $MAX_N_FUNNEL != 0 ]] && ns="$NS $MAX_N_FUNNEL"
+  if [[ $mode == mps ]]; then
+    # MPS serves at most 48 client processes per GPU (Volta and later): larger N fail to
+    # attach, so they are recorded as such without running.
+    ns2=""
+    for n in $ns; do
+      if ((n > 48)); then emit mps throughput_empty "$n" null launches/s ',"note":"over the MPS client limit (48)"';
+        emit mps throughput_small "$n" null launches/s ',"note":"over the MPS client limit (48)"';
+      else ns2="$ns2 $n"; fi
+    done
+    ns=$ns2
+  fi
   for kernel in empty small; do
     for n in $ns; do
       bar=$(mktemp -d /tmp/funnel-kb.XXXXXX)

@@ -111,11 +111,11 @@ void touch(const std::string& path) {
   if (FILE* f = std::fopen(path.c_str(), "w")) std::fclose(f);
 }
 
-// Marks this process ready and waits (at most 10 minutes) until `clients` are.
+// Marks this process ready and waits (at most 2 minutes) until `clients` are.
 void barrier(const Args& a) {
   if (a.barrier.empty()) return;
   touch(a.barrier + "/ready." + std::to_string(getpid()));
-  const auto give_up = Clock::now() + std::chrono::minutes(10);
+  const auto give_up = Clock::now() + std::chrono::minutes(2);
   while (count_prefix(a.barrier, "ready.") < a.clients) {
     if (Clock::now() > give_up) {
       std::fprintf(stderr, "kernelbench: barrier timed out\n");

@@ -65,12 +65,20 @@ int main(int argc, char** argv) {
   std::vector<std::string> command;
   app.add_option("--backend", backend, "backend of a server that gets started: cuda or sim (FUNNEL_BACKEND)");
   app.add_option("--run-dir", run_dir, "the job's run directory (FUNNEL_RUN_DIR)");
-  app.add_option("command", command, "the program and its arguments")->required();
-  app.prefix_command();  // everything from the program on belongs to the program
+  // Everything from the program on belongs to the program, options included, in order:
+  // CLI11's prefix mode leaves it all in remaining() (a positional option would take the
+  // program's positionals but leave its options behind).
+  app.prefix_command();
+  app.footer("usage: funnel-run [--backend cuda|sim] [--run-dir DIR] PROGRAM [ARGS...]");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
+  }
+  command = app.remaining();
+  if (command.empty()) {
+    std::fprintf(stderr, "funnel-run: no program given: funnel-run [--backend cuda|sim] [--run-dir DIR] PROGRAM [ARGS...]\n");
+    return 2;
   }
   // Command-line options are environment settings for us and the program alike.
   if (!backend.empty()) ::setenv("FUNNEL_BACKEND", backend.c_str(), 1);

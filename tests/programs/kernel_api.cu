@@ -36,6 +36,21 @@ int main() {
   CHECK(cudaOccupancyMaxPotentialBlockSize(&min_grid, &block, scale, 0, 0));
   std::printf("potential block size: %s\n", block > 0 && block <= 1024 && min_grid > 0 ? "ok" : "IMPLAUSIBLE");
 
+  size_t avail = 0;
+  CHECK(cudaOccupancyAvailableDynamicSMemPerBlock(&avail, with_shared, 2, 128));
+  std::printf("available dynamic shared memory: %s\n", avail > 0 && avail <= 256 * 1024 ? "ok" : "IMPLAUSIBLE");
+  cudaLaunchAttribute cluster[1];
+  cluster[0].id = cudaLaunchAttributeClusterDimension;
+  cluster[0].val.clusterDim.x = 2, cluster[0].val.clusterDim.y = 1, cluster[0].val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(16);
+  cfg.blockDim = dim3(128);
+  cfg.attrs = cluster;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  CHECK(cudaOccupancyMaxActiveClusters(&clusters, reinterpret_cast<const void*>(scale), &cfg));
+  std::printf("active clusters: %s\n", clusters > 0 ? "ok" : "IMPLAUSIBLE");
+
   // Launch errors CUDA reports at the launch.
   float* d = nullptr;
   CHECK(cudaMalloc(&d, 256 * sizeof(float)));

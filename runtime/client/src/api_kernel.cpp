@@ -97,10 +97,11 @@ const char* attribute_name(cudaLaunchAttributeID id) {
   }
 }
 
-cudaError_t launch_ex(const cudaLaunchConfig_t* config, const void* func, void** args, bool per_thread) {
+// The launch configuration of cudaLaunchKernelExC (and cudaOccupancyMaxActiveClusters).
+cudaError_t read_config(const cudaLaunchConfig_t* config, bool per_thread, LaunchSpec& l) {
   if (config == nullptr) return cudaErrorInvalidValue;
   if (config->numAttrs != 0 && config->attrs == nullptr) return cudaErrorInvalidValue;
-  LaunchSpec l{config->gridDim, config->blockDim, config->dynamicSmemBytes, config->stream, per_thread};
+  l = LaunchSpec{config->gridDim, config->blockDim, config->dynamicSmemBytes, config->stream, per_thread};
   for (unsigned i = 0; i < config->numAttrs; ++i) {
     const cudaLaunchAttribute& a = config->attrs[i];
     switch (a.id) {
@@ -122,6 +123,12 @@ cudaError_t launch_ex(const cudaLaunchConfig_t* config, const void* func, void**
       }
     }
   }
+  return cudaSuccess;
+}
+
+cudaError_t launch_ex(const cudaLaunchConfig_t* config, const void* func, void** args, bool per_thread) {
+  LaunchSpec l;
+  if (cudaError_t e = read_config(config, per_thread, l); e != cudaSuccess) return e;
   return launch(func, l, args);
 }
 
@@ -201,6 +208,39 @@ cudaError_t occupancy(int* blocks, const void* func, int block_size, size_t dyna
   Reply r;
   const cudaError_t e = to_cuda(Runtime::get().ask(Opcode::Occupancy, dev, &c, sizeof c, {}, &r));
   if (e == cudaSuccess) *blocks = static_cast<int>(r.value[0]);
+  return e;
+}
+
+// cudaOccupancyAvailableDynamicSMemPerBlock: OccupancyCmd carries the block count.
+cudaError_t available_smem(size_t* bytes, const void* func, int blocks, int block_size) {
+  if (bytes == nullptr || blocks <= 0 || block_size <= 0) return cudaErrorInvalidValue;
+  const int dev = current_device();
+  Kernel* k = nullptr;
+  if (cudaError_t e = ready_kernel(func, dev, k); e != cudaSuccess) return e;
+  ipc::OccupancyCmd c{k->id, static_cast<uint32_t>(block_size), 0, static_cast<uint64_t>(blocks)};
+  Reply r;
+  const cudaError_t e = to_cuda(Runtime::get().ask(Opcode::OccupancyDynamicSmem, dev, &c, sizeof c, {}, &r));
+  if (e == cudaSuccess) *bytes = r.value[0];
+  return e;
+}
+
+cudaError_t max_active_clusters(int* clusters, const void* func, const cudaLaunchConfig_t* config) {
+  if (clusters == nullptr) return cudaErrorInvalidValue;
+  LaunchSpec l;
+  if (cudaError_t e = read_config(config, false, l); e != cudaSuccess) return e;
+  const int dev = current_device();
+  Kernel* k = nullptr;
+  if (cudaError_t e = ready_kernel(func, dev, k); e != cudaSuccess) return e;
+  if (l.shared > UINT32_MAX) return cudaErrorInvalidValue;
+  ipc::LaunchCmd c{};  // no parameters follow (param_bytes 0)
+  c.kernel_id = k->id;
+  c.grid[0] = l.grid.x, c.grid[1] = l.grid.y, c.grid[2] = l.grid.z;
+  c.block[0] = l.block.x, c.block[1] = l.block.y, c.block[2] = l.block.z;
+  c.shared_bytes = static_cast<uint32_t>(l.shared);
+  for (int i = 0; i < 3; ++i) c.cluster[i] = l.cluster[i];
+  Reply r;
+  const cudaError_t e = to_cuda(Runtime::get().ask(Opcode::MaxActiveClusters, dev, &c, sizeof c, {}, &r));
+  if (e == cudaSuccess) *clusters = static_cast<int>(r.value[0]);
   return e;
 }
 
@@ -317,4 +357,12 @@ FUNNEL_API cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(in
                                                                                int block_size, size_t dynamic_shared,
                                                                                unsigned flags) {
   return guarded(__func__, [&] { return occupancy(blocks, func, block_size, dynamic_shared, flags); });
+}
+FUNNEL_API cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t* bytes, const void* func, int blocks,
+                                                                 int block_size) {
+  return guarded(__func__, [&] { return available_smem(bytes, func, blocks, block_size); });
+}
+FUNNEL_API cudaError_t cudaOccupancyMaxActiveClusters(int* clusters, const void* func,
+                                                      const cudaLaunchConfig_t* config) {
+  return guarded(__func__, [&] { return max_active_clusters(clusters, func, config); });
 }

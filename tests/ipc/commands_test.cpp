@@ -66,8 +66,8 @@ WATCHED_TEST(KernelCommands, FuncAttributesRoundTrip) {
 }
 
 WATCHED_TEST(KernelCommands, PayloadSizesKnownForEveryKernelOpcode) {
-  for (uint16_t op = 60; op <= 71; ++op) EXPECT_GT(payload_size(static_cast<Opcode>(op)), 0) << op;
-  EXPECT_EQ(payload_size(static_cast<Opcode>(72)), -1);
+  for (uint16_t op = 60; op <= 73; ++op) EXPECT_GT(payload_size(static_cast<Opcode>(op)), 0) << op;
+  EXPECT_EQ(payload_size(static_cast<Opcode>(74)), -1);
   EXPECT_LE(record_size_for(sizeof(LaunchCmd) + kMaxParamBytes), kMaxRecordSize);
   EXPECT_LE(record_size_for(sizeof(KernelGetCmd) + kMaxNameBytes), kMaxRecordSize);
 }

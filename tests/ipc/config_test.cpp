@@ -43,6 +43,12 @@ WATCHED_TEST(Settings, Defaults) {
   EXPECT_TRUE(s.sim_launch_log.empty());
 }
 
+WATCHED_TEST(Settings, SimFaultKernel) {
+  EXPECT_EQ(settings({{"FUNNEL_SIM_FAULT_KERNEL", "_Z5crashPi"}}).sim_fault_kernel, "_Z5crashPi");
+  EXPECT_EQ(value_text(settings({}), "FUNNEL_SIM_FAULT_KERNEL"), "(none)");
+  EXPECT_THROW(settings({{"FUNNEL_SIM_FAULT_KERNEL", ""}}), ConfigError);
+}
+
 WATCHED_TEST(Settings, SimLaunchLog) {
   EXPECT_EQ(settings({{"FUNNEL_SIM_LAUNCH_LOG", "/tmp/launches.jsonl"}}).sim_launch_log, "/tmp/launches.jsonl");
   EXPECT_EQ(value_text(settings({}), "FUNNEL_SIM_LAUNCH_LOG"), "(none)");

@@ -42,6 +42,10 @@ const std::vector<SettingInfo>& setting_table() {
       {"FUNNEL_SIM_LAUNCH_LOG", "(none)", "a file path",
        "sim backend only: a server that a client starts appends every kernel launch to this file as one JSON "
        "line (kernel, grid, block, shared, params as hex) for tests of argument packing"},
+      {"FUNNEL_SIM_FAULT_KERNEL", "(none)", "a mangled kernel name",
+       "sim backend only: a launch of this kernel faults its device once the stream reaches it (every later "
+       "call there answers cudaErrorIllegalAddress until the server resets the device), for tests of fault "
+       "handling"},
   };
   return table;
 }
@@ -163,6 +167,10 @@ Settings Settings::from(const Lookup& env) {
     if (p->empty()) bad("FUNNEL_SIM_LAUNCH_LOG", *p, accepted_of("FUNNEL_SIM_LAUNCH_LOG"));
     s.sim_launch_log = *p;
   }
+  if (auto k = get("FUNNEL_SIM_FAULT_KERNEL")) {
+    if (k->empty()) bad("FUNNEL_SIM_FAULT_KERNEL", *k, accepted_of("FUNNEL_SIM_FAULT_KERNEL"));
+    s.sim_fault_kernel = *k;
+  }
   return s;
 }
 
@@ -181,6 +189,7 @@ std::string value_text(const Settings& s, const std::string& var) {
   if (var == "FUNNEL_MAX_CLIENTS") return std::to_string(s.max_clients);
   if (var == "FUNNEL_COPY_THREADS") return std::to_string(s.copy_threads);
   if (var == "FUNNEL_SIM_LAUNCH_LOG") return s.sim_launch_log.empty() ? "(none)" : s.sim_launch_log.string();
+  if (var == "FUNNEL_SIM_FAULT_KERNEL") return s.sim_fault_kernel.empty() ? "(none)" : s.sim_fault_kernel;
   return "";
 }
 

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -174,10 +175,22 @@ Driver load_driver() {
 struct Device {
   int ordinal = 0;  // CUDA ordinal (as this process's driver numbers devices)
   CUdevice handle = 0;
-  CUcontext context = nullptr;
+  // The retained primary context.  reset_device replaces it (and bumps the generation)
+  // while other threads bind other devices, so both are atomic.
+  std::atomic<CUcontext> context{nullptr};
+  std::atomic<uint64_t> generation{0};
   // CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM: registered host memory
   // has the same address on the GPU (write_value needs it; without it, clients ask).
   bool host_pointer_is_device_pointer = false;
+
+  Device() = default;
+  Device(const Device& o)
+      : ordinal(o.ordinal),
+        handle(o.handle),
+        context(o.context.load()),
+        generation(o.generation.load()),
+        host_pointer_is_device_pointer(o.host_pointer_is_device_pointer) {}
+  Device& operator=(const Device&) = delete;
 };
 
 // What streams and events need after the backend is gone: they share ownership of it, so
@@ -195,28 +208,41 @@ struct Shared {
   mutable std::mutex pool_mu;
   mutable std::vector<std::vector<CUevent>> pool;
 
+  // Calls that need some current context but no particular device (host registration,
+  // library loads) bind device 0 and hold this shared; reset_device holds it exclusively
+  // so that none of them runs in a context being destroyed.  Per-device calls need no
+  // lock: the server resets a device only once no session uses it.
+  mutable std::shared_mutex reset_mu;
+
   ~Shared() {
     for (size_t i = 0; i < pool.size(); ++i) {
       if (pool[i].empty() || !ok(bind(static_cast<int>(i)))) continue;
       for (CUevent e : pool[i]) FUNNEL_CU(drv, cuEventDestroy, e);
     }
     for (const Device& dev : devices) {
-      if (dev.context != nullptr) FUNNEL_CU(drv, cuDevicePrimaryCtxRelease, dev.handle);
+      if (dev.context.load() != nullptr) FUNNEL_CU(drv, cuDevicePrimaryCtxRelease, dev.handle);
     }
   }
 
-  // Makes the device's primary context current in this thread (cached per thread).
+  // Makes the device's primary context current in this thread (cached per thread).  The
+  // cache key includes the device's generation: after a reset_device every thread binds
+  // the new context at its next call, even where the driver handed back the same handle.
   Status bind(int device) const noexcept {
     struct Current {
       uint64_t backend = 0;
       CUcontext context = nullptr;
+      uint64_t generation = 0;
     };
     thread_local Current current;
     if (device < 0 || static_cast<size_t>(device) >= devices.size()) return Status::InvalidDevice;
-    const CUcontext ctx = devices[static_cast<size_t>(device)].context;
-    if (current.backend == id && current.context == ctx) return Status::Success;
+    const Device& dev = devices[static_cast<size_t>(device)];
+    // Generation first: a context stored before the generation bump is never cached under
+    // the new generation with the old handle.
+    const uint64_t generation = dev.generation.load(std::memory_order_acquire);
+    const CUcontext ctx = dev.context.load(std::memory_order_acquire);
+    if (current.backend == id && current.context == ctx && current.generation == generation) return Status::Success;
     const Status s = FUNNEL_CU(drv, cuCtxSetCurrent, ctx);
-    if (ok(s)) current = Current{id, ctx};
+    if (ok(s)) current = Current{id, ctx, generation};
     return s;
   }
 };
@@ -447,12 +473,14 @@ class CudaBackend final : public Backend {
 
   // PORTABLE: the pages count as pinned in every context, i.e. for every device.
   Status host_register(void* p, uint64_t size) override {
+    std::shared_lock lk(s_->reset_mu);
     if (Status st = s_->bind(0); !ok(st)) return st;
     if (p == nullptr || size == 0) return Status::InvalidValue;
     return FUNNEL_CU(s_->drv, cuMemHostRegister, p, size, CU_MEMHOSTREGISTER_PORTABLE);
   }
 
   Status host_unregister(void* p) override {
+    std::shared_lock lk(s_->reset_mu);
     if (Status st = s_->bind(0); !ok(st)) return st;
     return FUNNEL_CU(s_->drv, cuMemHostUnregister, p);
   }
@@ -616,6 +644,7 @@ class CudaBackend final : public Backend {
   // (cuLaunchKernelEx takes a CUkernel in place of a CUfunction, in the current context).
 
   Status module_load(std::span<const std::byte> image, std::unique_ptr<BackendModule>& out) override {
+    std::shared_lock lk(s_->reset_mu);
     if (Status st = s_->bind(0); !ok(st)) return st;
     // The driver loads lazily (CUDA_MODULE_LOADING=LAZY is the default) and accepted 4 KiB of
     // junk in the GPU smoke test: check that the bytes are a fat binary first.
@@ -636,6 +665,7 @@ class CudaBackend final : public Backend {
   Status kernel_get(BackendModule& bm, const std::string& name, std::unique_ptr<BackendKernel>& out,
                     std::vector<ParamLayout>& params, uint32_t& param_bytes) override {
     auto& m = static_cast<CudaModule&>(bm);
+    std::shared_lock lk(s_->reset_mu);
     if (Status st = s_->bind(0); !ok(st)) return st;
     const Driver& d = s_->drv;
     CUkernel k = nullptr;
@@ -806,6 +836,42 @@ class CudaBackend final : public Backend {
     return st;
   }
 
+  // After a sticky fault (doc/design/faults.md).  The pooled events belong to the context
+  // being destroyed; cuDevicePrimaryCtxReset destroys every allocation, stream, event and
+  // module instance in it but leaves our retain in place, so the context is released and
+  // retained again: the retain makes a fresh, active primary context.  CUlibrary objects
+  // are context-independent (the driver loads them into contexts created later), so the
+  // module cache survives; verified on the GPU by tests/gpu/backend_smoke.cpp.
+  Status reset_device(int device) override {
+    if (device < 0 || device >= device_count()) return Status::InvalidDevice;
+    std::unique_lock reset(s_->reset_mu);
+    Device& dev = s_->devices[static_cast<size_t>(device)];
+    {
+      std::lock_guard lk(s_->pool_mu);
+      auto& free = s_->pool[static_cast<size_t>(device)];
+      if (ok(s_->bind(device)))
+        for (CUevent e : free) FUNNEL_CU_QUIET(s_->drv, cuEventDestroy, e);  // a poisoned context may refuse
+      free.clear();
+    }
+    // Nothing may stay current on a context being destroyed in this thread.
+    FUNNEL_CU(s_->drv, cuCtxSetCurrent, nullptr);
+    Status st = FUNNEL_CU(s_->drv, cuDevicePrimaryCtxReset, dev.handle);
+    if (ok(st)) st = FUNNEL_CU(s_->drv, cuDevicePrimaryCtxRelease, dev.handle);
+    if (ok(st)) {
+      // Released: from here on the handle is ours only if the retain succeeds (~Shared
+      // releases a non-null one).
+      CUcontext ctx = nullptr;
+      st = FUNNEL_CU(s_->drv, cuDevicePrimaryCtxRetain, &ctx, dev.handle);
+      dev.context.store(ok(st) ? ctx : nullptr, std::memory_order_release);
+    }
+    dev.generation.fetch_add(1, std::memory_order_acq_rel);
+    if (!ok(st)) return st;
+    // The fresh context works: something small that needs it.
+    if (Status b = s_->bind(device); !ok(b)) return b;
+    size_t free_bytes = 0, total = 0;
+    return FUNNEL_CU(s_->drv, cuMemGetInfo, &free_bytes, &total);
+  }
+
  private:
   // The kernel's function in the device's context (loads the code there if needed); the
   // context is current afterwards.
@@ -873,7 +939,7 @@ std::unique_ptr<Backend> make_cuda_backend(const std::vector<int>& devices) {
            "): is the GPU in exclusive-process compute mode and used by another process, or out of memory? "
            "Check nvidia-smi");
     }
-    dev.context = ctx;
+    dev.context.store(ctx);
     int same_address = 0;
     if (ok(FUNNEL_CU(d, cuDeviceGetAttribute, &same_address, CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM,
                      dev.handle)))

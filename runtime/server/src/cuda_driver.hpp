@@ -32,6 +32,7 @@ inline constexpr int kDriverApiVersion = 13000;  // CUDA 13.0
   X(cuDeviceGetAttribute, PFN_cuDeviceGetAttribute_v2000)               \
   X(cuDevicePrimaryCtxRetain, PFN_cuDevicePrimaryCtxRetain_v7000)       \
   X(cuDevicePrimaryCtxRelease, PFN_cuDevicePrimaryCtxRelease_v11000)    \
+  X(cuDevicePrimaryCtxReset, PFN_cuDevicePrimaryCtxReset_v11000)        \
   X(cuCtxSetCurrent, PFN_cuCtxSetCurrent_v4000)                         \
   X(cuCtxGetStreamPriorityRange, PFN_cuCtxGetStreamPriorityRange_v5050) \
   X(cuCtxSetLimit, PFN_cuCtxSetLimit_v3010)                             \

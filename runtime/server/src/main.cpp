@@ -101,6 +101,7 @@ int main(int argc, char** argv) {
   int sim_devices = 1;
   uint64_t sim_memory_mb = 16 * 1024;
   std::string sim_launch_log = settings.sim_launch_log.string();
+  std::string sim_fault_kernel = settings.sim_fault_kernel;
   app.add_option("--devices", devices_text, "GPU ordinals to serve, e.g. 0,1 (default: FUNNEL_DEVICES or all)");
   app.add_option("--backend", backend_name, "cuda or sim")->check(CLI::IsMember({"cuda", "sim"}));
   app.add_option("--run-dir", run_dir, "the job's run directory (FUNNEL_RUN_DIR)");
@@ -118,6 +119,8 @@ int main(int argc, char** argv) {
   app.add_option("--sim-memory-mb", sim_memory_mb, "memory per sim device, MiB");
   app.add_option("--sim-launch-log", sim_launch_log,
                  "sim: append every kernel launch to this file as a JSON line (FUNNEL_SIM_LAUNCH_LOG)");
+  app.add_option("--sim-fault-kernel", sim_fault_kernel,
+                 "sim: a launch of this (mangled) kernel faults its device, for fault tests (FUNNEL_SIM_FAULT_KERNEL)");
   CLI11_PARSE(app, argc, argv);
 
   ReadyPipe ready(ready_fd);
@@ -155,6 +158,7 @@ int main(int argc, char** argv) {
       so.devices = sim_devices;
       so.memory_bytes = sim_memory_mb << 20;
       so.launch_log = sim_launch_log;
+      so.fault_kernel = sim_fault_kernel;
       backend = funnel::server::make_sim_backend(so);
     } else {
       backend = funnel::server::make_cuda_backend(devices);

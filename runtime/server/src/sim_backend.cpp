@@ -56,6 +56,7 @@ struct EventState {
 class SimEvent final : public BackendEvent {
  public:
   SimEvent(int device, bool timing) : device_(device), timing_(timing), st_(std::make_shared<EventState>()) {}
+  int device() const noexcept override { return device_; }
   int device_;
   bool timing_;
   std::shared_ptr<EventState> st_;
@@ -234,8 +235,9 @@ std::string hex(std::span<const std::byte> bytes) {
 
 class SimBackend final : public Backend {
  public:
-  explicit SimBackend(const SimOptions& o) : options_(o), used_(static_cast<size_t>(o.devices), 0) {
-    limits_.resize(static_cast<size_t>(o.devices), {1024, 1u << 20, 8u << 20});
+  explicit SimBackend(const SimOptions& o)
+      : options_(o), used_(static_cast<size_t>(o.devices), 0), faulted_(static_cast<size_t>(o.devices)) {
+    limits_.resize(static_cast<size_t>(o.devices), kDefaultLimits);
     if (!o.launch_log.empty()) {
       log_.open(o.launch_log, std::ios::app);
       if (!log_) throw std::runtime_error(fmt::format("cannot open the sim launch log {} (FUNNEL_SIM_LAUNCH_LOG): {}",
@@ -329,7 +331,7 @@ class SimBackend final : public Backend {
   }
 
   Status mem_get_info(int device, uint64_t& free_bytes, uint64_t& total_bytes) override {
-    if (!valid(device)) return Status::InvalidDevice;
+    if (Status st = usable(device); st != Status::Success) return st;
     std::lock_guard lk(m_);
     total_bytes = options_.memory_bytes;
     free_bytes = total_bytes - used_[static_cast<size_t>(device)];
@@ -337,7 +339,7 @@ class SimBackend final : public Backend {
   }
 
   Status mem_alloc(int device, uint64_t size, DeviceAddress& out) override {
-    if (!valid(device)) return Status::InvalidDevice;
+    if (Status st = usable(device); st != Status::Success) return st;
     if (size == 0 || size > (uint64_t{1} << 48)) return size == 0 ? Status::InvalidValue : Status::MemoryAllocation;
     const uint64_t rounded = (size + kAlign - 1) / kAlign * kAlign;
     std::lock_guard lk(m_);
@@ -368,6 +370,7 @@ class SimBackend final : public Backend {
   }
 
   Status mem_free_async(BackendStream& s, DeviceAddress address) override {
+    if (Status st = usable(s.device()); st != Status::Success) return st;
     {
       std::lock_guard lk(m_);
       if (allocs_.find(address) == allocs_.end()) return Status::InvalidDevicePointer;
@@ -388,18 +391,19 @@ class SimBackend final : public Backend {
   }
 
   Status create_stream(int device, int, std::unique_ptr<BackendStream>& out) override {
-    if (!valid(device)) return Status::InvalidDevice;
+    if (Status st = usable(device); st != Status::Success) return st;
     out = std::make_unique<SimStream>(device, dying_);
     return Status::Success;
   }
 
   Status create_event(int device, bool timing, std::unique_ptr<BackendEvent>& out) override {
-    if (!valid(device)) return Status::InvalidDevice;
+    if (Status st = usable(device); st != Status::Success) return st;
     out = std::make_unique<SimEvent>(device, timing);
     return Status::Success;
   }
 
   Status copy(BackendStream& s, const CopyDesc& c) override {
+    if (Status st = usable(s.device()); st != Status::Success) return st;
     if (c.dst.address == 0 || c.src.address == 0) return Status::InvalidValue;
     if (c.height > 1 && (c.dst_pitch < c.width || c.src_pitch < c.width)) return Status::InvalidPitchValue;
     stream(s).enqueue([c] {
@@ -411,6 +415,7 @@ class SimBackend final : public Backend {
 
   Status memset(BackendStream& s, DeviceAddress dst, uint64_t pitch, uint64_t width, uint64_t height,
                 uint8_t value) override {
+    if (Status st = usable(s.device()); st != Status::Success) return st;
     if (dst == 0) return Status::InvalidValue;
     if (height > 1 && pitch < width) return Status::InvalidPitchValue;
     stream(s).enqueue([=] {
@@ -420,6 +425,7 @@ class SimBackend final : public Backend {
   }
 
   Status record(BackendEvent& e, BackendStream& s) override {
+    if (Status st = usable(s.device()); st != Status::Success) return st;
     auto st = event(e).st_;
     uint64_t gen;
     {
@@ -438,11 +444,13 @@ class SimBackend final : public Backend {
   }
 
   Status write_value(BackendStream& s, std::atomic<uint32_t>& word, uint32_t value) override {
+    if (Status st = usable(s.device()); st != Status::Success) return st;
     stream(s).enqueue([&word, value] { word.store(value, std::memory_order_release); });
     return Status::Success;
   }
 
   Status wait(BackendStream& s, BackendEvent& e) override {
+    if (Status st = usable(s.device()); st != Status::Success) return st;
     auto st = event(e).st_;
     uint64_t gen;
     {
@@ -457,16 +465,28 @@ class SimBackend final : public Backend {
     return Status::Success;
   }
 
+  // Completion is read before the fault flag: work that completed after a fault was set
+  // (a later closure of the faulting stream) is never reported as a success.
   Status query(BackendEvent& e) override {
     auto& st = *event(e).st_;
-    std::lock_guard lk(st.m);
-    return st.completed >= st.recorded ? Status::Success : Status::NotReady;
+    bool complete = false;
+    {
+      std::lock_guard lk(st.m);
+      complete = st.completed >= st.recorded;
+    }
+    if (Status f = usable(event(e).device_); f != Status::Success) return f;
+    return complete ? Status::Success : Status::NotReady;
   }
-  Status query(BackendStream& s) override { return stream(s).idle() ? Status::Success : Status::NotReady; }
+  Status query(BackendStream& s) override {
+    const bool idle = stream(s).idle();
+    if (Status st = usable(s.device()); st != Status::Success) return st;
+    return idle ? Status::Success : Status::NotReady;
+  }
 
   Status elapsed_ms(BackendEvent& start, BackendEvent& end, float& ms) override {
     auto& a = event(start);
     auto& b = event(end);
+    if (Status st = usable(a.device_); st != Status::Success) return st;
     if (!a.timing_ || !b.timing_) return Status::InvalidResourceHandle;
     Clock::time_point ta, tb;
     for (auto [ev, t] : {std::pair{&a, &ta}, std::pair{&b, &tb}}) {
@@ -479,7 +499,12 @@ class SimBackend final : public Backend {
     return Status::Success;
   }
 
-  Status synchronize(BackendStream& s) override { return stream(s).wait_idle() ? Status::Success : Status::Unknown; }
+  // A faulted device answers at once, as a poisoned CUDA context does.
+  Status synchronize(BackendStream& s) override {
+    if (Status st = usable(s.device()); st != Status::Success) return st;
+    if (!stream(s).wait_idle()) return Status::Unknown;
+    return usable(s.device());
+  }
 
   // ---- kernels ----------------------------------------------------------------
 
@@ -525,11 +550,12 @@ class SimBackend final : public Backend {
 
   Status global_get(BackendModule& mod, int device, const std::string& name, DeviceAddress& address,
                     uint64_t& size) override {
-    if (!valid(device)) return Status::InvalidDevice;
+    if (Status st = usable(device); st != Status::Success) return st;
     return module(mod).variable(device, name, address, size);
   }
 
   Status launch(BackendStream& s, BackendKernel& kernel, const LaunchDesc& d, std::span<const std::byte> params) override {
+    if (Status st = usable(s.device()); st != Status::Success) return st;
     auto& k = static_cast<SimKernel&>(kernel);
     const uint64_t threads = uint64_t{d.block[0]} * d.block[1] * d.block[2];
     if (d.grid[0] == 0 || d.grid[1] == 0 || d.grid[2] == 0 || threads == 0 || threads > kMaxThreadsPerBlock ||
@@ -555,7 +581,13 @@ class SimBackend final : public Backend {
     r.shared_bytes = d.shared_bytes;
     r.params.resize(params.size());
     if (!params.empty()) std::memcpy(r.params.data(), params.data(), params.size());
-    stream(s).enqueue([this, r = std::move(r)]() mutable { record_launch(std::move(r)); });
+    const bool faults = !options_.fault_kernel.empty() && r.kernel == options_.fault_kernel;
+    stream(s).enqueue([this, r = std::move(r), faults, device = s.device()]() mutable {
+      record_launch(std::move(r));
+      // FUNNEL_SIM_FAULT_KERNEL: the "kernel" touched an illegal address; the device is
+      // poisoned before anything later in this stream completes.
+      if (faults) faulted_[static_cast<size_t>(device)].store(true, std::memory_order_release);
+    });
     return Status::Success;
   }
 
@@ -661,6 +693,7 @@ class SimBackend final : public Backend {
   }
 
   Status wait_value(BackendStream& s, std::atomic<uint32_t>& word, uint32_t value) override {
+    if (Status f = usable(s.device()); f != Status::Success) return f;
     SimStream* st = &stream(s);
     st->enqueue([this, st, &word, value] {
       while (word.load(std::memory_order_acquire) != value && !dying_.load() && !st->closing())
@@ -670,7 +703,7 @@ class SimBackend final : public Backend {
   }
 
   Status set_limit(int device, Limit limit, uint64_t value) override {
-    if (!valid(device)) return Status::InvalidDevice;
+    if (Status st = usable(device); st != Status::Success) return st;
     const auto i = static_cast<size_t>(limit);
     if (i >= 3) return Status::UnsupportedLimit;
     std::lock_guard lk(m_);
@@ -678,11 +711,30 @@ class SimBackend final : public Backend {
     return Status::Success;
   }
   Status get_limit(int device, Limit limit, uint64_t& value) override {
-    if (!valid(device)) return Status::InvalidDevice;
+    if (Status st = usable(device); st != Status::Success) return st;
     const auto i = static_cast<size_t>(limit);
     if (i >= 3) return Status::UnsupportedLimit;
     std::lock_guard lk(m_);
     value = limits_[static_cast<size_t>(device)][i];
+    return Status::Success;
+  }
+
+  // As cuDevicePrimaryCtxReset: the fault is gone, and so is whatever memory the device
+  // still held; limits are back at their defaults.
+  Status reset_device(int device) override {
+    if (!valid(device)) return Status::InvalidDevice;
+    std::lock_guard lk(m_);
+    for (auto it = allocs_.begin(); it != allocs_.end();) {
+      if (it->second.device == device) {
+        std::free(to_ptr(it->first));
+        it = allocs_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    used_[static_cast<size_t>(device)] = 0;
+    limits_[static_cast<size_t>(device)] = kDefaultLimits;
+    faulted_[static_cast<size_t>(device)].store(false, std::memory_order_release);
     return Status::Success;
   }
 
@@ -709,12 +761,20 @@ class SimBackend final : public Backend {
     if (launches_.size() > kMaxLaunchRecords) launches_.pop_front();
   }
   bool valid(int device) const noexcept { return device >= 0 && device < options_.devices; }
+  // InvalidDevice, IllegalAddress while faulted (FUNNEL_SIM_FAULT_KERNEL), else Success.
+  Status usable(int device) const noexcept {
+    if (!valid(device)) return Status::InvalidDevice;
+    return faulted_[static_cast<size_t>(device)].load(std::memory_order_acquire) ? Status::IllegalAddress
+                                                                               : Status::Success;
+  }
+  static constexpr std::array<uint64_t, 3> kDefaultLimits{1024, 1u << 20, 8u << 20};
 
   SimOptions options_;
   std::atomic<bool> dying_{false};
   std::mutex m_;
   std::map<uint64_t, Allocation> allocs_;
   std::vector<uint64_t> used_;
+  std::vector<std::atomic<bool>> faulted_;
   std::vector<std::array<uint64_t, 3>> limits_;
   mutable std::mutex launch_m_;
   std::deque<SimLaunchRecord> launches_;

@@ -37,6 +37,7 @@ struct Settings {
   uint32_t max_clients = 256;       // FUNNEL_MAX_CLIENTS
   uint32_t copy_threads = 4;        // FUNNEL_COPY_THREADS
   std::filesystem::path sim_launch_log;  // FUNNEL_SIM_LAUNCH_LOG; empty: launches are not logged
+  std::string sim_fault_kernel;     // FUNNEL_SIM_FAULT_KERNEL; empty: no fault injection
 
   // Where each value came from ("default", "environment"), by variable name, in table order.
   std::vector<std::pair<std::string, std::string>> sources;

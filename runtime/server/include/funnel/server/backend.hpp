@@ -32,6 +32,7 @@ class BackendStream {
 class BackendEvent {
  public:
   virtual ~BackendEvent() = default;
+  virtual int device() const noexcept = 0;
 };
 
 // A loaded fat binary (cuLibraryLoadData): device-independent, like a CUlibrary.
@@ -156,6 +157,13 @@ class Backend {
 
   virtual Status set_limit(int device, Limit limit, uint64_t value) = 0;
   virtual Status get_limit(int device, Limit limit, uint64_t& value) = 0;
+
+  // Recovers a device after a sticky fault (doc/design/faults.md): destroys its context
+  // with everything in it and makes a fresh one current for every thread's next call.
+  // The caller guarantees that nothing of the device (stream, event, allocation) is
+  // still held and that no other thread calls in for that device meanwhile; modules
+  // (device-independent) survive.
+  virtual Status reset_device(int device) = 0;
 };
 
 // What the sim backend saw of one launch (for tests of argument packing).
@@ -172,6 +180,10 @@ struct SimOptions {
   uint64_t memory_bytes = uint64_t{16} << 30;  // per simulated device
   // When set, every launch is appended to this file as one JSON line (FUNNEL_SIM_LAUNCH_LOG).
   std::string launch_log;
+  // When set, a launch of the kernel of this (mangled) name faults its device once the
+  // stream reaches it: from then on every stream, event and memory call on that device
+  // answers IllegalAddress until reset_device (FUNNEL_SIM_FAULT_KERNEL).
+  std::string fault_kernel;
 };
 
 std::unique_ptr<Backend> make_sim_backend(const SimOptions& options);

@@ -100,6 +100,7 @@ class ServerTest : public ::testing::Test {
     so.devices = devices;
     so.memory_bytes = memory;
     so.launch_log = launch_log_;
+    so.fault_kernel = fault_kernel_;
     auto backend = server::make_sim_backend(so);
     backend_ = backend.get();
     server_ = std::make_unique<server::Server>(std::move(o), std::move(backend));
@@ -127,6 +128,7 @@ class ServerTest : public ::testing::Test {
   std::unique_ptr<server::Server> server_;
   server::Backend* backend_ = nullptr;  // the server's, while it runs
   std::string launch_log_;              // SimOptions::launch_log of the next start_server
+  std::string fault_kernel_;            // SimOptions::fault_kernel of the next start_server
   std::thread thread_;
   std::atomic<bool> finished_{false};
 };

@@ -17,6 +17,9 @@ ClientSession::ClientSession(uint32_t id, ipc::UniqueFd fd, const ipc::HelloMsg&
   shared_.id = id;
   shared_.client_fd = fd_.get();
   command_.assign(hello.command, strnlen(hello.command, sizeof hello.command));
+  shared_.pid = peer_pid;
+  shared_.mpi_rank = rank_;
+  shared_.command = command_;
 }
 
 ClientSession::~ClientSession() {
@@ -31,6 +34,7 @@ void ClientSession::create_channel(const ChannelSpec& spec) {
   shared_.backend = spec.backend;
   shared_.totals = spec.totals;
   shared_.modules = spec.modules;
+  shared_.health = spec.health;
   shared_.notify_fd = spec.notify_fd;
   ipc::ChannelHeader h{};
   if (!ipc::layout(spec.geometry, h))
@@ -114,7 +118,17 @@ void Worker::teardown() noexcept {
     }
     // A stream held by a host function whose client is gone would never drain.
     release_host_funcs();
-    for (StreamEntry* s : streams_.on_device(-1)) backend_.synchronize(*s->stream);
+    int fault_device = -1;
+    Status fault = Status::Success;
+    for (StreamEntry* s : streams_.on_device(-1)) {
+      const Status st = backend_.synchronize(*s->stream);
+      if (ipc::is_sticky(st) && fault_device < 0) {
+        fault_device = s->device;
+        fault = st;
+      }
+    }
+    // A fault seen only now still has to reach the other clients of the device.
+    if (fault_device >= 0) observe(fault_device, fault);
     // What is still pending waits on work that is queued and now finishing (destroyed
     // streams); give it a bounded time, then run the frees regardless.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);

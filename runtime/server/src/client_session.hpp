@@ -23,6 +23,7 @@ struct ChannelSpec {
   Backend* backend = nullptr;
   ServerTotals* totals = nullptr;
   ModuleCache* modules = nullptr;
+  DeviceHealth* health = nullptr;
   int notify_fd = -1;
 };
 
@@ -54,6 +55,15 @@ class ClientSession {
   uint64_t segment_size() const noexcept { return channel_.size(); }
   bool detached() const noexcept { return shared_.detached.load(); }
   const ClientCounters& counters() const noexcept { return shared_.counters; }
+  // The fault generation of `device` whose resources this session no longer holds
+  // (DeviceHealth); a session without a running worker holds nothing on any device.
+  uint64_t released_fault(int device) const noexcept {
+    if (phase_ != Phase::Running || finished()) return UINT64_MAX;
+    return shared_.released_fault[static_cast<size_t>(device)].load(std::memory_order_acquire);
+  }
+  int32_t sticky_error() const noexcept {
+    return channel_ ? view_.completion().sticky_error.load(std::memory_order_relaxed) : 0;
+  }
 
  private:
   SessionShared shared_;

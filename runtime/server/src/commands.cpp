@@ -25,8 +25,19 @@ bool one_way(const ipc::CommandHeader& h) noexcept { return h.reply_slot == ipc:
 }  // namespace
 
 Status Worker::check_device(int device) const {
-  return (device >= 0 && static_cast<uint32_t>(device) < view_.header().device_count) ? Status::Success
-                                                                                       : Status::InvalidDevice;
+  if (device < 0 || static_cast<uint32_t>(device) >= view_.header().device_count) return Status::InvalidDevice;
+  return blocked_[static_cast<size_t>(device)] ? Status::DevicesUnavailable : Status::Success;
+}
+
+StreamEntry* Worker::find_stream(const ipc::CommandHeader& h, Status& st) {
+  // A client stream exists only where the client was not blocked; the legacy stream is
+  // created on first use, so it is checked here.
+  if (h.stream == 0 && h.device >= 0 && static_cast<uint32_t>(h.device) < ipc::kMaxDevices &&
+      blocked_[static_cast<size_t>(h.device)]) {
+    st = Status::DevicesUnavailable;
+    return nullptr;
+  }
+  return streams_.find(h.stream, h.device, st);
 }
 
 bool Worker::device_range_ok(uint64_t address, uint64_t extent) const {
@@ -80,6 +91,7 @@ void Worker::when_complete(StreamEntry& s, uint32_t slot, uint64_t seq, std::fun
     // Without an event, completion cannot be observed: answer with the error now.
     const Status r = p.done ? p.done(st) : st;
     if (slot != ipc::kNoReply) reply(slot, seq, r);
+    observe(s.device, st);  // last: a device fault releases the stream
     return;
   }
   p.events.push_back(std::move(e));
@@ -91,21 +103,30 @@ void Worker::when_drained(int device, uint32_t slot, uint64_t seq, std::function
   p.slot = slot;
   p.seq = seq;
   p.done = std::move(done);
+  int fault_device = -1;
+  Status fault = Status::Success;
   for (StreamEntry* s : streams_.on_device(device)) {
-    if (backend_.query(*s->stream) == Status::Success) continue;
+    const Status q = backend_.query(*s->stream);
+    if (q == Status::Success) continue;
+    if (ipc::is_sticky(q)) {  // the device faulted: nothing there will complete
+      fault_device = s->device;
+      fault = q;
+      break;
+    }
     std::unique_ptr<BackendEvent> e;
     if (backend_.create_event(s->device, false, e) != Status::Success || backend_.record(*e, *s->stream) != Status::Success)
       continue;  // cannot observe this stream; it is drained at teardown at the latest
     p.events.push_back(std::move(e));
   }
-  if (p.events.empty()) {
-    const Status r = p.done ? p.done(Status::Success) : Status::Success;
+  if (fault_device >= 0 || p.events.empty()) {
+    const Status r = p.done ? p.done(fault) : fault;
     if (slot != ipc::kNoReply) reply(slot, seq, r);
     else if (r != Status::Success) {
       ipc::CommandHeader h{};
       h.reply_slot = ipc::kNoReply;
       fail(h, r);
     }
+    if (fault_device >= 0) observe(fault_device, fault);
     return;
   }
   pending_.push_back(std::move(p));
@@ -140,7 +161,7 @@ Status Worker::mem_alloc(const ipc::CommandHeader& h, const ipc::MemAllocCmd& c,
   int device = h.device;
   if (async) {
     Status st;
-    StreamEntry* s = streams_.find(h.stream, h.device, st);
+    StreamEntry* s = find_stream(h, st);
     if (s == nullptr) return st;
     if (st = streams_.before_work(*s); st != Status::Success) return st;
     if (st = backend_.mem_alloc_async(*s->stream, c.size, addr); st != Status::Success) return st;
@@ -166,7 +187,7 @@ Status Worker::mem_free(const ipc::CommandHeader& h, const ipc::AddressCmd& c, b
   const DeviceAllocation a = it->second;
   if (async) {
     Status st;
-    StreamEntry* s = streams_.find(h.stream, h.device, st);
+    StreamEntry* s = find_stream(h, st);
     if (s == nullptr) return st;
     if (st = streams_.before_work(*s); st != Status::Success) return st;
     if (st = backend_.mem_free_async(*s->stream, c.address); st != Status::Success) return st;
@@ -260,7 +281,7 @@ Status Worker::copy(const ipc::CommandHeader& h, const ipc::CopyCmd& c) {
   Status st = resolve_location(c.dst, c.dst_pitch, c.width, c.height, d.dst, dst_dev);
   if (st == Status::Success) st = resolve_location(c.src, c.src_pitch, c.width, c.height, d.src, src_dev);
   StreamEntry* s = nullptr;
-  if (st == Status::Success) s = streams_.find(h.stream, h.device, st);
+  if (st == Status::Success) s = find_stream(h, st);
   if (st == Status::Success && c.width != 0 && c.height != 0) {
     d.width = c.width;
     d.height = c.height;
@@ -295,7 +316,7 @@ Status Worker::memset(const ipc::CommandHeader& h, const ipc::MemsetCmd& c) {
   }
   if (!device_range_ok(c.address, extent)) return Status::InvalidValue;
   Status st;
-  StreamEntry* s = streams_.find(h.stream, h.device, st);
+  StreamEntry* s = find_stream(h, st);
   if (s == nullptr) return st;
   if (st = streams_.before_work(*s); st != Status::Success) return st;
   const uint64_t pitch = c.height > 1 ? c.pitch : c.width;
@@ -337,20 +358,24 @@ Status Worker::stream_destroy(const ipc::CommandHeader& h) {
 Status Worker::stream_synchronize(const ipc::CommandHeader& h) {
   if (one_way(h)) return Status::InvalidValue;
   Status st;
-  StreamEntry* s = streams_.find(h.stream, h.device, st);
+  StreamEntry* s = find_stream(h, st);
   if (s == nullptr) return st;
   if (backend_.query(*s->stream) == Status::Success) {
+    launches_since_sync_ = 0;
     answer(h);
     return Status::Success;
   }
-  when_complete(*s, h.reply_slot, h.seq, [](Status done) { return done; });
+  when_complete(*s, h.reply_slot, h.seq, [this](Status done) {
+    if (done == Status::Success) launches_since_sync_ = 0;
+    return done;
+  });
   return Status::Success;
 }
 
 Status Worker::stream_query(const ipc::CommandHeader& h) {
   if (one_way(h)) return Status::InvalidValue;
   Status st;
-  StreamEntry* s = streams_.find(h.stream, h.device, st);
+  StreamEntry* s = find_stream(h, st);
   if (s == nullptr) return st;
   st = backend_.query(*s->stream);
   if (st != Status::Success && st != Status::NotReady) return st;
@@ -362,7 +387,7 @@ Status Worker::stream_wait_event(const ipc::CommandHeader& h, const ipc::EventCm
   EventEntry* e = find_event(c.event_id);
   if (e == nullptr) return Status::InvalidResourceHandle;
   Status st;
-  StreamEntry* s = streams_.find(h.stream, h.device, st);
+  StreamEntry* s = find_stream(h, st);
   if (s == nullptr) return st;
   if (e->recorded) {
     if (st = streams_.before_work(*s); st != Status::Success) return st;
@@ -399,7 +424,7 @@ Status Worker::event_record(const ipc::CommandHeader& h, const ipc::EventRecordC
   if (e == nullptr) return Status::InvalidResourceHandle;
   if (c.state_slot != ipc::kNoEventSlot && c.state_slot >= view_.header().event_slots) return Status::InvalidValue;
   Status st;
-  StreamEntry* s = streams_.find(h.stream, h.device, st);
+  StreamEntry* s = find_stream(h, st);
   if (s == nullptr) return st;
   if (s->device != e->device) return Status::InvalidResourceHandle;
   if (st = streams_.before_work(*s); st != Status::Success) return st;
@@ -425,6 +450,10 @@ Status Worker::event_synchronize(const ipc::CommandHeader& h, const ipc::EventCm
     return Status::Success;
   }
   Pending p;
+  p.done = [this](Status done) {
+    if (done == Status::Success) launches_since_sync_ = 0;
+    return done;
+  };
   p.slot = h.reply_slot;
   p.seq = h.seq;
   p.events.push_back(e->event);
@@ -460,7 +489,10 @@ Status Worker::event_elapsed(const ipc::CommandHeader& h, const ipc::EventPairCm
 Status Worker::device_synchronize(const ipc::CommandHeader& h) {
   if (one_way(h)) return Status::InvalidValue;
   if (Status st = check_device(h.device); st != Status::Success) return st;
-  when_drained(h.device, h.reply_slot, h.seq, [](Status done) { return done; });
+  when_drained(h.device, h.reply_slot, h.seq, [this](Status done) {
+    if (done == Status::Success) launches_since_sync_ = 0;
+    return done;
+  });
   return Status::Success;
 }
 

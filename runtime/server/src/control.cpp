@@ -20,7 +20,19 @@ uint64_t load(const std::atomic<uint64_t>& a) noexcept { return a.load(std::memo
 std::string Server::Impl::stats_json() const {
   using nlohmann::json;
   json devices = json::array();
-  for (int d = 0; d < backend->device_count(); ++d) devices.push_back(d);
+  json health_list = json::array();
+  for (int d = 0; d < backend->device_count(); ++d) {
+    devices.push_back(d);
+    const DeviceHealth::State h = health.state(d);
+    const bool faulted = h.fault != Status::Success;
+    json entry = {{"device", d},
+                  {"state", !faulted ? "ok" : reset_failed[static_cast<size_t>(d)] == h.generation ? "failed" : "faulted"},
+                  {"faults", h.generation},
+                  {"recoveries", health.recoveries(d)}};
+    if (faulted) entry["fault_status"] = static_cast<int>(h.fault);
+    if (h.generation != 0) entry["first_observer"] = h.first_observer;
+    health_list.push_back(std::move(entry));
+  }
   json list = json::array();
   uint64_t mem = 0, allocs = 0, streams = 0, events = 0, pinned = 0, pinned_allocs = 0;
   for (const auto& [id, s] : clients) {
@@ -39,7 +51,8 @@ std::string Server::Impl::stats_json() const {
                     {"bytes_h2d", load(c.bytes_h2d)},
                     {"bytes_d2h", load(c.bytes_d2h)},
                     {"launches", load(c.launches)},
-                    {"errors", load(c.errors)}});
+                    {"errors", load(c.errors)},
+                    {"sticky_error", s->sticky_error()}});
     mem += load(c.device_memory_bytes);
     allocs += load(c.allocations);
     streams += load(c.streams);
@@ -57,6 +70,7 @@ std::string Server::Impl::stats_json() const {
               {"uptime_s", uptime},
               {"clients", clients.size()}}},
             {"clients", list},
+            {"devices", health_list},
             {"modules",
              {{"cached", cache.entries},
               {"cached_bytes", cache.bytes},

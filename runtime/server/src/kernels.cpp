@@ -145,8 +145,8 @@ Status Worker::kernel_get(const ipc::CommandHeader& h, const ipc::KernelGetCmd& 
   if (kernels_.contains(c.kernel_id)) return Status::InvalidResourceHandle;
   auto m = modules_.find(c.module_id);
   if (m == modules_.end()) return Status::InvalidResourceHandle;
-  KernelEntry k{c.module_id, m->second, nullptr, {}, 0};
-  if (Status st = backend_.kernel_get(*m->second, name_of(name, c.name_bytes), k.kernel, k.params, k.param_bytes);
+  KernelEntry k{name_of(name, c.name_bytes), c.module_id, m->second, nullptr, {}, 0};
+  if (Status st = backend_.kernel_get(*m->second, k.name, k.kernel, k.params, k.param_bytes);
       st != Status::Success)
     return st;
   if (k.param_bytes > ipc::kMaxParamBytes) return Status::NotSupported;  // no client could launch it
@@ -191,12 +191,15 @@ Status Worker::launch(const ipc::CommandHeader& h, const ipc::LaunchCmd& c, cons
     if (c.grid[i] == 0 || c.block[i] == 0) return Status::InvalidConfiguration;
   const LaunchDesc d = launch_desc(c);
   Status st;
-  StreamEntry* s = streams_.find(h.stream, h.device, st);
+  StreamEntry* s = find_stream(h, st);
   if (s == nullptr) return st;
   if (st = streams_.before_work(*s); st != Status::Success) return st;
   if (st = backend_.launch(*s->stream, *k->kernel, d, {params, c.param_bytes}); st != Status::Success) return st;
   streams_.after_work(*s);
   add(counters_.launches, 1);
+  // For the fault log (assign reuses the string's storage: no allocation per launch).
+  last_kernel_.assign(k->name);
+  ++launches_since_sync_;
   answer(h);
   return Status::Success;
 }
@@ -297,7 +300,7 @@ Status Worker::host_func(const ipc::CommandHeader& h, const ipc::HostFuncCmd& c)
     return view_.event_state(w.done_slot).load(std::memory_order_acquire) == w.generation;
   });
   Status st;
-  StreamEntry* s = streams_.find(h.stream, h.device, st);
+  StreamEntry* s = find_stream(h, st);
   if (s == nullptr) return st;
   if (st = streams_.before_work(*s); st != Status::Success) return st;
   if (st = backend_.write_value(*s->stream, view_.event_state(c.reached_slot), c.generation); st != Status::Success)

@@ -125,6 +125,19 @@ std::vector<std::shared_ptr<BackendStream>> StreamTable::drop_device(int device)
   return out;
 }
 
+bool StreamTable::has_device(int device) const noexcept {
+  if (legacy_.contains(device)) return true;
+  for (const auto& [id, s] : streams_)
+    if (s.device == device) return true;
+  return false;
+}
+
+size_t StreamTable::release_device(int device) {
+  const size_t n = std::erase_if(streams_, [&](const auto& e) { return e.second.device == device; });
+  legacy_.erase(device);
+  return n;
+}
+
 void StreamTable::clear() noexcept {
   streams_.clear();
   legacy_.clear();

@@ -44,8 +44,12 @@ class StreamTable {
 
   // Every stream of `device` (-1: all), the legacy ones included.
   std::vector<StreamEntry*> on_device(int device);
+  bool has_device(int device) const noexcept;
   // Drops the client streams of `device` (DeviceReset); returns them for deferred destruction.
   std::vector<std::shared_ptr<BackendStream>> drop_device(int device);
+  // Destroys every stream of `device`, the legacy one included, with their marks (a
+  // device fault: the work is lost anyway).  Returns how many client streams went.
+  size_t release_device(int device);
   size_t client_streams() const noexcept { return streams_.size(); }
   void clear() noexcept;
 

@@ -190,6 +190,7 @@ void Server::Impl::attach(Connection& c, const ipc::HelloMsg& hello) {
   spec.backend = backend.get();
   spec.totals = &totals;
   spec.modules = modules.get();
+  spec.health = &health;
   spec.notify_fd = notify_fd.get();
   try {
     s->create_channel(spec);

@@ -109,6 +109,7 @@ void Server::run() {
       }
     }
     m.reap_finished();
+    m.recover_devices();
   }
   m.shutdown_all();
 }
@@ -140,6 +141,29 @@ void Server::Impl::reap_finished() {
                    id, s.pid(), s.mpi_rank(), s.command(), c.commands.load(), c.errors.load());
     }
     drop_client(id);
+  }
+}
+
+void Server::Impl::recover_devices() {
+  for (int d = 0; d < backend->device_count(); ++d) {
+    const DeviceHealth::State s = health.state(d);
+    if (s.fault == Status::Success || reset_failed[static_cast<size_t>(d)] == s.generation) continue;
+    // Workers notify the eventfd when they release a device, and a finished session
+    // counts as released, so this runs again whenever the answer may change.
+    bool held = false;
+    for (const auto& [id, c] : clients) held = held || c->released_fault(d) < s.generation;
+    if (held) continue;
+    spdlog::info("device {}: every client released it after the fault (status {}); resetting its context", d,
+                 static_cast<int>(s.fault));
+    const Status st = backend->reset_device(d);
+    if (st != Status::Success) {
+      reset_failed[static_cast<size_t>(d)] = s.generation;
+      spdlog::error("device {}: the reset failed (status {}); it stays unusable: restart funnel-server", d,
+                    static_cast<int>(st));
+      continue;
+    }
+    health.recovered(d);
+    spdlog::info("device {} recovered: new clients (and clients the fault did not catch) can use it", d);
   }
 }
 

@@ -2,6 +2,7 @@
 // (server.cpp: epoll loop and shutdown; listener.cpp: run directory, accept and
 // handshake; control.cpp: control verbs).  Only the main-loop thread touches it.
 #pragma once
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "client_session.hpp"
+#include "device_health.hpp"
 #include "funnel/ipc/socket.hpp"
 #include "funnel/server/server.hpp"
 #include "module_cache.hpp"
@@ -32,6 +34,9 @@ struct Server::Impl {
   std::unique_ptr<ModuleCache> modules;  // after the backend: its modules go first
   ipc::UniqueFd listen_fd, epoll_fd, wake_fd, notify_fd, signal_fd;
   ServerTotals totals;
+  DeviceHealth health;  // read by every worker
+  // Per device: the fault generation whose reset failed (not retried: restart the server).
+  std::array<uint64_t, ipc::kMaxDevices> reset_failed{};
   std::map<int, Connection> connections;                      // by fd
   std::map<uint32_t, std::unique_ptr<ClientSession>> clients;  // by client id
   std::map<int, uint32_t> client_by_fd;
@@ -58,6 +63,8 @@ struct Server::Impl {
   void watch(int fd);
   void unwatch(int fd);
   void reap_finished();
+  // Resets each faulted device that no session holds anything of any more.
+  void recover_devices();
   void drop_client(uint32_t id);
   void shutdown_all();
 };

@@ -22,6 +22,7 @@
 #include "funnel/ipc/segment.hpp"
 #include "funnel/ipc/socket.hpp"
 #include "funnel/server/backend.hpp"
+#include "device_health.hpp"
 #include "legacy_stream.hpp"
 
 namespace funnel::server {
@@ -43,10 +44,17 @@ inline void sub(std::atomic<uint64_t>& c, uint64_t v) noexcept { c.fetch_sub(v, 
 
 struct SessionShared {
   uint32_t id = 0;
+  pid_t pid = 0;
+  int mpi_rank = -1;
+  std::string command;
   std::filesystem::path run_dir;
   Backend* backend = nullptr;
   ServerTotals* totals = nullptr;
   ModuleCache* modules = nullptr;  // the server's, shared by every session
+  DeviceHealth* health = nullptr;  // the server's
+  // Per device: the fault generation (DeviceHealth::State::generation) whose resources
+  // this session has released; the main loop resets a device once every session has.
+  std::array<std::atomic<uint64_t>, ipc::kMaxDevices> released_fault{};
   ClientCounters counters;
   std::atomic<bool> stop{false};
   std::atomic<bool> shutting_down{false};  // the server stops: answer waiting replies with DevicesUnavailable
@@ -63,6 +71,8 @@ struct Pending {
   uint64_t seq = 0;
   std::array<uint64_t, 5> values{};
   bool answered = false;
+  // A device fault took some of the events: the entry completes with this status.
+  Status forced = Status::Success;
   // Runs once every event completed (with the first error among them); returns the reply status.
   std::function<Status(Status)> done;
 };
@@ -92,6 +102,7 @@ struct ModuleUpload {
 };
 
 struct KernelEntry {
+  std::string name;  // mangled, for the fault log
   uint64_t module_id;
   std::shared_ptr<BackendModule> module;  // declared first: outlives the kernel
   std::unique_ptr<BackendKernel> kernel;
@@ -132,6 +143,23 @@ class Worker {
   // Answers every completed pending entry; true if any completed.
   bool poll_pending();
   void drop_for_protocol_error(const char* why);
+
+  // device_fault.cpp: a sticky fault of a device (doc/design/faults.md)
+  // Reports a sticky status seen on `device` to the server's DeviceHealth.
+  void observe(int device, Status st);
+  // The health epoch moved: poison this client for each newly faulted device it uses,
+  // block the ones it does not use until they recover, unblock recovered ones.
+  void on_health_change();
+  bool uses_device(int device) const;
+  // Answers every pending wait involving `device` with `st` and releases every backend
+  // object of the device this client holds.
+  void release_device(int device, Status st);
+  // A poisoned client's command: answered with its sticky error, staging handed back.
+  Status refuse_poisoned(const ipc::CommandHeader& h, const std::byte* payload);
+  // The device a failed command ran on (its stream's, its event's, else the header's).
+  int command_device(const ipc::CommandHeader& h, const std::byte* payload);
+  // The stream of a command; DevicesUnavailable for a legacy stream of a blocked device.
+  StreamEntry* find_stream(const ipc::CommandHeader& h, Status& st);
 
   // commands.cpp: one function per opcode
   Status mem_alloc(const ipc::CommandHeader& h, const ipc::MemAllocCmd& c, bool async);
@@ -214,6 +242,13 @@ class Worker {
   uint64_t next_pinned_id_ = 1;
   std::vector<Pending> pending_;
   std::vector<std::byte> record_;
+  // Device faults (device_fault.cpp).
+  uint64_t seen_epoch_ = 0;
+  Status poisoned_ = Status::Success;               // the sticky error every command now gets
+  std::array<bool, ipc::kMaxDevices> poisoned_on_{};  // devices whose fault caught this client
+  std::array<bool, ipc::kMaxDevices> blocked_{};      // faulted, not used by this client: DevicesUnavailable
+  std::string last_kernel_;                         // name of the last kernel launched
+  uint64_t launches_since_sync_ = 0;                // launches since the last completed synchronize
 };
 
 }  // namespace funnel::server

@@ -86,12 +86,18 @@ void Worker::run() noexcept {
 
 void Worker::serve() {
   auto idle_since = Clock::now();
+  const DeviceHealth& health = *shared_.health;
   while (!shared_.stop.load(std::memory_order_acquire)) {
+    // One relaxed load per iteration: a device fault or recovery anywhere changes it.
+    if (health.epoch() != seen_epoch_) on_health_change();
     if (!pending_.empty() && poll_pending()) idle_since = Clock::now();
     uint32_t size = 0;
     const char* why = nullptr;
     switch (reader_.next(record_.data(), size, &why)) {
       case ipc::RingReader::Next::Record: {
+        // Again after the record: a command sent after a recovery the client saw must
+        // see it too (the ring read orders this load after the client's write).
+        if (health.epoch() != seen_epoch_) on_health_change();
         ipc::CommandHeader h;
         std::memcpy(&h, record_.data(), sizeof h);
         execute(h, record_.data() + sizeof h);
@@ -145,17 +151,25 @@ void Worker::execute(const ipc::CommandHeader& h, const std::byte* payload) {
     fail(one_way, Status::InvalidValue);
     return;
   }
+  // A client caught by a device fault gets its sticky error for everything but Detach;
+  // a sticky status from the backend is a fault of the device the command ran on.
+  const auto run = [&] {
+    if (poisoned_ != Status::Success && h.opcode != ipc::Opcode::Detach) return refuse_poisoned(h, payload);
+    const Status r = dispatch(h, payload);
+    if (ipc::is_sticky(r)) observe(command_device(h, payload), r);
+    return r;
+  };
   Status st;
   const int64_t want = ipc::payload_size(h.opcode);
   if (want < 0) {
     st = Status::NotSupported;
   } else if (!ipc::has_trailing_bytes(h.opcode)) {
-    st = h.size == ipc::record_size_for(static_cast<uint64_t>(want)) ? dispatch(h, payload) : Status::InvalidValue;
+    st = h.size == ipc::record_size_for(static_cast<uint64_t>(want)) ? run() : Status::InvalidValue;
   } else if (h.size < ipc::record_size_for(static_cast<uint64_t>(want))) {
     st = Status::InvalidValue;
   } else {
     const auto trailing = trailing_bytes(h.opcode, payload);
-    st = trailing && h.size == ipc::record_size_for(static_cast<uint64_t>(want) + *trailing) ? dispatch(h, payload)
+    st = trailing && h.size == ipc::record_size_for(static_cast<uint64_t>(want) + *trailing) ? run()
                                                                                                : Status::InvalidValue;
   }
   if (st != Status::Success) {
@@ -258,15 +272,21 @@ bool Worker::poll_pending() {
   // Completions are independent of each other (each names its own reply slot), so
   // any completed entry is answered without waiting for older ones.
   bool progressed = false;
+  int fault_device = -1;  // reported after the loop: releasing a device edits pending_
+  Status fault = Status::Success;
   for (size_t i = 0; i < pending_.size();) {
     Pending& p = pending_[i];
-    Status first = Status::Success;
+    Status first = p.forced;
     bool ready = true;
     for (auto& e : p.events) {
       const Status s = backend_.query(*e);
       if (s == Status::NotReady) {
         ready = false;
         break;
+      }
+      if (ipc::is_sticky(s) && fault_device < 0) {
+        fault_device = e->device();
+        fault = s;
       }
       if (s != Status::Success && first == Status::Success) first = s;
     }
@@ -286,6 +306,7 @@ bool Worker::poll_pending() {
     pending_.pop_back();
     progressed = true;
   }
+  if (fault_device >= 0) observe(fault_device, fault);
   return progressed;
 }
 

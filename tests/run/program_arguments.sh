@@ -2,7 +2,8 @@
 # funnel-run passes the program's own options through untouched (bench/kernels.sh found
 # `--kernel empty` split off the program's arguments), and refuses a missing program.
 set -u
-FR=$1
+FR=$1 preload=${2:-}  # PRELOAD: a sanitizer runtime, first in LD_PRELOAD
+[ -n "$preload" ] && export LD_PRELOAD=$preload ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 export FUNNEL_RUN_DIR=$dir/run FUNNEL_BACKEND=sim FUNNEL_LOG_DIR=$dir/logs

@@ -39,6 +39,10 @@ const std::vector<SettingInfo>& setting_table() {
       {"FUNNEL_COPY_THREADS", "4", "integer 1..64",
        "host threads (the caller included) that copy a large pageable transfer into or out of the staging "
        "buffers; never more than the CPUs the process may run on"},
+      {"FUNNEL_DEVICE_CONNECTIONS", "32", "integer 1..32",
+       "hardware work queues of the server's context on each GPU (it sets CUDA_DEVICE_MAX_CONNECTIONS to this "
+       "for itself): every client's streams share one context, and with the driver's default of 8 the streams "
+       "of more than 8 clients queue behind each other"},
       {"FUNNEL_SIM_LAUNCH_LOG", "(none)", "a file path",
        "sim backend only: a server that a client starts appends every kernel launch to this file as one JSON "
        "line (kernel, grid, block, shared, params as hex) for tests of argument packing"},
@@ -163,6 +167,7 @@ Settings Settings::from(const Lookup& env) {
   }
   if (auto v = integer("FUNNEL_MAX_CLIENTS", 1, 4096)) s.max_clients = static_cast<uint32_t>(*v);
   if (auto v = integer("FUNNEL_COPY_THREADS", 1, 64)) s.copy_threads = static_cast<uint32_t>(*v);
+  if (auto v = integer("FUNNEL_DEVICE_CONNECTIONS", 1, 32)) s.device_connections = static_cast<uint32_t>(*v);
   if (auto p = get("FUNNEL_SIM_LAUNCH_LOG")) {
     if (p->empty()) bad("FUNNEL_SIM_LAUNCH_LOG", *p, accepted_of("FUNNEL_SIM_LAUNCH_LOG"));
     s.sim_launch_log = *p;
@@ -188,6 +193,7 @@ std::string value_text(const Settings& s, const std::string& var) {
   if (var == "FUNNEL_STAGING_SLOT_KB") return std::to_string(s.staging_slot_bytes / 1024);
   if (var == "FUNNEL_MAX_CLIENTS") return std::to_string(s.max_clients);
   if (var == "FUNNEL_COPY_THREADS") return std::to_string(s.copy_threads);
+  if (var == "FUNNEL_DEVICE_CONNECTIONS") return std::to_string(s.device_connections);
   if (var == "FUNNEL_SIM_LAUNCH_LOG") return s.sim_launch_log.empty() ? "(none)" : s.sim_launch_log.string();
   if (var == "FUNNEL_SIM_FAULT_KERNEL") return s.sim_fault_kernel.empty() ? "(none)" : s.sim_fault_kernel;
   return "";

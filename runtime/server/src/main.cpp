@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <optional>
@@ -98,6 +99,7 @@ int main(int argc, char** argv) {
   uint32_t max_clients = settings.max_clients;
   uint32_t staging_slots = settings.staging_slots;
   uint64_t staging_slot_kb = settings.staging_slot_bytes / 1024;
+  uint32_t device_connections = settings.device_connections;
   int sim_devices = 1;
   uint64_t sim_memory_mb = 16 * 1024;
   std::string sim_launch_log = settings.sim_launch_log.string();
@@ -115,6 +117,9 @@ int main(int argc, char** argv) {
   app.add_option("--staging-slots", staging_slots, "staging buffers per client")->check(CLI::Range(2u, 16u));
   app.add_option("--staging-slot-kb", staging_slot_kb, "size of one staging buffer, KiB (multiple of 4)")
       ->check(CLI::Range(uint64_t{4}, uint64_t{1} << 20));
+  app.add_option("--device-connections", device_connections,
+                 "hardware work queues of the context on each GPU (FUNNEL_DEVICE_CONNECTIONS)")
+      ->check(CLI::Range(1u, 32u));
   app.add_option("--sim-devices", sim_devices, "devices of the sim backend")->check(CLI::Range(1, 16));
   app.add_option("--sim-memory-mb", sim_memory_mb, "memory per sim device, MiB");
   app.add_option("--sim-launch-log", sim_launch_log,
@@ -161,6 +166,12 @@ int main(int argc, char** argv) {
       so.fault_kernel = sim_fault_kernel;
       backend = funnel::server::make_sim_backend(so);
     } else {
+      // Read by cuInit: one context carries every client's streams, so it gets the most
+      // hardware queues the driver allows (its default, 8, lets 9+ clients' kernels queue
+      // behind each other).  The server's own variable wins over an inherited
+      // CUDA_DEVICE_MAX_CONNECTIONS, which was meant for an application.
+      ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", std::to_string(device_connections).c_str(), 1);
+      spdlog::info("CUDA_DEVICE_MAX_CONNECTIONS={}", device_connections);
       backend = funnel::server::make_cuda_backend(devices);
     }
 

@@ -54,15 +54,19 @@ class RingWriter {
   }
 
  private:
+  // A full ring means the server is a whole ring of records behind: spinning for the
+  // next free record would only take a core from the server (16 clients spinning beside
+  // 16 workers halved launch throughput on the H100) and make the server wake us after
+  // every record.  So sleep at once; the server wakes us when half the ring is free
+  // (RingReader::advance), and the half still queued keeps it busy meanwhile.
   template <class GiveUp>
   bool wait_space(uint64_t need, GiveUp& give_up) {
     // seq_cst: pairs with advance() (see there).
     auto has_space = [&] { return tail_ + need - ctl_->head.load(std::memory_order_seq_cst) <= cap_; };
-    if (has_space()) return true;
-    ctl_->producer_waiting.store(1, std::memory_order_seq_cst);
-    const bool ok = wait_until(ctl_->space, has_space, give_up);
-    ctl_->producer_waiting.store(0, std::memory_order_relaxed);
-    return ok;
+    WaitOptions o;
+    o.spin = std::chrono::nanoseconds::zero();
+    o.sleepers = &ctl_->producer_waiting;
+    return wait_until(ctl_->space, has_space, give_up, o);
   }
 
   RingControl* ctl_ = nullptr;
@@ -127,12 +131,18 @@ class RingReader {
   }
 
  private:
-  // Like publish(): `space` is bumped only for a waiting producer (it stores
-  // producer_waiting, then re-checks head before it sleeps).
+  // Like publish(): `space` is bumped only for a sleeping producer (it stores
+  // producer_waiting, then re-checks head before it sleeps), and only once at least half
+  // the ring is free, so that a producer that keeps the ring full is woken once per half
+  // ring rather than once per record.  A producer whose record would fit earlier is still
+  // woken in time: the ring drains to half unless this worker stops reading it, and the
+  // producer's sleeps are bounded (WaitOptions::slice) anyway.  `tail` is the client's
+  // word; a wrong value only changes when that client is woken.
   void advance(uint32_t n) noexcept {
     head_ += n;
     ctl_->head.store(head_, std::memory_order_seq_cst);
-    if (ctl_->producer_waiting.load(std::memory_order_seq_cst) != 0) {
+    if (ctl_->producer_waiting.load(std::memory_order_seq_cst) != 0 &&
+        ctl_->tail.load(std::memory_order_relaxed) - head_ <= cap_ / 2) {
       ctl_->space.fetch_add(1, std::memory_order_seq_cst);
       futex_wake_all(ctl_->space);
     }

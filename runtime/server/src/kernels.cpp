@@ -3,7 +3,11 @@
 // occupancy and host functions.  As in commands.cpp, every field was copied out of the
 // ring and is validated here before anything happens.
 #include <cstring>
+#include <memory>
 #include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
@@ -33,6 +37,38 @@ Status check_module_cmd(const ipc::ModuleCmd& c) noexcept {
 }
 
 std::string name_of(const std::byte* p, uint32_t n) { return std::string(reinterpret_cast<const char*>(p), n); }
+
+// Copy-on-write of kernel attributes (doc/design/kernels.md, "Function attributes and
+// occupancy"): when `module_id` is a module shared with other clients, the client gets
+// its own instance, loaded from the cached bytes, and every kernel it holds of that
+// module is looked up again there.  All or nothing: on any error the client keeps the shared one.
+// (Free, not a Worker member: session.hpp is shared with the other commands.)
+Status make_module_own(Backend& backend, ModuleCache& cache,
+                       std::unordered_map<uint64_t, std::shared_ptr<BackendModule>>& modules,
+                       std::unordered_map<uint64_t, KernelEntry>& kernels, uint64_t module_id) {
+  auto m = modules.find(module_id);
+  if (m == modules.end()) return Status::InvalidResourceHandle;  // a kernel never outlives its module id
+  std::shared_ptr<BackendModule> own;
+  if (Status st = cache.copy_if_shared(*m->second, own); st != Status::Success || !own) return st;
+  std::vector<std::pair<KernelEntry*, std::unique_ptr<BackendKernel>>> moved;
+  for (auto& [id, k] : kernels) {
+    if (k.module_id != module_id) continue;
+    std::unique_ptr<BackendKernel> kernel;
+    std::vector<ParamLayout> params;
+    uint32_t param_bytes = 0;
+    if (Status st = backend.kernel_get(*own, k.name, kernel, params, param_bytes); st != Status::Success) return st;
+    // The same bytes give the same layouts; anything else would make the client's packing wrong.
+    if (params != k.params || param_bytes != k.param_bytes) return Status::Unknown;
+    moved.emplace_back(&k, std::move(kernel));
+  }
+  // The shared module stays in the cache, so work already queued on its kernels is safe.
+  for (auto& [k, kernel] : moved) {
+    k->kernel = std::move(kernel);  // before the module: a kernel never outlives its module
+    k->module = own;
+  }
+  m->second = std::move(own);
+  return Status::Success;
+}
 
 }  // namespace
 
@@ -244,6 +280,9 @@ Status Worker::func_get_attributes(const ipc::CommandHeader& h, const ipc::Kerne
 Status Worker::func_set_attribute(const ipc::CommandHeader& h, const ipc::FuncSetAttributeCmd& c) {
   KernelEntry* k = nullptr;
   if (Status st = kernel_on_device(h, c.kernel_id, k); st != Status::Success) return st;
+  // Never on a kernel other clients share: the first change makes the module this client's.
+  if (Status st = make_module_own(backend_, *shared_.modules, modules_, kernels_, k->module_id); st != Status::Success)
+    return st;
   if (Status st = backend_.func_set_attribute(*k->kernel, h.device, c.attribute, c.value); st != Status::Success)
     return st;
   answer(h);

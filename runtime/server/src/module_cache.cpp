@@ -12,7 +12,10 @@ Status ModuleCache::load(std::span<const std::byte> bytes, std::shared_ptr<Backe
 
 std::shared_ptr<BackendModule> ModuleCache::share(Entry& e, std::shared_ptr<BackendModule> loaded) {
   // Two clients may load the same bytes at once; the first one published wins.
-  if (!e.shared) e.shared = std::move(loaded);
+  if (!e.shared) {
+    e.shared = std::move(loaded);
+    shared_bytes_.emplace(e.shared.get(), e.bytes);
+  }
   return e.shared;
 }
 
@@ -55,6 +58,17 @@ Status ModuleCache::insert(const ModuleKey& key, std::vector<std::byte> bytes, b
   }
   out = own_copy ? std::move(loaded) : share(it->second, std::move(loaded));
   return Status::Success;
+}
+
+Status ModuleCache::copy_if_shared(const BackendModule& m, std::shared_ptr<BackendModule>& out) {
+  std::shared_ptr<const std::vector<std::byte>> bytes;
+  {
+    std::lock_guard lk(m_);
+    auto it = shared_bytes_.find(&m);
+    if (it == shared_bytes_.end()) return Status::Success;
+    bytes = it->second;
+  }
+  return load(*bytes, out);
 }
 
 ModuleCache::Stats ModuleCache::stats() const {

@@ -6,7 +6,9 @@
 # Environment:
 #   BUILD_DIR  build with bin/kernelbench and bin/funnel-run (default build-gpu, else build)
 #   OUT        logs and results (default $PWD/bench-out/kernels)
-#   MODES      default "native mps funnel"
+#   MODES      default "native mps funnel threads"; "threads" is ONE native process with N
+#              threads, each on its own stream, in one context: the driver's single-process
+#              launch ceiling, which funnel's one server process per GPU lives under
 #   NS         client counts for throughput (default "1 4 8 16 32 48 64")
 #   SECONDS_PER_RUN  throughput window (default 1.5)
 #   START_NS   client counts for start-up and idle memory (default "16")
@@ -18,7 +20,7 @@ if [[ -z ${BUILD_DIR:-} ]]; then
   if [[ -x $ROOT/build-gpu/bin/kernelbench ]]; then BUILD_DIR=$ROOT/build-gpu; else BUILD_DIR=$ROOT/build; fi
 fi
 OUT_DIR=${OUT:-$PWD/bench-out/kernels}
-MODES=${MODES:-native mps funnel}
+MODES=${MODES:-native mps funnel threads}
 NS=${NS:-1 4 8 16 32 48 64}
 SECS=${SECONDS_PER_RUN:-1.5}
 START_NS=${START_NS:-16}
@@ -93,6 +95,20 @@ for mode in $MODES; do
   export FUNNEL_JOB_ID=kernels-$mode-$$
   d=$OUT_DIR/$mode
   mkdir -p "$d"
+
+  if [[ $mode == threads ]]; then
+    for kernel in empty small; do
+      for n in $NS; do
+        failed=$(group native 1 "$d/tp-$kernel-$n" throughput --kernel "$kernel" --seconds "$SECS" --threads "$n")
+        total=$(grep -o '"per_s":[0-9.]*' "$d/tp-$kernel-$n.0.log" | cut -d: -f2)
+        bad=$(grep -c '"ok":false' "$d/tp-$kernel-$n.0.log")
+        echo "one process, $n threads, $kernel: ${total:-?} launches/s (bad counts: $bad)"
+        if [[ $failed == 0 && $bad == 0 && -n $total ]]; then emit threads "throughput_$kernel" "$n" "$total" launches/s
+        else emit threads "throughput_$kernel" "$n" null launches/s ",\"failed\":$failed"; fi
+      done
+    done
+    continue
+  fi
 
   # (a) launch issue cost, one process
   run_one "$mode" issue --kernel empty >"$d/issue.log" 2>&1 &&
@@ -171,11 +187,12 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 val = {(r["mode"], r["bench"], r["n"]): r["value"] for r in rows}
 keys = sorted({(r["bench"], r["n"]) for r in rows}, key=lambda k: (k[0], k[1]))
 higher_better = lambda b: b.startswith("throughput")
-print(f'{"bench":22} {"N":>4} {"native":>12} {"mps":>12} {"funnel":>12} {"funnel/native":>14} {"funnel/mps":>11}')
+print(f'{"bench":22} {"N":>4} {"native":>12} {"mps":>12} {"funnel":>12} {"1 proc":>12} {"funnel/native":>14} {"funnel/mps":>11} {"funnel/1proc":>12}')
 for b, n in keys:
-    nat, mps, fun = (val.get((m, b, n)) for m in ("native", "mps", "funnel"))
+    nat, mps, fun, thr = (val.get((m, b, n)) for m in ("native", "mps", "funnel", "threads"))
     f = lambda v: "-" if v is None else f"{v:.4g}"
     r = lambda a, c: "-" if a is None or c in (None, 0) else f"{a / c:.3f}"
-    print(f"{b:22} {n:>4} {f(nat):>12} {f(mps):>12} {f(fun):>12} {r(fun, nat):>14} {r(fun, mps):>11}")
+    print(f"{b:22} {n:>4} {f(nat):>12} {f(mps):>12} {f(fun):>12} {f(thr):>12} {r(fun, nat):>14} {r(fun, mps):>11} {r(fun, thr):>12}")
 print("throughput: funnel/x > 1 is better; issue, startup, idle_memory: funnel/x < 1 is better")
+print("1 proc: one native process, N threads on N streams in one context (the single-process ceiling)")
 PY

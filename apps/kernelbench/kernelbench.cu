@@ -5,6 +5,9 @@
 //   kernelbench throughput --kernel empty|small --seconds S --barrier DIR --clients N
 //                                              launch for S seconds after all N processes are
 //                                              ready; prints this process's completed launches
+//              [--threads T]                  T host threads, each on its own stream (one
+//                                              process, one context: the single-process
+//                                              ceiling that funnel's server lives under)
 //   kernelbench first                          attach + one kernel + exit (start-up)
 //   kernelbench idle --barrier DIR --clients N attach, run one kernel, mark ready, wait for
 //                                              DIR/stop (GPU memory of idle clients)
@@ -59,6 +62,7 @@ struct Args {
   double seconds = 2.0;
   std::string barrier;
   int clients = 1;
+  int threads = 1;
   int launches = 20000;
   unsigned small_ns = 5000;
 };
@@ -83,6 +87,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--seconds") a.seconds = std::atof(next().c_str());
     else if (k == "--barrier") a.barrier = next();
     else if (k == "--clients") a.clients = std::atoi(next().c_str());
+    else if (k == "--threads") a.threads = std::max(1, std::atoi(next().c_str()));
     else if (k == "--launches") a.launches = std::atoi(next().c_str());
     else if (k == "--small-ns") a.small_ns = static_cast<unsigned>(std::atoi(next().c_str()));
     else {
@@ -175,21 +180,39 @@ int main(int argc, char** argv) {
   }
 
   if (a.mode == "throughput") {
+    // Thread 0 uses the stream warmed up above; the others make and warm their own.
+    std::vector<cudaStream_t> streams(static_cast<size_t>(a.threads), s);
+    for (size_t t = 1; t < streams.size(); ++t) {
+      CK(cudaStreamCreateWithFlags(&streams[t], cudaStreamNonBlocking));
+      for (int i = 0; i < 10; ++i) launch(a, streams[t], sink);
+      CK(cudaStreamSynchronize(streams[t]));
+    }
     barrier(a);
     const auto t0 = Clock::now();
     const auto until = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.seconds));
+    std::vector<long long> counts(streams.size(), 0);
+    auto run = [&](size_t t) {
+      long long c = 0;
+      while (Clock::now() < until) {
+        for (int i = 0; i < 64; ++i) launch(a, streams[t], sink);
+        c += 64;
+      }
+      CK(cudaGetLastError());
+      CK(cudaStreamSynchronize(streams[t]));
+      counts[t] = c;
+    };
+    std::vector<std::thread> workers;
+    for (size_t t = 1; t < streams.size(); ++t) workers.emplace_back(run, t);
+    run(0);
+    for (auto& w : workers) w.join();
     long long n = 0;
-    while (Clock::now() < until) {
-      for (int i = 0; i < 64; ++i) launch(a, s, sink);
-      n += 64;
-    }
-    CK(cudaGetLastError());
-    CK(cudaStreamSynchronize(s));
+    for (long long c : counts) n += c;
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     int counted = 0;
     CK(cudaMemcpy(&counted, sink, sizeof counted, cudaMemcpyDeviceToHost));
-    // small kernels count their blocks' executions: 4 per launch (+ the warm-up's 40)
-    const bool ok = a.kernel == "empty" || counted == 4 * (n + 10);
+    // small kernels count their blocks' executions: 4 per launch (+ 10 warm-up launches
+    // per stream)
+    const bool ok = a.kernel == "empty" || counted == 4 * (n + 10LL * a.threads);
     std::printf("{\"bench\":\"throughput_%s\",\"launches\":%lld,\"seconds\":%.4f,\"per_s\":%.1f,\"ok\":%s}\n",
                 a.kernel.c_str(), n, secs, static_cast<double>(n) / secs, ok ? "true" : "false");
     return ok ? 0 : 1;

@@ -11,6 +11,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -209,10 +210,13 @@ struct Shared {
   mutable std::vector<std::vector<CUevent>> pool;
 
   // Calls that need some current context but no particular device (host registration,
-  // library loads) bind device 0 and hold this shared; reset_device holds it exclusively
+  // library loads) hold this shared (on_any_device); reset_device holds it exclusively
   // so that none of them runs in a context being destroyed.  Per-device calls need no
   // lock: the server resets a device only once no session uses it.
   mutable std::shared_mutex reset_mu;
+  // Per device: its context answered a sticky status to a call for no particular device.
+  // Such calls skip it from then on; reset_device clears it.
+  mutable std::array<std::atomic<bool>, ipc::kMaxDevices> context_faulted{};
 
   ~Shared() {
     for (size_t i = 0; i < pool.size(); ++i) {
@@ -244,6 +248,31 @@ struct Shared {
     const Status s = FUNNEL_CU(drv, cuCtxSetCurrent, ctx);
     if (ok(s)) current = Current{id, ctx, generation};
     return s;
+  }
+
+  // Runs `call` (a call for no particular device) in the context of the first device
+  // whose context has not faulted; the caller holds reset_mu shared.  After a GPU fault
+  // every call in that device's context answers the fault until the process ends (the
+  // server restarts to recover, doc/design/faults.md), and clients of the other devices
+  // must still register host memory and load modules meanwhile.
+  template <class Call>
+  Status on_any_device(Call&& call) const {
+    Status st = Status::Success;
+    bool tried = false;
+    for (size_t i = 0; i < devices.size(); ++i) {
+      if (context_faulted[i].load(std::memory_order_acquire)) continue;
+      tried = true;
+      st = bind(static_cast<int>(i));
+      if (ok(st)) st = call();
+      if (!ipc::is_sticky(st)) return st;
+      if (!context_faulted[i].exchange(true, std::memory_order_acq_rel))
+        spdlog::warn("cuda: device {}'s context answers status {} (a GPU fault): host registrations and module loads "
+                     "use another device's context from now on",
+                     i, static_cast<int>(st));
+    }
+    if (tried) return st;
+    st = bind(0);  // every device faulted: device 0 answers the fault
+    return ok(st) ? call() : st;
   }
 };
 
@@ -473,16 +502,15 @@ class CudaBackend final : public Backend {
 
   // PORTABLE: the pages count as pinned in every context, i.e. for every device.
   Status host_register(void* p, uint64_t size) override {
-    std::shared_lock lk(s_->reset_mu);
-    if (Status st = s_->bind(0); !ok(st)) return st;
     if (p == nullptr || size == 0) return Status::InvalidValue;
-    return FUNNEL_CU(s_->drv, cuMemHostRegister, p, size, CU_MEMHOSTREGISTER_PORTABLE);
+    std::shared_lock lk(s_->reset_mu);
+    return s_->on_any_device(
+        [&] { return FUNNEL_CU(s_->drv, cuMemHostRegister, p, size, CU_MEMHOSTREGISTER_PORTABLE); });
   }
 
   Status host_unregister(void* p) override {
     std::shared_lock lk(s_->reset_mu);
-    if (Status st = s_->bind(0); !ok(st)) return st;
-    return FUNNEL_CU(s_->drv, cuMemHostUnregister, p);
+    return s_->on_any_device([&] { return FUNNEL_CU(s_->drv, cuMemHostUnregister, p); });
   }
 
   void priority_range(int device, int& least, int& greatest) override {
@@ -644,8 +672,6 @@ class CudaBackend final : public Backend {
   // (cuLaunchKernelEx takes a CUkernel in place of a CUfunction, in the current context).
 
   Status module_load(std::span<const std::byte> image, std::unique_ptr<BackendModule>& out) override {
-    std::shared_lock lk(s_->reset_mu);
-    if (Status st = s_->bind(0); !ok(st)) return st;
     // The driver loads lazily (CUDA_MODULE_LOADING=LAZY is the default) and accepted 4 KiB of
     // junk in the GPU smoke test: check that the bytes are a fat binary first.
     try {
@@ -655,8 +681,10 @@ class CudaBackend final : public Backend {
       return Status::InvalidKernelImage;
     }
     CUlibrary lib = nullptr;
-    const Status st = FUNNEL_CU(s_->drv, cuLibraryLoadData, &lib, image.data(), nullptr, nullptr, 0u, nullptr,
-                                nullptr, 0u);
+    std::shared_lock lk(s_->reset_mu);
+    const Status st = s_->on_any_device([&] {
+      return FUNNEL_CU(s_->drv, cuLibraryLoadData, &lib, image.data(), nullptr, nullptr, 0u, nullptr, nullptr, 0u);
+    });
     if (!ok(st)) return st == Status::InvalidValue || st == Status::Unknown ? Status::InvalidKernelImage : st;
     out = std::make_unique<CudaModule>(s_, lib);
     return Status::Success;
@@ -665,14 +693,15 @@ class CudaBackend final : public Backend {
   Status kernel_get(BackendModule& bm, const std::string& name, std::unique_ptr<BackendKernel>& out,
                     std::vector<ParamLayout>& params, uint32_t& param_bytes) override {
     auto& m = static_cast<CudaModule&>(bm);
-    std::shared_lock lk(s_->reset_mu);
-    if (Status st = s_->bind(0); !ok(st)) return st;
     const Driver& d = s_->drv;
     CUkernel k = nullptr;
-    if (const CUresult r = d.cuLibraryGetKernel(&k, m.handle(), name.c_str()); r != CUDA_SUCCESS) {
+    std::shared_lock lk(s_->reset_mu);
+    const Status got = s_->on_any_device([&] {
+      const CUresult r = d.cuLibraryGetKernel(&k, m.handle(), name.c_str());
       if (r == CUDA_ERROR_NOT_FOUND || r == CUDA_ERROR_INVALID_VALUE) return Status::InvalidDeviceFunction;
       return check(d, "cuLibraryGetKernel", r);
-    }
+    });
+    if (!ok(got)) return got;
     // The driver's own parameter layout: every parameter's offset and size, in order;
     // the index past the last one answers CUDA_ERROR_INVALID_VALUE.
     params.clear();
@@ -836,8 +865,16 @@ class CudaBackend final : public Backend {
     return st;
   }
 
-  // After a sticky fault (doc/design/faults.md).  The pooled events belong to the context
-  // being destroyed; cuDevicePrimaryCtxReset destroys every allocation, stream, event and
+  // No.  tests/gpu/recovery_probe.cpp (H100, driver 580): after an illegal-address fault,
+  // cuDevicePrimaryCtxReset succeeds but every later cuDevicePrimaryCtxRetain answers
+  // CUDA_ERROR_ILLEGAL_ADDRESS, whatever was released or destroyed first, and so does
+  // cuCtxCreate of a new context: the sticky error lasts as long as the process ("the
+  // process must be terminated and relaunched", as CUDA documents).  The server restarts.
+  bool resets_in_process() const noexcept override { return false; }
+
+  // A fresh context after a sticky fault (doc/design/faults.md); the server does not call
+  // it while resets_in_process() is false (backend_smoke resets a device that did not
+  // fault, which works).  The pooled events belong to the context being destroyed; cuDevicePrimaryCtxReset destroys every allocation, stream, event and
   // module instance in it but leaves our retain in place, so the context is released and
   // retained again: the retain makes a fresh, active primary context.  CUlibrary objects
   // are context-independent (the driver loads them into contexts created later), so the
@@ -869,7 +906,9 @@ class CudaBackend final : public Backend {
     // The fresh context works: something small that needs it.
     if (Status b = s_->bind(device); !ok(b)) return b;
     size_t free_bytes = 0, total = 0;
-    return FUNNEL_CU(s_->drv, cuMemGetInfo, &free_bytes, &total);
+    st = FUNNEL_CU(s_->drv, cuMemGetInfo, &free_bytes, &total);
+    if (ok(st)) s_->context_faulted[static_cast<size_t>(device)].store(false, std::memory_order_release);
+    return st;
   }
 
  private:

@@ -381,9 +381,9 @@ class SimBackend final : public Backend {
   }
 
   Status host_register(void* p, uint64_t size) override {
-    return (p == nullptr || size == 0) ? Status::InvalidValue : Status::Success;
+    return (p == nullptr || size == 0) ? Status::InvalidValue : any_device();
   }
-  Status host_unregister(void* p) override { return p == nullptr ? Status::InvalidValue : Status::Success; }
+  Status host_unregister(void* p) override { return p == nullptr ? Status::InvalidValue : any_device(); }
 
   void priority_range(int, int& least, int& greatest) override {
     least = 0;
@@ -509,6 +509,7 @@ class SimBackend final : public Backend {
   // ---- kernels ----------------------------------------------------------------
 
   Status module_load(std::span<const std::byte> image, std::unique_ptr<BackendModule>& out) override {
+    if (Status st = any_device(); st != Status::Success) return st;
     auto m = std::make_unique<SimModule>();
     try {
       const auto images = fatbin::parse_fatbin(image);
@@ -534,6 +535,7 @@ class SimBackend final : public Backend {
 
   Status kernel_get(BackendModule& mod, const std::string& name, std::unique_ptr<BackendKernel>& out,
                     std::vector<ParamLayout>& params, uint32_t& param_bytes) override {
+    if (Status st = any_device(); st != Status::Success) return st;
     auto& m = module(mod);
     auto it = m.kernels.find(name);
     if (it == m.kernels.end()) return Status::InvalidDeviceFunction;
@@ -719,6 +721,8 @@ class SimBackend final : public Backend {
     return Status::Success;
   }
 
+  bool resets_in_process() const noexcept override { return options_.resets_in_process; }
+
   // As cuDevicePrimaryCtxReset: the fault is gone, and so is whatever memory the device
   // still held; limits are back at their defaults.
   Status reset_device(int device) override {
@@ -766,6 +770,13 @@ class SimBackend final : public Backend {
     if (!valid(device)) return Status::InvalidDevice;
     return faulted_[static_cast<size_t>(device)].load(std::memory_order_acquire) ? Status::IllegalAddress
                                                                                : Status::Success;
+  }
+  // As the cuda backend's calls for no particular device (host registration, module
+  // loads): they run in the context of the first device that has not faulted.
+  Status any_device() const noexcept {
+    for (int d = 0; d < options_.devices; ++d)
+      if (usable(d) == Status::Success) return Status::Success;
+    return Status::IllegalAddress;
   }
   static constexpr std::array<uint64_t, 3> kDefaultLimits{1024, 1u << 20, 8u << 20};
 

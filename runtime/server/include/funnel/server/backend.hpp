@@ -158,6 +158,10 @@ class Backend {
   virtual Status set_limit(int device, Limit limit, uint64_t value) = 0;
   virtual Status get_limit(int device, Limit limit, uint64_t& value) = 0;
 
+  // Whether reset_device brings a device back after a sticky fault in this process.
+  // When it does not, the server recovers by re-executing itself once every client has
+  // left (doc/design/faults.md).  The default is the CUDA driver's answer.
+  virtual bool resets_in_process() const noexcept { return false; }
   // Recovers a device after a sticky fault (doc/design/faults.md): destroys its context
   // with everything in it and makes a fresh one current for every thread's next call.
   // The caller guarantees that nothing of the device (stream, event, allocation) is
@@ -182,8 +186,12 @@ struct SimOptions {
   std::string launch_log;
   // When set, a launch of the kernel of this (mangled) name faults its device once the
   // stream reaches it: from then on every stream, event and memory call on that device
-  // answers IllegalAddress until reset_device (FUNNEL_SIM_FAULT_KERNEL).
+  // answers IllegalAddress until reset_device (FUNNEL_SIM_FAULT_KERNEL); calls for no
+  // particular device (host registration, module loads) use the first healthy device.
   std::string fault_kernel;
+  // As the CUDA driver (false), a fault is recovered by restarting the server; true lets
+  // reset_device recover it in process (the server's other recovery path).
+  bool resets_in_process = false;
 };
 
 std::unique_ptr<Backend> make_sim_backend(const SimOptions& options);

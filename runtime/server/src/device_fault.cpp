@@ -1,7 +1,9 @@
 // A sticky GPU fault seen by a worker (doc/design/faults.md): report it to the server's
 // DeviceHealth, poison every client that used the device, release what they held there
 // so that the main loop can reset the device, and answer them from then on without the
-// backend.  Clients that did not use the device wait for the reset (DevicesUnavailable).
+// backend.  Clients that did not use the device are refused it (DevicesUnavailable) until
+// the reset, or, where the backend cannot reset in process, until they leave: the server
+// restarts once every client has left.
 #include <unistd.h>
 
 #include <cstring>
@@ -94,7 +96,7 @@ void Worker::on_health_change() {
       }
       release_device(d, s.fault);
     } else if (!poisoned_on_[i]) {
-      blocked_[i] = true;  // nothing of this client was there: it waits for the reset
+      blocked_[i] = true;  // nothing of this client was there: refused until the device is back
     }
     done.store(s.generation, std::memory_order_release);
     released = true;

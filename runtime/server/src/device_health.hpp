@@ -1,7 +1,8 @@
 // The server-wide health of each device (doc/design/faults.md).  A worker that sees a
 // sticky status on device d reports it here; every worker notices through one relaxed
 // load of epoch() per loop iteration, and reads the details only when it changed; the
-// main loop resets the device once every session released what it held there.
+// main loop resets the device once every session released what it held there, or, where
+// the backend cannot, restarts the server once every client has left.
 #pragma once
 #include <array>
 #include <atomic>
@@ -29,7 +30,7 @@ class DeviceHealth {
   // Device `device` is poisoned with `status` (sticky).  True when this report started
   // the fault (the caller observed it first); false when the device is already faulted.
   bool report(int device, ipc::Status status, uint32_t client) noexcept;
-  // The main loop reset the device: healthy again.
+  // The main loop reset the device in process: healthy again.
   void recovered(int device) noexcept;
   uint64_t recoveries(int device) const noexcept;
 

@@ -2,8 +2,10 @@
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstring>
 #include <filesystem>
 
@@ -41,6 +43,23 @@ void send_attach_reply(int fd, Status st, const std::string& message, uint32_t i
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
+// Clients wait in the backlog while a restart after a GPU fault is due (possibly all the
+// ranks of a job at once), and a full backlog blocks connect() without a timeout: as long
+// as the system allows (net.core.somaxconn).
+void deepen_backlog(int fd) { FUNNEL_SYSCHECK(::listen(fd, SOMAXCONN)); }
+
+void make_nonblocking(int fd) {
+  const int flags = FUNNEL_SYSCHECK(::fcntl(fd, F_GETFL));
+  FUNNEL_SYSCHECK(::fcntl(fd, F_SETFL, flags | O_NONBLOCK));
+}
+
+int socket_option(int fd, int option) {
+  int v = 0;
+  socklen_t len = sizeof v;
+  FUNNEL_SYSCHECK(::getsockopt(fd, SOL_SOCKET, option, &v, &len));
+  return v;
+}
+
 }  // namespace
 
 void Server::Impl::remove_stale_files() {
@@ -75,8 +94,42 @@ void Server::Impl::prepare_run_dir() {
   }
   listen_fd = ipc::listen_seqpacket(sock);
   listening = true;
-  const int flags = FUNNEL_SYSCHECK(::fcntl(listen_fd.get(), F_GETFL));
-  FUNNEL_SYSCHECK(::fcntl(listen_fd.get(), F_SETFL, flags | O_NONBLOCK));
+  deepen_backlog(listen_fd.get());
+  make_nonblocking(listen_fd.get());
+}
+
+void Server::Impl::adopt_listener() {
+  const int fd = options.inherited_listen_fd;
+  ipc::UniqueFd owned(fd);  // closed if refused
+  ensure_run_dir(options.run_dir);
+  const auto sock = socket_path(options.run_dir);
+  auto refuse = [&](const std::string& why) {
+    throw std::runtime_error(
+        fmt::format("--listen-fd {}: {}; it must be the listening socket {} inherited from the "
+                    "funnel-server that restarted",
+                    fd, why, sock.string()));
+  };
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) refuse(std::strerror(errno));
+  if (!S_ISSOCK(st.st_mode)) refuse("not a socket");
+  if (socket_option(fd, SO_DOMAIN) != AF_UNIX || socket_option(fd, SO_TYPE) != SOCK_SEQPACKET)
+    refuse("not a Unix seqpacket socket");
+  if (socket_option(fd, SO_ACCEPTCONN) == 0) refuse("not listening");
+  sockaddr_un addr{};
+  socklen_t len = sizeof addr;
+  FUNNEL_SYSCHECK(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len));
+  const size_t path_len = len > offsetof(sockaddr_un, sun_path) ? len - offsetof(sockaddr_un, sun_path) : 0;
+  const std::string bound(addr.sun_path, ::strnlen(addr.sun_path, path_len));
+  if (bound != sock.string()) refuse(fmt::format("bound to '{}'", bound));
+  // Its file is how clients find it: without it they would start another server.
+  if (::lstat(sock.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) refuse("its socket file is gone");
+  listen_fd = std::move(owned);
+  listening = true;
+  FUNNEL_SYSCHECK(::fcntl(fd, F_SETFD, FD_CLOEXEC));
+  deepen_backlog(fd);
+  make_nonblocking(fd);
+  // The previous image's clients all left; whatever files they left behind are stale.
+  remove_stale_files();
 }
 
 void Server::Impl::accept_connections() {
@@ -166,6 +219,15 @@ void Server::Impl::on_hello(Connection& c, const ipc::HelloMsg& hello) {
   }
   if (stopping) {
     send_attach_reply(c.fd.get(), Status::DevicesUnavailable, "the funnel-server is shutting down");
+    return;
+  }
+  if (restart_device >= 0) {
+    // Connected before the fault, so not in the backlog the restarted server accepts from.
+    send_attach_reply(c.fd.get(), Status::DevicesUnavailable,
+                      fmt::format("the funnel-server is restarting to recover device {} from a GPU fault: run the "
+                                  "program again",
+                                  restart_device));
+    spdlog::warn("pid {}: refused, a restart to recover device {} is due", c.peer.pid, restart_device);
     return;
   }
   if (clients.size() >= options.max_clients) {

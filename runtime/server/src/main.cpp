@@ -1,4 +1,6 @@
-// funnel-server: parse options, daemonize, set up logging, run the Server.
+// funnel-server: parse options, daemonize, set up logging, run the Server, and
+// re-execute it when it asks to restart after a GPU fault.
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -10,6 +12,8 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -76,6 +80,52 @@ std::vector<int> parse_devices(const std::string& text) {
   return out;
 }
 
+// The command line of the restarted image: ours, already daemonized (--foreground keeps
+// the pid), with the listening socket it inherits and without the ready pipe (answered
+// and closed long ago).
+std::vector<std::string> restart_arguments(int argc, char** argv, int listen_fd) {
+  std::vector<std::string> out{argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--ready-fd" || a == "--listen-fd") {
+      ++i;  // and its value
+      continue;
+    }
+    if (a.starts_with("--ready-fd=") || a.starts_with("--listen-fd=") || a == "--foreground") continue;
+    out.emplace_back(a);
+  }
+  out.insert(out.end(), {"--foreground", "--listen-fd", std::to_string(listen_fd)});
+  return out;
+}
+
+// Every descriptor but the standard ones and `keep` closes at exec: the driver's (the
+// GPU memory of the poisoned context goes with them), the log file's, the epoll set's.
+void close_on_exec_all_but(int keep) {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir != nullptr) {
+    while (const dirent* e = ::readdir(dir)) {
+      const int fd = std::atoi(e->d_name);
+      if (fd > STDERR_FILENO && fd != keep && fd != ::dirfd(dir)) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    }
+    ::closedir(dir);
+  }
+  ::fcntl(keep, F_SETFD, 0);
+}
+
+// Re-executes this program in this process after a GPU fault that the driver cannot
+// recover in a running process (doc/design/faults.md): the same pid, log file and run
+// directory, and the listening socket with the clients that wait in its backlog.
+// Returns only if the exec failed, with errno set.
+void reexecute(int argc, char** argv, int listen_fd) {
+  std::vector<std::string> args = restart_arguments(argc, argv, listen_fd);
+  std::vector<char*> cargs;
+  for (auto& a : args) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  close_on_exec_all_but(listen_fd);
+  spdlog::default_logger()->flush();
+  ::execv("/proc/self/exe", cargs.data());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -96,6 +146,7 @@ int main(int argc, char** argv) {
   bool foreground = false;
   std::optional<int64_t> idle_exit_ms;
   int ready_fd = -1;
+  int listen_fd = -1;
   uint32_t max_clients = settings.max_clients;
   uint32_t staging_slots = settings.staging_slots;
   uint64_t staging_slot_kb = settings.staging_slot_bytes / 1024;
@@ -113,6 +164,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
   app.add_option("--idle-exit-ms", idle_exit_ms, "exit this long after the last client left");
   app.add_option("--ready-fd", ready_fd, "write 'R' (or the start error) to this fd, then close it");
+  // Internal (no help group): how the server passes its socket to itself when it restarts.
+  app.add_option("--listen-fd", listen_fd, "the listening socket inherited across a restart after a GPU fault")
+      ->group("");
   app.add_option("--max-clients", max_clients, "refuse clients beyond this many")->check(CLI::Range(1u, 4096u));
   app.add_option("--staging-slots", staging_slots, "staging buffers per client")->check(CLI::Range(2u, 16u));
   app.add_option("--staging-slot-kb", staging_slot_kb, "size of one staging buffer, KiB (multiple of 4)")
@@ -182,6 +236,7 @@ int main(int argc, char** argv) {
     opt.staging_slots = staging_slots;
     opt.staging_slot_bytes = staging_slot_kb * 1024;
     opt.handle_signals = true;
+    opt.inherited_listen_fd = listen_fd;
     funnel::server::Server server(std::move(opt), std::move(backend));
     try {
       server.start();
@@ -191,8 +246,16 @@ int main(int argc, char** argv) {
       return 1;
     }
     ready.ready();
-    server.run();
-    return 0;
+    if (server.run() == funnel::server::RunOutcome::Stopped) return 0;
+    reexecute(argc, argv, server.listening_socket());
+    const int err = errno;
+    std::error_code link_ec;
+    const auto exe = std::filesystem::read_symlink("/proc/self/exe", link_ec);
+    // The Server's destructor removes the run directory's files as a stop does: the next
+    // client starts a new funnel-server.
+    spdlog::error("cannot restart: execv {}: {}; stopping instead", link_ec ? "/proc/self/exe" : exe.string(),
+                  std::strerror(err));
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "funnel-server: %s\n", e.what());
     if (spdlog::default_logger()) spdlog::error("cannot start: {}", e.what());

@@ -1,6 +1,7 @@
 // The main loop: epoll over the listening socket, every connection, a signalfd,
 // an eventfd for request_stop() and one for finished workers.  Idle exit is the
-// epoll timeout.
+// epoll timeout.  Recovery from a GPU fault (doc/design/faults.md): a device reset in
+// process where the backend can, else a restart once every client has left.
 #include "funnel/server/server.hpp"
 
 #include <signal.h>
@@ -11,6 +12,7 @@
 
 #include <cstring>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "funnel/common/run_dir.hpp"
@@ -31,6 +33,8 @@ Server::~Server() {
 
 const std::filesystem::path& Server::run_dir() const noexcept { return impl_->options.run_dir; }
 
+int Server::listening_socket() const noexcept { return impl_->listening ? impl_->listen_fd.get() : -1; }
+
 void Server::request_stop() noexcept {
   const uint64_t one = 1;
   if (impl_->wake_fd) [[maybe_unused]] const ssize_t n = ::write(impl_->wake_fd.get(), &one, sizeof one);
@@ -49,13 +53,22 @@ void Server::start() {
     m.signal_fd = ipc::UniqueFd(FUNNEL_SYSCHECK(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK)));
     m.watch(m.signal_fd.get());
   }
-  m.prepare_run_dir();
+  const bool restarted = m.options.inherited_listen_fd >= 0;
+  if (restarted)
+    m.adopt_listener();
+  else
+    m.prepare_run_dir();
   m.watch(m.wake_fd.get());
   m.watch(m.notify_fd.get());
   m.watch(m.listen_fd.get());
   m.started_at = m.idle_since = Clock::now();
   spdlog::info("funnel-server {} serving {} with the {} backend ({} device(s))", ::getpid(), m.options.run_dir.string(),
                m.backend->name(), m.backend->device_count());
+  if (restarted)
+    spdlog::warn(
+        "funnel-server {} restarted after a GPU fault, with the listening socket of its previous image: "
+        "accepting the connections that waited",
+        ::getpid());
 }
 
 void Server::Impl::watch(int fd) {
@@ -67,10 +80,10 @@ void Server::Impl::watch(int fd) {
 
 void Server::Impl::unwatch(int fd) { ::epoll_ctl(epoll_fd.get(), EPOLL_CTL_DEL, fd, nullptr); }
 
-void Server::run() {
+RunOutcome Server::run() {
   Impl& m = *impl_;
   epoll_event events[64];
-  while (!m.stopping) {
+  while (!m.stopping && !m.restart_due()) {
     int timeout = -1;
     if (m.options.idle_exit && m.clients.empty()) {
       const auto left = *m.options.idle_exit - std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - m.idle_since);
@@ -111,7 +124,21 @@ void Server::run() {
     m.reap_finished();
     m.recover_devices();
   }
+  if (m.restart_due()) {
+    // Connections accepted before the fault that never attached (or control ones) would
+    // be closed by the restart anyway; those still in the backlog wait for the new image.
+    if (!m.connections.empty())
+      spdlog::warn("closing {} connection(s) that had not attached before the restart", m.connections.size());
+    for (auto& [fd, c] : m.connections) m.unwatch(fd);
+    m.connections.clear();
+    spdlog::warn(
+        "every client has left: restarting to recover device {} (funnel-server {} re-executes itself; "
+        "connecting clients wait in the socket's backlog)",
+        m.restart_device, ::getpid());
+    return RunOutcome::RestartToRecover;
+  }
   m.shutdown_all();
+  return RunOutcome::Stopped;
 }
 
 void Server::Impl::drop_client(uint32_t id) {
@@ -120,6 +147,9 @@ void Server::Impl::drop_client(uint32_t id) {
   client_by_fd.erase(it->second->fd());
   clients.erase(it);
   if (clients.empty()) idle_since = Clock::now();
+  if (restart_device >= 0 && !clients.empty())
+    spdlog::info("the restart to recover device {} waits for {} more client(s) to leave", restart_device,
+                 clients.size());
 }
 
 void Server::Impl::reap_finished() {
@@ -147,7 +177,13 @@ void Server::Impl::reap_finished() {
 void Server::Impl::recover_devices() {
   for (int d = 0; d < backend->device_count(); ++d) {
     const DeviceHealth::State s = health.state(d);
-    if (s.fault == Status::Success || reset_failed[static_cast<size_t>(d)] == s.generation) continue;
+    if (s.fault == Status::Success || reset_failed[static_cast<size_t>(d)] == s.generation ||
+        awaiting_restart[static_cast<size_t>(d)] == s.generation)
+      continue;
+    if (!backend->resets_in_process()) {
+      await_restart(d, s);
+      continue;
+    }
     // Workers notify the eventfd when they release a device, and a finished session
     // counts as released, so this runs again whenever the answer may change.
     bool held = false;
@@ -167,6 +203,28 @@ void Server::Impl::recover_devices() {
   }
 }
 
+void Server::Impl::await_restart(int device, const DeviceHealth::State& s) {
+  awaiting_restart[static_cast<size_t>(device)] = s.generation;
+  if (restart_device >= 0) {
+    spdlog::error("device {}: GPU fault (status {}) too; the restart that is due recovers it as well", device,
+                  static_cast<int>(s.fault));
+    return;
+  }
+  restart_device = device;
+  // Unwatched, not closed: a client that connects now waits in the backlog (bounded by
+  // its FUNNEL_ATTACH_TIMEOUT_MS) and the re-executed server accepts it.
+  if (listening) unwatch(listen_fd.get());
+  std::string waiting;
+  for (const auto& [id, c] : clients)
+    waiting +=
+        fmt::format("{}client {} (pid {}, command '{}')", waiting.empty() ? "" : ", ", id, c->pid(), c->command());
+  spdlog::error(
+      "device {}: GPU fault (status {}). The driver cannot recreate a context in a running process, so "
+      "funnel-server re-executes itself (same pid) once every client has left. Until then clients of other "
+      "devices keep working, calls for device {} fail, and new connections wait. Waiting for: {}",
+      device, static_cast<int>(s.fault), device, waiting.empty() ? "nobody" : waiting);
+}
+
 void Server::Impl::shutdown_all() {
   if (!listening) return;
   listening = false;
@@ -183,7 +241,7 @@ void Server::Impl::shutdown_all() {
   connections.clear();
   remove_stale_files();
   ::unlink(start_lock_path(options.run_dir).c_str());
-  if (::rmdir(options.run_dir.c_str()) != 0 && errno != ENOTEMPTY && errno != EEXIST)
+  if (::rmdir(options.run_dir.c_str()) != 0 && errno != ENOTEMPTY && errno != EEXIST && errno != ENOENT)
     spdlog::warn("cannot remove the run directory {}: {}", options.run_dir.string(), std::strerror(errno));
   spdlog::info("funnel-server {} stopped ({} client(s) were attached; {} attached in all, {} detached, {} died)",
                ::getpid(), n, totals.clients_attached.load(), totals.clients_detached.load(),

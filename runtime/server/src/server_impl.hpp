@@ -37,6 +37,10 @@ struct Server::Impl {
   DeviceHealth health;  // read by every worker
   // Per device: the fault generation whose reset failed (not retried: restart the server).
   std::array<uint64_t, ipc::kMaxDevices> reset_failed{};
+  // Per device: the fault generation that only a restart recovers (the backend cannot reset
+  // in process).  restart_device: the first such device, -1 while none.
+  std::array<uint64_t, ipc::kMaxDevices> awaiting_restart{};
+  int restart_device = -1;
   std::map<int, Connection> connections;                      // by fd
   std::map<uint32_t, std::unique_ptr<ClientSession>> clients;  // by client id
   std::map<int, uint32_t> client_by_fd;
@@ -48,6 +52,9 @@ struct Server::Impl {
 
   // listener.cpp
   void prepare_run_dir();
+  // Takes over options.inherited_listen_fd after checking that it listens on this run
+  // directory's socket.
+  void adopt_listener();
   void accept_connections();
   void on_connection(int fd);
   void on_hello(Connection& c, const ipc::HelloMsg& hello);
@@ -63,8 +70,12 @@ struct Server::Impl {
   void watch(int fd);
   void unwatch(int fd);
   void reap_finished();
-  // Resets each faulted device that no session holds anything of any more.
+  // Resets each faulted device that no session holds anything of any more, or, where the
+  // backend cannot, stops accepting until every client has left and run() returns
+  // RestartToRecover.
   void recover_devices();
+  void await_restart(int device, const DeviceHealth::State& s);
+  bool restart_due() const noexcept { return restart_device >= 0 && clients.empty() && !stopping; }
   void drop_client(uint32_t id);
   void shutdown_all();
 };

@@ -1,6 +1,8 @@
 // The node-local funnel-server: one listening socket, one worker thread per client.
 // run() is the epoll loop; request_stop() may be called from any thread (tests,
 // the control verb `shutdown`), SIGTERM/SIGINT do the same when handle_signals is set.
+// After a GPU fault the backend cannot recover in this process, run() returns
+// RestartToRecover and the caller re-executes the server (doc/design/faults.md).
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -23,6 +25,20 @@ struct ServerOptions {
   uint64_t ring_capacity = 1u << 20;
   uint32_t reply_slots = 64;
   bool handle_signals = false;  // SIGTERM/SIGINT through a signalfd (the caller blocked them)
+  // A listening socket bound to the run directory's socket, inherited from the server that
+  // re-executed itself after a GPU fault (funnel-server --listen-fd); start() checks it and
+  // takes it over.  -1: bind a new socket.
+  int inherited_listen_fd = -1;
+};
+
+// Why run() returned.
+enum class RunOutcome {
+  Stopped,  // request_stop(), a signal, or idle: the run directory's files are removed
+  // A device faulted that the backend cannot reset in this process, and every client has
+  // left.  The listening socket (listening_socket()) and the run directory's files stay,
+  // so that connecting clients wait in the socket's backlog: re-execute the server with
+  // the socket inherited, or destroy the Server to remove the files as a stop does.
+  RestartToRecover,
 };
 
 // A second live server for the same run directory: the caller exits 1.
@@ -38,14 +54,18 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  // Prepares the run directory (removing a stale one's files) and listens.  Throws
-  // AlreadyRunning or std::exception with a message that says what to do.
+  // Prepares the run directory (removing a stale one's files) and listens, or takes over
+  // options.inherited_listen_fd.  Throws AlreadyRunning or std::exception with a message
+  // that says what to do.
   void start();
-  // Serves until stopped or idle; tears every client down and removes the files.
-  void run();
+  // Serves until stopped or idle (tears every client down and removes the files), or
+  // until a restart is due (see RunOutcome).
+  RunOutcome run();
   void request_stop() noexcept;
 
   const std::filesystem::path& run_dir() const noexcept;
+  // The listening socket; -1 before start() and after a stop.
+  int listening_socket() const noexcept;
 
  private:
   struct Impl;

@@ -14,7 +14,9 @@
 
 namespace funnel::testing {
 
-inline constexpr std::chrono::seconds kWatchdogLimit{20};
+// Generous: a sanitizer build on a loaded 2-core machine runs the spinning tests 20x slower
+// (ParallelCopy under TSan took over 20 s there); a real hang still fails within a minute.
+inline constexpr std::chrono::seconds kWatchdogLimit{60};
 
 // Runs `body` on a thread of its own.  If it has not returned after `limit`, the
 // test cannot be unwound (the hung thread cannot be cancelled), so the whole

@@ -55,6 +55,35 @@ cudaError_t stream_wait_event(cudaStream_t stream, cudaEvent_t event, unsigned f
   return to_cuda(rt.post(Opcode::StreamWaitEvent, ref.device, ref.id, &c, sizeof c));
 }
 
+// What the client recorded of a stream at its creation.  The legacy and per-thread
+// default streams are blocking streams of the current device with priority 0, as CUDA
+// reports them; answering for them creates nothing.
+cudaError_t stream_record(cudaStream_t stream, StreamObj& out) {
+  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) {
+    out = StreamObj{0, current_device(), cudaStreamDefault, 0};
+    return cudaSuccess;
+  }
+  Runtime& rt = Runtime::get();
+  auto* s = reinterpret_cast<StreamObj*>(stream);
+  std::lock_guard lk(rt.tables_mu);
+  if (!rt.streams.contains(s)) return cudaErrorInvalidResourceHandle;
+  out = *s;
+  return cudaSuccess;
+}
+
+// cudaStreamGetPriority/Flags/Device: one field of the stream's record.
+template <class T, class Field>
+cudaError_t stream_field(cudaStream_t stream, T* value, Field field) {
+  if (value == nullptr) return cudaErrorInvalidValue;
+  StreamObj s{};
+  if (cudaError_t e = stream_record(stream, s); e != cudaSuccess) return e;
+  *value = static_cast<T>(field(s));
+  return cudaSuccess;
+}
+constexpr auto kPriority = [](const StreamObj& s) { return s.priority; };
+constexpr auto kFlags = [](const StreamObj& s) { return s.flags; };
+constexpr auto kDevice = [](const StreamObj& s) { return s.device; };
+
 }  // namespace
 
 FUNNEL_API cudaError_t cudaStreamCreate(cudaStream_t* s) {
@@ -103,4 +132,25 @@ FUNNEL_API cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsign
 }
 FUNNEL_API cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
   return guarded(__func__, [&] { return stream_wait_event(s, e, flags, true); });
+}
+
+// The _ptsz variants differ only in what stream 0 means, and both default streams answer
+// alike.
+FUNNEL_API cudaError_t cudaStreamGetPriority(cudaStream_t s, int* priority) {
+  return guarded(__func__, [&] { return stream_field(s, priority, kPriority); });
+}
+FUNNEL_API cudaError_t cudaStreamGetPriority_ptsz(cudaStream_t s, int* priority) {
+  return guarded(__func__, [&] { return stream_field(s, priority, kPriority); });
+}
+FUNNEL_API cudaError_t cudaStreamGetFlags(cudaStream_t s, unsigned int* flags) {
+  return guarded(__func__, [&] { return stream_field(s, flags, kFlags); });
+}
+FUNNEL_API cudaError_t cudaStreamGetFlags_ptsz(cudaStream_t s, unsigned int* flags) {
+  return guarded(__func__, [&] { return stream_field(s, flags, kFlags); });
+}
+FUNNEL_API cudaError_t cudaStreamGetDevice(cudaStream_t s, int* device) {
+  return guarded(__func__, [&] { return stream_field(s, device, kDevice); });
+}
+FUNNEL_API cudaError_t cudaStreamGetDevice_ptsz(cudaStream_t s, int* device) {
+  return guarded(__func__, [&] { return stream_field(s, device, kDevice); });
 }

@@ -1,6 +1,10 @@
 // Kernel launches, function attributes and occupancy (doc/design/kernels.md).  A launch
-// is one one-way Launch record on the stream: it never waits for the server; its
-// errors come back at the next synchronising call, as native launch errors do.
+// is one one-way Launch record on the stream: it never waits for the server.  What CUDA
+// refuses at the launch itself (the configuration, too much dynamic shared memory, a
+// cooperative grid that does not fit) is refused here, from the device table and the
+// kernel's cached attributes and occupancy; errors of the kernel's execution come back at
+// the next synchronising call, as native ones do.
+#include <algorithm>
 #include <vector>
 
 #include "api.hpp"
@@ -24,18 +28,95 @@ struct LaunchSpec {
 
 bool over(unsigned v, int limit) { return limit > 0 && v > static_cast<unsigned>(limit); }
 
-// What CUDA checks before a launch reaches the GPU, against the device's limits.
+// What CUDA checks before a launch reaches the GPU, against the device's limits.  CUDA 13
+// answers every one of these with cudaErrorInvalidValue (seen on the H100; CUDA 12 said
+// cudaErrorInvalidConfiguration).
 cudaError_t check_shape(const LaunchSpec& l, const ipc::DeviceRecord& d) {
   const dim3 &g = l.grid, &b = l.block;
-  if (g.x == 0 || g.y == 0 || g.z == 0 || b.x == 0 || b.y == 0 || b.z == 0) return cudaErrorInvalidConfiguration;
+  if (g.x == 0 || g.y == 0 || g.z == 0 || b.x == 0 || b.y == 0 || b.z == 0) return cudaErrorInvalidValue;
   auto attr = [&](cudaDeviceAttr a) { return a < ipc::kMaxDeviceAttributes ? d.attributes[a] : 0; };
   if (over(b.x, attr(cudaDevAttrMaxBlockDimX)) || over(b.y, attr(cudaDevAttrMaxBlockDimY)) ||
       over(b.z, attr(cudaDevAttrMaxBlockDimZ)) || over(g.x, attr(cudaDevAttrMaxGridDimX)) ||
       over(g.y, attr(cudaDevAttrMaxGridDimY)) || over(g.z, attr(cudaDevAttrMaxGridDimZ)))
-    return cudaErrorInvalidConfiguration;
+    return cudaErrorInvalidValue;
   const uint64_t threads = uint64_t{b.x} * b.y * b.z;
   if (attr(cudaDevAttrMaxThreadsPerBlock) > 0 && threads > static_cast<uint64_t>(attr(cudaDevAttrMaxThreadsPerBlock)))
-    return cudaErrorInvalidConfiguration;
+    return cudaErrorInvalidValue;
+  return cudaSuccess;
+}
+
+// The kernel's launch-check cache, emptied for a new Runtime (k.mu held).
+void limits_for_locked(Kernel& k, Runtime& rt) {
+  if (k.limits_for == &rt) return;
+  k.attributes.clear();
+  k.blocks_per_sm.clear();
+  k.limits_for = &rt;
+}
+
+// The kernel's attributes on `device` (FuncGetAttributes), asked for once.  Only this
+// client's own cudaFuncSetAttribute changes them (the server gives a client that sets one
+// its own instance of a shared module), and forget_limits sees to that.  The kernel must be
+// ready.
+cudaError_t kernel_attributes(Kernel& k, int device, ipc::FuncAttributes& out) {
+  Runtime& rt = Runtime::get();
+  std::lock_guard lk(k.mu);
+  limits_for_locked(k, rt);
+  if (auto it = k.attributes.find(device); it != k.attributes.end()) {
+    out = it->second;
+    return cudaSuccess;
+  }
+  ipc::KernelCmd c{k.id};
+  Reply r;
+  if (cudaError_t e = to_cuda(rt.ask(Opcode::FuncGetAttributes, device, &c, sizeof c, {}, &r)); e != cudaSuccess)
+    return e;
+  out = ipc::unpack_func_attributes(r.value);
+  k.attributes[device] = out;
+  return cudaSuccess;
+}
+
+// Blocks of `threads` threads and `shared` bytes of dynamic shared memory that fit on one
+// multiprocessor of `device` (Occupancy), asked for once.
+cudaError_t kernel_blocks_per_sm(Kernel& k, int device, uint32_t threads, uint64_t shared, int& out) {
+  Runtime& rt = Runtime::get();
+  std::lock_guard lk(k.mu);
+  limits_for_locked(k, rt);
+  const auto key = std::make_tuple(device, threads, shared);
+  if (auto it = k.blocks_per_sm.find(key); it != k.blocks_per_sm.end()) {
+    out = it->second;
+    return cudaSuccess;
+  }
+  ipc::OccupancyCmd c{k.id, threads, 0, shared};
+  Reply r;
+  if (cudaError_t e = to_cuda(rt.ask(Opcode::Occupancy, device, &c, sizeof c, {}, &r)); e != cudaSuccess) return e;
+  out = static_cast<int>(r.value[0]);
+  k.blocks_per_sm[key] = out;
+  return cudaSuccess;
+}
+
+// cudaFuncSetAttribute and cudaFuncSetCacheConfig may change both.
+void forget_limits(Kernel& k) {
+  std::lock_guard lk(k.mu);
+  k.attributes.clear();
+  k.blocks_per_sm.clear();
+}
+
+// What CUDA refuses at the launch from the kernel's own limits: more dynamic shared memory
+// than its cudaFuncAttributeMaxDynamicSharedMemorySize, and a cooperative grid larger than
+// the blocks that can be resident at once (blocks per multiprocessor x multiprocessors).
+cudaError_t check_kernel(Kernel& k, const LaunchSpec& l, int device, const ipc::DeviceRecord& d) {
+  if (l.shared > 0) {
+    ipc::FuncAttributes a;
+    if (cudaError_t e = kernel_attributes(k, device, a); e != cudaSuccess) return e;
+    if (l.shared > a.max_dynamic_shared_size_bytes) return cudaErrorInvalidValue;
+  }
+  if ((l.flags & ipc::kLaunchCooperative) != 0) {
+    const uint32_t threads = l.block.x * l.block.y * l.block.z;  // check_shape bounded it
+    int per_sm = 0;
+    if (cudaError_t e = kernel_blocks_per_sm(k, device, threads, l.shared, per_sm); e != cudaSuccess) return e;
+    const uint64_t blocks = uint64_t{l.grid.x} * l.grid.y * l.grid.z;
+    const int sms = d.attributes[cudaDevAttrMultiProcessorCount];
+    if (blocks > uint64_t(std::max(per_sm, 0)) * uint64_t(std::max(sms, 0))) return cudaErrorCooperativeLaunchTooLarge;
+  }
   return cudaSuccess;
 }
 
@@ -61,6 +142,7 @@ cudaError_t launch(const void* func, const LaunchSpec& l, void** args) {
   if (cudaError_t e = to_cuda(kernel_ready(*k, rt, s.device)); e != cudaSuccess) return e;
   if (args == nullptr && !k->layout.empty()) return cudaErrorInvalidValue;
   if (l.shared > UINT32_MAX) return cudaErrorInvalidValue;
+  if (cudaError_t e = check_kernel(*k, l, s.device, rt.device(s.device)); e != cudaSuccess) return e;
 
   thread_local std::vector<std::byte> params;
   params.resize(k->param_bytes);
@@ -137,12 +219,8 @@ cudaError_t func_attributes(cudaFuncAttributes* attr, const void* func) {
   const int dev = current_device();
   Kernel* k = nullptr;
   if (cudaError_t e = ready_kernel(func, dev, k); e != cudaSuccess) return e;
-  ipc::KernelCmd c{k->id};
-  Reply r;
-  if (cudaError_t e = to_cuda(Runtime::get().ask(Opcode::FuncGetAttributes, dev, &c, sizeof c, {}, &r));
-      e != cudaSuccess)
-    return e;
-  const ipc::FuncAttributes a = ipc::unpack_func_attributes(r.value);
+  ipc::FuncAttributes a;
+  if (cudaError_t e = kernel_attributes(*k, dev, a); e != cudaSuccess) return e;
   *attr = cudaFuncAttributes{};
   attr->sharedSizeBytes = a.shared_size_bytes;
   attr->constSizeBytes = a.const_size_bytes;
@@ -169,7 +247,9 @@ cudaError_t func_set(const void* func, uint32_t attribute, int value) {
   Kernel* k = nullptr;
   if (cudaError_t e = ready_kernel(func, dev, k); e != cudaSuccess) return e;
   ipc::FuncSetAttributeCmd c{k->id, attribute, value};
-  return to_cuda(Runtime::get().post(Opcode::FuncSetAttribute, dev, 0, &c, sizeof c));
+  const cudaError_t e = to_cuda(Runtime::get().post(Opcode::FuncSetAttribute, dev, 0, &c, sizeof c));
+  forget_limits(*k);  // asked again after the set, which the server handles first (ring order)
+  return e;
 }
 
 cudaError_t set_attribute(const void* func, cudaFuncAttribute attr, int value) {
@@ -182,7 +262,14 @@ cudaError_t set_attribute(const void* func, cudaFuncAttribute attr, int value) {
       if (dev < 0 || dev >= rt.device_count()) return cudaErrorInvalidDevice;
       static_assert(cudaDevAttrMaxSharedMemoryPerBlockOptin < ipc::kMaxDeviceAttributes);
       const int optin = rt.device(dev).attributes[cudaDevAttrMaxSharedMemoryPerBlockOptin];
-      if (optin > 0 && value > optin) return cudaErrorInvalidValue;
+      if (optin <= 0) break;
+      if (value > optin) return cudaErrorInvalidValue;
+      // The kernel's static shared memory counts against the same opt-in limit.
+      Kernel* k = nullptr;
+      if (cudaError_t e = ready_kernel(func, dev, k); e != cudaSuccess) return e;
+      ipc::FuncAttributes a;
+      if (cudaError_t e = kernel_attributes(*k, dev, a); e != cudaSuccess) return e;
+      if (uint64_t(value) + a.shared_size_bytes > uint64_t(optin)) return cudaErrorInvalidValue;
       break;
     }
     case cudaFuncAttributePreferredSharedMemoryCarveout:

@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "runtime.hpp"
@@ -29,6 +30,11 @@ struct Kernel {
   std::mutex mu;
   Runtime* failed_for = nullptr;  // the look-up failed for this Runtime with `error` (mu)
   Status error = Status::Success;
+  // What the launch checks need (api_kernel.cpp), asked for once and kept until
+  // cudaFuncSetAttribute or cudaFuncSetCacheConfig; for the Runtime `limits_for` (mu).
+  Runtime* limits_for = nullptr;
+  std::map<int, ipc::FuncAttributes> attributes;                        // by device
+  std::map<std::tuple<int, uint32_t, uint64_t>, int> blocks_per_sm;  // (device, threads, dynamic smem)
 };
 
 struct Variable {

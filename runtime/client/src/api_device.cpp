@@ -4,6 +4,7 @@
 
 #include "api.hpp"
 #include "host_func.hpp"
+#include "mem_pool.hpp"
 
 using namespace funnel::client;
 using funnel::ipc::DeviceRecord;
@@ -184,6 +185,7 @@ FUNNEL_API cudaError_t cudaDeviceReset() {
     // The server freed everything of ours on this device: forget it here too.
     std::lock_guard lk(rt.tables_mu);
     std::erase_if(rt.allocs, [&](const auto& kv) { return kv.second.device == dev; });
+    pool_reset_locked(rt, dev);
     std::erase_if(rt.streams, [&](StreamObj* s) { return s->device == dev ? (delete s, true) : false; });
     std::erase_if(rt.events, [&](EventObj* ev) { return ev->device == dev ? (delete ev, true) : false; });
     return e;

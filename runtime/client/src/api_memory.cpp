@@ -7,6 +7,7 @@
 
 #include "api.hpp"
 #include "copy_engine.hpp"
+#include "mem_pool.hpp"
 #include "funnel/ipc/protocol.hpp"
 
 using namespace funnel::client;
@@ -24,7 +25,9 @@ cudaError_t device_alloc(void** ptr, size_t size, Opcode op, const StreamRef& on
   if (e != cudaSuccess) return e;
   {
     std::lock_guard lk(rt.tables_mu);
-    rt.allocs[r.value[0]] = DeviceAlloc{size, on.device};
+    const bool pooled = op == Opcode::MemAllocAsync;
+    rt.allocs[r.value[0]] = DeviceAlloc{size, on.device, pooled};
+    if (pooled) pool_allocated_locked(rt, on.device, size);
   }
   *ptr = reinterpret_cast<void*>(r.value[0]);
   return cudaSuccess;
@@ -39,6 +42,7 @@ cudaError_t device_free(void* ptr, Opcode op, const StreamRef& on) {
     auto it = rt.allocs.find(addr);
     if (it == rt.allocs.end()) return cudaErrorInvalidValue;
     device = it->second.device;
+    if (it->second.pooled) pool_freed_locked(rt, device, it->second.size);
     rt.allocs.erase(it);
   }
   funnel::ipc::AddressCmd c{addr};
@@ -115,11 +119,32 @@ static cudaError_t free_async(void* ptr, cudaStream_t stream, bool ptds) {
   return device_free(ptr, Opcode::MemFreeAsync, s);
 }
 
+// Only a device's default pool exists (api_mempool.cpp): allocating from it is
+// cudaMallocAsync on the pool's device.
+static cudaError_t malloc_from_pool(void** ptr, size_t size, cudaMemPool_t pool, cudaStream_t stream, bool ptds) {
+  int device = 0;
+  if (cudaError_t e = pool_device(pool, device); e != cudaSuccess) return e;
+  StreamRef s;
+  if (cudaError_t e = resolve_stream(stream, ptds, s); e != cudaSuccess) return e;
+  if (s.id == 0) s.device = device;  // the legacy stream of the pool's device
+  if (s.device != device) {
+    report_unsupported("cudaMallocFromPoolAsync on a stream of another device than the pool's");
+    return cudaErrorNotSupported;
+  }
+  return device_alloc(ptr, size, Opcode::MemAllocAsync, s);
+}
+
 FUNNEL_API cudaError_t cudaMallocAsync(void** ptr, size_t size, cudaStream_t s) {
   return guarded(__func__, [&] { return malloc_async(ptr, size, s, false); });
 }
 FUNNEL_API cudaError_t cudaMallocAsync_ptsz(void** ptr, size_t size, cudaStream_t s) {
   return guarded(__func__, [&] { return malloc_async(ptr, size, s, true); });
+}
+FUNNEL_API cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t size, cudaMemPool_t pool, cudaStream_t s) {
+  return guarded(__func__, [&] { return malloc_from_pool(ptr, size, pool, s, false); });
+}
+FUNNEL_API cudaError_t cudaMallocFromPoolAsync_ptsz(void** ptr, size_t size, cudaMemPool_t pool, cudaStream_t s) {
+  return guarded(__func__, [&] { return malloc_from_pool(ptr, size, pool, s, true); });
 }
 FUNNEL_API cudaError_t cudaFreeAsync(void* ptr, cudaStream_t s) {
   return guarded(__func__, [&] { return free_async(ptr, s, false); });

@@ -37,6 +37,18 @@ struct Reply {
 struct DeviceAlloc {
   uint64_t size;
   int device;
+  bool pooled = false;  // stream-ordered (cudaMallocAsync): counted in the device's MemPoolObj
+};
+// A device's default memory pool as this client sees it: a cudaMemPool_t points at one
+// (api_mempool.cpp).  The pool itself is the server's; the counters are this client's
+// stream-ordered allocations that were not freed yet.
+struct MemPoolObj {
+  int device = 0;
+  int reuse[3] = {1, 1, 1};  // cudaMemPoolReuse* (attributes 1 to 3), remembered only
+  uint64_t release_threshold = 0;  // remembered only
+  uint64_t used = 0;
+  uint64_t used_high = 0;
+  uint64_t reserved_high = 0;
 };
 struct PinnedAlloc {
   uint64_t id;
@@ -123,6 +135,7 @@ class Runtime {
   std::map<uint64_t, DeviceAlloc> globals;         // __device__/__constant__ variables (SymbolGet)
   std::set<StreamObj*> streams;
   std::set<EventObj*> events;
+  std::map<int, std::unique_ptr<MemPoolObj>> pools;  // by device, made at first use, never freed
   std::atomic<uint64_t> next_stream_id{1};
   std::atomic<uint64_t> next_event_id{1};
   std::atomic<uint64_t> next_pinned_hint{0};

@@ -84,6 +84,57 @@ cudaError_t pinned_alloc(void** ptr, size_t size, unsigned flags) {
 
 StreamRef legacy() { return StreamRef{0, current_device()}; }
 
+// cudaMallocPitch and cudaMalloc3D: `rows` rows of `width` bytes, each starting 512 bytes
+// after the previous one's start at the least (the row alignment cudaMallocPitch gives on
+// current GPUs).
+cudaError_t pitched_alloc(void** ptr, size_t* pitch, size_t width, size_t rows) {
+  if (ptr == nullptr || pitch == nullptr) return cudaErrorInvalidValue;
+  constexpr size_t kRowAlignment = 512;
+  size_t bytes = 0;
+  if (width > SIZE_MAX - (kRowAlignment - 1)) return cudaErrorMemoryAllocation;
+  *pitch = (width + kRowAlignment - 1) / kRowAlignment * kRowAlignment;
+  if (__builtin_mul_overflow(*pitch, rows, &bytes)) return cudaErrorMemoryAllocation;
+  return device_alloc(ptr, bytes, Opcode::MemAlloc, legacy());
+}
+
+// Where a 3-D copy or memset starts in a pitched region: `pos` is in bytes (x), rows
+// and slices, as for every copy between linear memory.
+std::byte* at(const cudaPitchedPtr& p, const cudaPos& pos) {
+  return static_cast<std::byte*>(p.ptr) + (pos.z * p.ysize + pos.y) * p.pitch + pos.x;
+}
+
+// Whether `extent` from `pos` stays within the region's rows (and, with several slices,
+// within its slices' rows), as CUDA checks it.
+bool fits(const cudaPitchedPtr& p, const cudaPos& pos, const cudaExtent& extent) {
+  if (extent.width > p.pitch || pos.x > p.pitch - extent.width) return false;
+  return extent.depth <= 1 || (extent.height <= p.ysize && pos.y <= p.ysize - extent.height);
+}
+
+// cudaMemcpy3D(Async) between linear memory, slice by slice over the 2-D copy path.
+// funnel makes no CUDA arrays (cudaMalloc3DArray is not supported), so an array end is
+// refused by name.
+cudaError_t memcpy_3d(const cudaMemcpy3DParms* p, cudaStream_t stream, bool async, bool per_thread) {
+  if (p == nullptr) return cudaErrorInvalidValue;
+  if (p->srcArray != nullptr || p->dstArray != nullptr) {
+    report_unsupported("cudaMemcpy3D with a cudaArray");
+    return cudaErrorNotSupported;
+  }
+  const cudaExtent& e = p->extent;
+  if (p->srcPtr.ptr == nullptr || p->dstPtr.ptr == nullptr || !fits(p->srcPtr, p->srcPos, e) ||
+      !fits(p->dstPtr, p->dstPos, e))
+    return cudaErrorInvalidValue;
+  const Pitches dp{p->dstPtr.pitch, p->dstPtr.pitch * p->dstPtr.ysize};
+  const Pitches sp{p->srcPtr.pitch, p->srcPtr.pitch * p->srcPtr.ysize};
+  return copy_3d(at(p->dstPtr, p->dstPos), dp, at(p->srcPtr, p->srcPos), sp, {e.width, e.height, e.depth}, p->kind,
+                 stream, async, per_thread);
+}
+
+cudaError_t memset_pitched(cudaPitchedPtr p, int value, cudaExtent e, cudaStream_t stream, bool per_thread) {
+  if (p.ptr == nullptr || !fits(p, cudaPos{0, 0, 0}, e)) return cudaErrorInvalidValue;
+  return memset_3d(p.ptr, {p.pitch, p.pitch * p.ysize}, value, {e.width, e.height, e.depth},
+                                   stream, per_thread);
+}
+
 }  // namespace
 
 FUNNEL_API cudaError_t cudaMalloc(void** ptr, size_t size) {
@@ -91,11 +142,19 @@ FUNNEL_API cudaError_t cudaMalloc(void** ptr, size_t size) {
 }
 
 FUNNEL_API cudaError_t cudaMallocPitch(void** ptr, size_t* pitch, size_t width, size_t height) {
+  return guarded(__func__, [&] { return pitched_alloc(ptr, pitch, width, height); });
+}
+
+// A 3-D allocation is a pitched one of height*depth rows.
+FUNNEL_API cudaError_t cudaMalloc3D(cudaPitchedPtr* p, cudaExtent e) {
   return guarded(__func__, [&] {
-    if (pitch == nullptr) return cudaErrorInvalidValue;
-    // 512 bytes: the row alignment cudaMallocPitch gives on current GPUs.
-    *pitch = (width + 511) / 512 * 512;
-    return device_alloc(ptr, *pitch * height, Opcode::MemAlloc, legacy());
+    if (p == nullptr) return cudaErrorInvalidValue;
+    size_t rows = 0, pitch = 0;
+    void* ptr = nullptr;
+    if (__builtin_mul_overflow(e.height, e.depth, &rows)) return cudaErrorMemoryAllocation;
+    if (cudaError_t err = pitched_alloc(&ptr, &pitch, e.width, rows); err != cudaSuccess) return err;
+    *p = cudaPitchedPtr{ptr, pitch, e.width, e.height};
+    return cudaSuccess;
   });
 }
 
@@ -268,6 +327,19 @@ FUNNEL_API cudaError_t cudaMemcpy2DAsync_ptsz(void* dst, size_t dpitch, const vo
   return guarded(__func__, [&] { return copy_2d(dst, dpitch, src, spitch, width, height, kind, s, true, true); });
 }
 
+FUNNEL_API cudaError_t cudaMemcpy3D(const cudaMemcpy3DParms* p) {
+  return guarded(__func__, [&] { return memcpy_3d(p, nullptr, false, false); });
+}
+FUNNEL_API cudaError_t cudaMemcpy3D_ptds(const cudaMemcpy3DParms* p) {
+  return guarded(__func__, [&] { return memcpy_3d(p, nullptr, false, true); });
+}
+FUNNEL_API cudaError_t cudaMemcpy3DAsync(const cudaMemcpy3DParms* p, cudaStream_t s) {
+  return guarded(__func__, [&] { return memcpy_3d(p, s, true, false); });
+}
+FUNNEL_API cudaError_t cudaMemcpy3DAsync_ptsz(const cudaMemcpy3DParms* p, cudaStream_t s) {
+  return guarded(__func__, [&] { return memcpy_3d(p, s, true, true); });
+}
+
 // ---- memsets ------------------------------------------------------------------
 FUNNEL_API cudaError_t cudaMemset(void* p, int v, size_t n) {
   return guarded(__func__, [&] { return memset_2d(p, n, v, n, 1, nullptr, false); });
@@ -293,4 +365,16 @@ FUNNEL_API cudaError_t cudaMemset2DAsync(void* p, size_t pitch, int v, size_t w,
 FUNNEL_API cudaError_t cudaMemset2DAsync_ptsz(void* p, size_t pitch, int v, size_t w, size_t h,
                                               cudaStream_t s) {
   return guarded(__func__, [&] { return memset_2d(p, pitch, v, w, h, s, true); });
+}
+FUNNEL_API cudaError_t cudaMemset3D(cudaPitchedPtr p, int v, cudaExtent e) {
+  return guarded(__func__, [&] { return memset_pitched(p, v, e, nullptr, false); });
+}
+FUNNEL_API cudaError_t cudaMemset3D_ptds(cudaPitchedPtr p, int v, cudaExtent e) {
+  return guarded(__func__, [&] { return memset_pitched(p, v, e, nullptr, true); });
+}
+FUNNEL_API cudaError_t cudaMemset3DAsync(cudaPitchedPtr p, int v, cudaExtent e, cudaStream_t s) {
+  return guarded(__func__, [&] { return memset_pitched(p, v, e, s, false); });
+}
+FUNNEL_API cudaError_t cudaMemset3DAsync_ptsz(cudaPitchedPtr p, int v, cudaExtent e, cudaStream_t s) {
+  return guarded(__func__, [&] { return memset_pitched(p, v, e, s, true); });
 }

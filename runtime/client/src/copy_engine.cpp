@@ -2,6 +2,8 @@
 
 #include <cstring>
 #include <deque>
+#include <initializer_list>
+#include <vector>
 
 #include "api.hpp"
 
@@ -21,14 +23,33 @@ struct End {
   uint64_t addr = 0;  // the pointer as a number
   bool on_device() const { return c.kind == Classified::Device; }
   bool host_direct() const { return c.kind == Classified::Pinned; }
-  Location location() const {
-    if (c.kind == Classified::Device) return {MemSpace::Device, 0, 0, addr};
-    return {MemSpace::Pinned, 0, c.pinned_id, addr - c.base};
+  // `offset` bytes past the pointer (a later slice).
+  Location location(uint64_t offset = 0) const {
+    if (c.kind == Classified::Device) return {MemSpace::Device, 0, 0, addr + offset};
+    return {MemSpace::Pinned, 0, c.pinned_id, addr - c.base + offset};
   }
 };
 
-// The extent of a 2-D region: the last row ends at pitch*(height-1)+width.
-uint64_t extent(uint64_t pitch, uint64_t width, uint64_t height) { return pitch * (height - 1) + width; }
+// The bytes a region spans from its first one: its last row ends at
+// slice*(depth-1) + pitch*(height-1) + width.  UINT64_MAX when that overflows.
+uint64_t span(Pitches p, Extent3 e) {
+  uint64_t slices = 0, rows = 0, total = 0;
+  if (__builtin_mul_overflow(uint64_t{p.slice}, uint64_t{e.depth - 1}, &slices) ||
+      __builtin_mul_overflow(uint64_t{p.pitch}, uint64_t{e.height - 1}, &rows) ||
+      __builtin_add_overflow(slices, rows, &total) || __builtin_add_overflow(total, uint64_t{e.width}, &total))
+    return UINT64_MAX;
+  return total;
+}
+
+// Slices that follow each other without a gap, on every side, are more rows of one 2-D
+// region: one command instead of one per slice.
+void fold_slices(Extent3& e, std::initializer_list<Pitches> sides) {
+  if (e.depth <= 1) return;
+  for (const Pitches& p : sides)
+    if (p.slice != p.pitch * e.height) return;
+  e.height *= e.depth;
+  e.depth = 1;
+}
 
 bool inside(const End& e, uint64_t bytes) {
   if (e.c.kind == Classified::Host) return true;
@@ -47,20 +68,19 @@ struct Chunk {
 
 void advance(Location& l, uint64_t by) { l.address += by; }
 
-// Splits a 2-D region into chunks that each fit one staging slot.
-std::vector<Chunk> make_chunks(std::byte* host, uint64_t hpitch, Location dev, uint64_t dpitch, uint64_t width,
-                               uint64_t height, uint64_t slot) {
-  std::vector<Chunk> out;
+// Splits a 2-D region into chunks that each fit one staging slot, appended to `out`.
+void add_chunks(std::vector<Chunk>& out, std::byte* host, uint64_t hpitch, Location dev, uint64_t dpitch,
+                uint64_t width, uint64_t height, uint64_t slot) {
   if (width <= slot) {
     // A contiguous 1-D copy is one long row: cut it into slot-sized rows.
     if (height == 1 && width > 0) {
       for (uint64_t off = 0; off < width; off += slot) {
         Location d = dev;
         advance(d, off);
-        out.push_back({host + off, 0, d, 0, std::min(slot, width - off), 1});
+        const uint64_t w = std::min(slot, width - off);
+        out.push_back({host + off, w, d, w, w, 1});
       }
-      for (auto& c : out) c.host_pitch = c.dev_pitch = c.width;
-      return out;
+      return;
     }
     const uint64_t per = std::max<uint64_t>(1, slot / width);
     for (uint64_t r = 0; r < height; r += per) {
@@ -68,7 +88,7 @@ std::vector<Chunk> make_chunks(std::byte* host, uint64_t hpitch, Location dev, u
       advance(d, r * dpitch);
       out.push_back({host + r * hpitch, hpitch, d, dpitch, width, std::min(per, height - r)});
     }
-    return out;
+    return;
   }
   // Rows wider than a slot: each row in slot-sized pieces.
   for (uint64_t r = 0; r < height; ++r) {
@@ -79,7 +99,6 @@ std::vector<Chunk> make_chunks(std::byte* host, uint64_t hpitch, Location dev, u
       out.push_back({host + r * hpitch + off, w, d, w, w, 1});
     }
   }
-  return out;
 }
 
 CopyCmd staged_cmd(const Chunk& c, int slot, bool to_device) {
@@ -194,16 +213,17 @@ End resolve(Runtime& rt, const void* p, bool device_expected, bool host_expected
 
 }  // namespace
 
-cudaError_t copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
-                    cudaMemcpyKind kind, cudaStream_t stream, bool async, bool per_thread) noexcept {
+cudaError_t copy_3d(void* dst, Pitches dp, const void* src, Pitches sp, Extent3 e, cudaMemcpyKind kind,
+                    cudaStream_t stream, bool async, bool per_thread) noexcept {
   try {
     if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return cudaErrorInvalidMemcpyDirection;
-    if (height > 1 && (dpitch < width || spitch < width)) return cudaErrorInvalidPitchValue;
-    if (width == 0 || height == 0) return cudaSuccess;
-    if (height == 1) dpitch = spitch = width;
+    if (e.height > 1 && (dp.pitch < e.width || sp.pitch < e.width)) return cudaErrorInvalidPitchValue;
+    if (e.width == 0 || e.height == 0 || e.depth == 0) return cudaSuccess;
+    fold_slices(e, {dp, sp});
+    if (e.height == 1) dp.pitch = sp.pitch = e.width;
     if (dst == nullptr || src == nullptr) return cudaErrorInvalidValue;
     StreamRef s;
-    if (cudaError_t e = resolve_stream(stream, per_thread, s); e != cudaSuccess) return e;
+    if (cudaError_t err = resolve_stream(stream, per_thread, s); err != cudaSuccess) return err;
     Runtime& rt = Runtime::get();
 
     const bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
@@ -212,52 +232,67 @@ cudaError_t copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, si
     End d = resolve(rt, dst, dst_dev, explicit_kind && !dst_dev);
     End sr = resolve(rt, src, src_dev, explicit_kind && !src_dev);
     if ((dst_dev && !d.on_device()) || (src_dev && !sr.on_device())) return cudaErrorInvalidValue;
-    if (!inside(d, extent(dpitch, width, height)) || !inside(sr, extent(spitch, width, height)))
-      return cudaErrorInvalidValue;
+    if (!inside(d, span(dp, e)) || !inside(sr, span(sp, e))) return cudaErrorInvalidValue;
 
+    auto* dst_bytes = static_cast<std::byte*>(dst);
+    auto* src_bytes = static_cast<std::byte*>(const_cast<void*>(src));
     if (!d.on_device() && !sr.on_device()) {
       // Host to host: ordered after earlier work of the stream, then a local memcpy.
       if (Status st = rt.call(Opcode::StreamSynchronize, s.device, s.id, nullptr, 0); st != Status::Success)
         return to_cuda(st);
-      for (size_t r = 0; r < height; ++r)
-        std::memmove(static_cast<std::byte*>(dst) + r * dpitch, static_cast<const std::byte*>(src) + r * spitch,
-                     width);
+      for (size_t z = 0; z < e.depth; ++z)
+        for (size_t r = 0; r < e.height; ++r)
+          std::memmove(dst_bytes + z * dp.slice + r * dp.pitch, src_bytes + z * sp.slice + r * sp.pitch, e.width);
       return cudaSuccess;
     }
     const int device = d.on_device() ? d.c.device : sr.c.device;
     const StreamRef on{s.id, s.id == 0 ? device : s.device};
     if ((d.on_device() || d.host_direct()) && (sr.on_device() || sr.host_direct())) {
-      CopyCmd cmd{d.location(), sr.location(), width, height, dpitch, spitch};
-      return to_cuda(async ? rt.post(Opcode::Copy, on.device, on.id, &cmd, sizeof cmd)
-                           : rt.call(Opcode::Copy, on.device, on.id, &cmd, sizeof cmd));
+      // One command per slice; a synchronous copy waits for the last (the stream runs them in order).
+      for (size_t z = 0; z < e.depth; ++z) {
+        CopyCmd cmd{d.location(z * dp.slice), sr.location(z * sp.slice), e.width, e.height, dp.pitch, sp.pitch};
+        const bool wait = !async && z + 1 == e.depth;
+        const Status st = wait ? rt.call(Opcode::Copy, on.device, on.id, &cmd, sizeof cmd)
+                               : rt.post(Opcode::Copy, on.device, on.id, &cmd, sizeof cmd);
+        if (st != Status::Success) return to_cuda(st);
+      }
+      return cudaSuccess;
     }
     const uint64_t slot = rt.view().header().staging_slot_size;
+    std::vector<Chunk> chunks;
     if (d.on_device()) {
-      auto chunks = make_chunks(static_cast<std::byte*>(const_cast<void*>(src)), spitch, d.location(), dpitch, width,
-                                height, slot);
+      for (size_t z = 0; z < e.depth; ++z)
+        add_chunks(chunks, src_bytes + z * sp.slice, sp.pitch, d.location(z * dp.slice), dp.pitch, e.width, e.height,
+                   slot);
       return staged_h2d(rt, chunks, on, !async);
     }
-    auto chunks = make_chunks(static_cast<std::byte*>(dst), dpitch, sr.location(), spitch, width, height, slot);
+    for (size_t z = 0; z < e.depth; ++z)
+      add_chunks(chunks, dst_bytes + z * dp.slice, dp.pitch, sr.location(z * sp.slice), sp.pitch, e.width, e.height,
+                 slot);
     return staged_d2h(rt, chunks, on);  // pageable D2H is synchronous, async or not (as CUDA)
-  } catch (const std::exception& e) {
-    log_error(fmt::format("funnel: internal error in a copy: {}", e.what()));
+  } catch (const std::exception& ex) {
+    log_error(fmt::format("funnel: internal error in a copy: {}", ex.what()));
     return cudaErrorUnknown;
   }
 }
 
-cudaError_t memset_2d(void* dst, size_t pitch, int value, size_t width, size_t height, cudaStream_t stream,
-                      bool per_thread) noexcept {
-  if (height > 1 && pitch < width) return cudaErrorInvalidPitchValue;
-  if (width == 0 || height == 0) return cudaSuccess;
-  if (height == 1) pitch = width;
+cudaError_t memset_3d(void* dst, Pitches p, int value, Extent3 e, cudaStream_t stream, bool per_thread) noexcept {
+  if (e.height > 1 && p.pitch < e.width) return cudaErrorInvalidPitchValue;
+  if (e.width == 0 || e.height == 0 || e.depth == 0) return cudaSuccess;
+  fold_slices(e, {p});
+  if (e.height == 1) p.pitch = e.width;
   StreamRef s;
-  if (cudaError_t e = resolve_stream(stream, per_thread, s); e != cudaSuccess) return e;
+  if (cudaError_t err = resolve_stream(stream, per_thread, s); err != cudaSuccess) return err;
   Runtime& rt = Runtime::get();
   const auto addr = reinterpret_cast<uint64_t>(dst);
-  const auto alloc = rt.device_range(addr, extent(pitch, width, height));
+  const auto alloc = rt.device_range(addr, span(p, e));
   if (!alloc) return cudaErrorInvalidValue;
-  ipc::MemsetCmd cmd{addr, pitch, width, height, static_cast<uint32_t>(value) & 0xffu, 0};
-  return to_cuda(rt.post(Opcode::Memset, s.id == 0 ? alloc->device : s.device, s.id, &cmd, sizeof cmd));
+  for (size_t z = 0; z < e.depth; ++z) {
+    ipc::MemsetCmd cmd{addr + z * p.slice, p.pitch, e.width, e.height, static_cast<uint32_t>(value) & 0xffu, 0};
+    const Status st = rt.post(Opcode::Memset, s.id == 0 ? alloc->device : s.device, s.id, &cmd, sizeof cmd);
+    if (st != Status::Success) return to_cuda(st);
+  }
+  return cudaSuccess;
 }
 
 }  // namespace funnel::client

@@ -1,6 +1,6 @@
 // Copies and memsets: classify both pointers by the client's own maps, then pick
-// the path: device/pinned <-> device/pinned as one Copy command (direct DMA on the
-// server), pageable host <-> device through the staging slots in pipelined chunks,
+// the path: device/pinned <-> device/pinned as one Copy command per slice (direct DMA on
+// the server), pageable host <-> device through the staging slots in pipelined chunks,
 // host <-> host as a local memcpy.
 #pragma once
 #include <cuda_runtime_api.h>
@@ -9,12 +9,35 @@
 
 namespace funnel::client {
 
-// A 2-D copy (a 1-D copy is height 1, pitches = width).  `async`: cudaMemcpy*Async
-// semantics; `per_thread`: called through a _ptds/_ptsz entry point.
-cudaError_t copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
-                    cudaMemcpyKind kind, cudaStream_t stream, bool async, bool per_thread) noexcept;
+// The layout of a 3-D region in memory: rows `pitch` bytes apart, slices `slice` bytes
+// apart (unused when there is one slice).
+struct Pitches {
+  size_t pitch;
+  size_t slice;
+};
+// A region's size: `depth` slices of `height` rows of `width` bytes.
+struct Extent3 {
+  size_t width;
+  size_t height;
+  size_t depth;
+};
 
-cudaError_t memset_2d(void* dst, size_t pitch, int value, size_t width, size_t height, cudaStream_t stream,
-                      bool per_thread) noexcept;
+// A 3-D copy (a 2-D copy is depth 1; a 1-D copy also height 1, pitches = width).
+// `async`: cudaMemcpy*Async semantics; `per_thread`: called through a _ptds/_ptsz entry
+// point.  Every slice is checked before anything is sent.
+cudaError_t copy_3d(void* dst, Pitches dp, const void* src, Pitches sp, Extent3 extent, cudaMemcpyKind kind,
+                    cudaStream_t stream, bool async, bool per_thread) noexcept;
+
+inline cudaError_t copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                           cudaMemcpyKind kind, cudaStream_t stream, bool async, bool per_thread) noexcept {
+  return copy_3d(dst, {dpitch, 0}, src, {spitch, 0}, {width, height, 1}, kind, stream, async, per_thread);
+}
+
+cudaError_t memset_3d(void* dst, Pitches p, int value, Extent3 extent, cudaStream_t stream, bool per_thread) noexcept;
+
+inline cudaError_t memset_2d(void* dst, size_t pitch, int value, size_t width, size_t height, cudaStream_t stream,
+                             bool per_thread) noexcept {
+  return memset_3d(dst, {pitch, 0}, value, {width, height, 1}, stream, per_thread);
+}
 
 }  // namespace funnel::client

@@ -1,20 +1,27 @@
-// The client of tests/client/fault_restart.sh: one process per role, on one device.
-//   fault_restart fault DEVICE       launches fault_here (FUNNEL_SIM_FAULT_KERNEL faults
-//                                    the device with it); prints what synchronising says
+// The client of tests/client/fault_restart.sh: one process per role, on one device, for
+// the sim backend and a GPU alike.
+//   fault_restart fault DEVICE       launches fault_here (a store to an illegal address on
+//                                    a GPU; FUNNEL_SIM_FAULT_KERNEL names it for the sim);
+//                                    prints what synchronising says
 //   fault_restart work DEVICE FILE   copies round trips (and launches work_here) until
 //                                    FILE exists; prints "ready" after the first one
 //   fault_restart once DEVICE        one round trip and a launch
 // Every round trip is checked; a failure prints FAIL and exits 1.
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "check.h"
 
-__global__ void fault_here() {}
-__global__ void work_here(unsigned char* p) { p[threadIdx.x] += 1; }
+__global__ void fault_here() { *reinterpret_cast<volatile int*>(uintptr_t{8}) = 1; }
+// Stores what it loads: the bytes stay as copied on a GPU and on the sim (which runs no code).
+__global__ void work_here(unsigned char* p) {
+  volatile unsigned char* q = p;
+  q[threadIdx.x] = q[threadIdx.x];
+}
 
 namespace {
 
@@ -25,7 +32,6 @@ bool round_trip(void* d, size_t n, unsigned seed) {
   work_here<<<1, 32>>>(static_cast<unsigned char*>(d));
   CHECK(cudaGetLastError());
   CHECK(cudaMemcpy(out.data(), d, n, cudaMemcpyDeviceToHost));
-  // The sim backend runs no kernel code: its "kernel" leaves the bytes as they were.
   return std::memcmp(in.data(), out.data(), n) == 0;
 }
 

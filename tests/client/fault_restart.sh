@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # fault_restart.sh SCENARIO BIN_DIR PROGRAM [PRELOAD]
 # A GPU fault recovered by restarting funnel-server (doc/design/faults.md), with real
-# processes: a daemonized sim server with 2 devices whose fault kernel is PROGRAM's
-# fault_here (tests/client/fault_restart.cu).
+# processes: a daemonized server with 2 devices whose fault kernel is PROGRAM's fault_here
+# (tests/client/fault_restart.cu): the sim's (2 sim devices, FUNNEL_SIM_FAULT_KERNEL), or
+# with FAULT_TEST_BACKEND=cuda on a machine with 2 GPUs (1 for exec-fails), a real fault.
 #   restart     A faults device 0 and gets the error; B keeps working on device 1
 #               throughout; C, started while the restart is due, waits, then runs on
 #               device 0 after B left and the server re-executed itself (same pid)
@@ -11,9 +12,11 @@
 set -u
 scenario=$1 bin=$2 prog=$3 preload=${4:-}
 dir=$(mktemp -d /tmp/funnel-test.XXXXXX)
-export FUNNEL_RUN_DIR=$dir/run FUNNEL_BACKEND=sim FUNNEL_LOG_DIR=$dir/log FUNNEL_ATTACH_TIMEOUT_MS=30000
+export FUNNEL_RUN_DIR=$dir/run FUNNEL_LOG_DIR=$dir/log FUNNEL_ATTACH_TIMEOUT_MS=30000
 [ -n "$preload" ] && export LD_PRELOAD=$preload ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
 fault_kernel=_Z10fault_herev
+backend=${FAULT_TEST_BACKEND:-sim}
+export FUNNEL_BACKEND=$backend
 cleanup() { timeout 5 "$bin/funnelctl" shutdown >/dev/null 2>&1; rm -rf "$dir"; }
 trap cleanup EXIT
 fail() {
@@ -32,9 +35,9 @@ in_log() { log | grep -q -- "$1"; }
 case $scenario in
 restart)
   # Daemonized, as funnel-run starts it; the restarted image must keep the pid.
-  "$bin/funnel-server" --run-dir "$FUNNEL_RUN_DIR" --backend sim --sim-devices 2 --sim-fault-kernel $fault_kernel \
+  "$bin/funnel-server" --run-dir "$FUNNEL_RUN_DIR" --backend "$backend" --sim-devices 2 --sim-fault-kernel $fault_kernel \
     --idle-exit-ms 30000 --log-dir "$FUNNEL_LOG_DIR" || fail "the server did not start"
-  wait_for 10 test -S "$FUNNEL_RUN_DIR/server.sock" || fail "no socket"
+  wait_for 30 test -S "$FUNNEL_RUN_DIR/server.sock" || fail "no socket"
   pid=$(server_pids)
   [ "$(echo "$pid" | wc -w)" -eq 1 ] || fail "expected one server, found '$pid'"
 
@@ -76,10 +79,10 @@ exec-fails)
   # A copy of the binary whose x bit goes once it runs: execv of /proc/self/exe fails.
   mkdir "$dir/bin"
   cp "$bin/funnel-server" "$dir/bin/funnel-server"
-  "$dir/bin/funnel-server" --run-dir "$FUNNEL_RUN_DIR" --backend sim --sim-fault-kernel $fault_kernel \
+  "$dir/bin/funnel-server" --run-dir "$FUNNEL_RUN_DIR" --backend "$backend" --sim-fault-kernel $fault_kernel \
     --idle-exit-ms 30000 --log-dir "$FUNNEL_LOG_DIR" --foreground 2> "$dir/server.err" &
   server=$!
-  wait_for 10 test -S "$FUNNEL_RUN_DIR/server.sock" || fail "no socket"
+  wait_for 30 test -S "$FUNNEL_RUN_DIR/server.sock" || fail "no socket"
   chmod a-x "$dir/bin/funnel-server"
   timeout 30 "$bin/funnel-run" "$prog" fault 0 > "$dir/a.out" 2> "$dir/a.err" || fail "A rc=$?"
   grep -q "synchronize: cudaErrorIllegalAddress" "$dir/a.out" || fail "A did not get the fault"

@@ -64,8 +64,10 @@ inline nlohmann::json stats(const std::filesystem::path& run_dir) {
   return s.empty() ? nlohmann::json{} : nlohmann::json::parse(s);
 }
 
+// 20 s by default: it returns as soon as pred() holds, and a sanitizer build on a loaded
+// 2-core machine needed more than 5 s to notice a killed client or to stop.
 template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit = std::chrono::seconds(5)) {
+bool eventually(Pred pred, std::chrono::milliseconds limit = std::chrono::seconds(20)) {
   const auto end = std::chrono::steady_clock::now() + limit;
   while (std::chrono::steady_clock::now() < end) {
     if (pred()) return true;

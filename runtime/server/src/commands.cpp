@@ -296,8 +296,8 @@ Status Worker::copy(const ipc::CommandHeader& h, const ipc::CopyCmd& c) {
     return st;
   }
   const uint64_t bytes = c.width * c.height;
-  if (dst_dev && !src_dev) add(counters_.bytes_h2d, bytes);
-  if (src_dev && !dst_dev) add(counters_.bytes_d2h, bytes);
+  if (dst_dev && !src_dev) bump(counters_.bytes_h2d, bytes);
+  if (src_dev && !dst_dev) bump(counters_.bytes_d2h, bytes);
   const bool staging = c.src.space == ipc::MemSpace::Staging || c.dst.space == ipc::MemSpace::Staging;
   if (!staging) {
     // A synchronous copy from pinned memory: nothing to hand back afterwards.

@@ -41,6 +41,11 @@ struct ServerTotals {
 
 inline void add(std::atomic<uint64_t>& c, uint64_t v) noexcept { c.fetch_add(v, std::memory_order_relaxed); }
 inline void sub(std::atomic<uint64_t>& c, uint64_t v) noexcept { c.fetch_sub(v, std::memory_order_relaxed); }
+// For the ClientCounters every command bumps: the session's worker is their only writer,
+// so a load and a store keep them exact without a locked read-modify-write per command.
+inline void bump(std::atomic<uint64_t>& c, uint64_t v) noexcept {
+  c.store(c.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
+}
 
 struct SessionShared {
   uint32_t id = 0;

@@ -108,7 +108,7 @@ void Worker::serve() {
         ipc::CommandHeader h;
         std::memcpy(&h, record_.data(), sizeof h);
         execute(h, record_.data() + sizeof h);
-        add(counters_.commands, 1);
+        bump(counters_.commands, 1);
         idle_since = Clock::now();
         continue;
       }

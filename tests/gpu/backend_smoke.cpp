@@ -414,57 +414,12 @@ int main(int argc, char** argv) {
     ++failures;
   }
 
-  // reset_device (a device fault's recovery): everything of device 0 goes first, as the
-  // server guarantees; a module loaded before must still work after (CUlibrary is
-  // context-independent), and so must the host registrations (A, B) made before.
+  // A device fault is recovered by restarting the server (doc/design/faults.md): the driver
+  // keeps a sticky fault for the whole process (tests/gpu/recovery_probe.cpp), so this
+  // backend must never claim an in-process reset.
+  EXPECT(!b->resets_in_process());
   EXPECT_OK(b->mem_free(0, d1));
   EXPECT_OK(b->mem_free(0, d2));
-  s.reset();
-  s2.reset();
-  e.reset();
-  t0.reset();
-  t1.reset();
-  std::unique_ptr<BackendModule> kept;
-  std::vector<char> image;
-  if (fatbin_path != nullptr) {
-    std::ifstream in(fatbin_path, std::ios::binary);
-    image.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    EXPECT_OK(b->module_load(std::as_bytes(std::span(image.data(), image.size())), kept));
-  }
-  EXPECT_OK(b->reset_device(0));
-  {
-    EXPECT_OK(b->create_stream(0, 0, s));
-    EXPECT_OK(b->create_event(0, false, e));
-    const size_t rn = size_t{1} << 20;
-    DeviceAddress rd = 0;
-    EXPECT_OK(b->mem_alloc(0, rn, rd));
-    for (size_t i = 0; i < rn; ++i) A[i] = static_cast<uint8_t>(i * 13 + 1);
-    std::memset(B, 0, rn);
-    EXPECT_OK(b->copy(*s, CopyDesc{{true, rd}, {false, reinterpret_cast<uint64_t>(A)}, rn, 1, rn, rn}));
-    EXPECT_OK(b->copy(*s, CopyDesc{{false, reinterpret_cast<uint64_t>(B)}, {true, rd}, rn, 1, rn, rn}));
-    EXPECT_OK(b->record(*e, *s));
-    EXPECT_OK(b->synchronize(*s));
-    EXPECT_OK(b->query(*e));
-    EXPECT(std::memcmp(A, B, rn) == 0);
-    EXPECT_OK(b->mem_free(0, rd));
-    std::printf("reset_device(0): a new stream, allocation and copy work\n");
-    if (kept) {
-      const auto bytes = std::as_bytes(std::span(image.data(), image.size()));
-      for (const auto& k : funnel::fatbin::kernels_of_fatbin(bytes).kernels) {
-        if (k.sm_arch != 90) continue;
-        std::unique_ptr<BackendKernel> bk;
-        std::vector<ParamLayout> layout;
-        uint32_t param_bytes = 0;
-        EXPECT_OK(b->kernel_get(*kept, k.name, bk, layout, param_bytes));
-        funnel::ipc::FuncAttributes fa{};
-        if (bk) EXPECT_OK(b->func_attributes(*bk, 0, fa));
-        std::printf("reset_device(0): kernel %s of a module loaded before the reset: %u registers\n",
-                    k.name.c_str(), fa.num_regs);
-        break;
-      }
-      kernels(*b, *s, fatbin_path, A);  // and everything of the kernel part again, in the new context
-    }
-  }
 
   EXPECT_OK(b->host_unregister(A));
   EXPECT_OK(b->host_unregister(B));

@@ -121,9 +121,11 @@ cudaError_t check_kernel(Kernel& k, const LaunchSpec& l, int device, const ipc::
 }
 
 // The registered kernel behind `func`, ready on `device` (module loaded, layout known).
+// A pointer that is no registered kernel is an invalid handle in CUDA 13 (kernels are
+// cudaKernel_t handles): cudaErrorInvalidResourceHandle, as the H100 answers natively.
 cudaError_t ready_kernel(const void* func, int device, Kernel*& out) {
   Kernel* k = func != nullptr ? find_kernel(func) : nullptr;
-  if (k == nullptr) return cudaErrorInvalidDeviceFunction;
+  if (k == nullptr) return cudaErrorInvalidResourceHandle;
   Runtime& rt = Runtime::get();
   if (cudaError_t e = to_cuda(rt.ready()); e != cudaSuccess) return e;
   if (cudaError_t e = to_cuda(kernel_ready(*k, rt, device)); e != cudaSuccess) return e;
@@ -133,7 +135,7 @@ cudaError_t ready_kernel(const void* func, int device, Kernel*& out) {
 
 cudaError_t launch(const void* func, const LaunchSpec& l, void** args) {
   Kernel* k = func != nullptr ? find_kernel(func) : nullptr;
-  if (k == nullptr) return cudaErrorInvalidDeviceFunction;
+  if (k == nullptr) return cudaErrorInvalidResourceHandle;  // as ready_kernel
   StreamRef s;
   if (cudaError_t e = resolve_stream(l.stream, l.per_thread, s); e != cudaSuccess) return e;
   Runtime& rt = Runtime::get();

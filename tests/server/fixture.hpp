@@ -98,21 +98,12 @@ class ServerTest : public ::testing::Test {
   }
 
   void start_server(server::ServerOptions o, int devices = 2, uint64_t memory = uint64_t{1} << 30) {
-    start_server(std::move(o), sim_backend(devices, memory));
-  }
-  void start_server() { start_server(options()); }
-
-  std::unique_ptr<server::Backend> sim_backend(int devices = 2, uint64_t memory = uint64_t{1} << 30) const {
     server::SimOptions so;
     so.devices = devices;
     so.memory_bytes = memory;
     so.launch_log = launch_log_;
     so.fault_kernel = fault_kernel_;
-    return server::make_sim_backend(so);
-  }
-
-  // A server on `backend` (a sim, or a test's wrapper around one).
-  void start_server(server::ServerOptions o, std::unique_ptr<server::Backend> backend) {
+    auto backend = server::make_sim_backend(so);
     backend_ = backend.get();
     server_ = std::make_unique<server::Server>(std::move(o), std::move(backend));
     server_->start();
@@ -125,6 +116,7 @@ class ServerTest : public ::testing::Test {
       finished_ = true;
     });
   }
+  void start_server() { start_server(options()); }
 
   void stop_server() {
     if (server_) server_->request_stop();

@@ -79,21 +79,22 @@ Status Worker::resolve_location(const ipc::Location& l, uint64_t pitch, uint64_t
   return Status::InvalidValue;
 }
 
-Status Worker::completion_event(BackendStream& s, std::shared_ptr<BackendEvent>& out) {
-  std::unique_ptr<BackendEvent> e;
-  Status st = backend_.create_event(s.device(), false, e);
-  if (st == Status::Success) st = backend_.record(*e, s);
-  if (st == Status::Success) out = std::move(e);
-  return st;
-}
-
 void Worker::when_complete(StreamEntry& s, uint32_t slot, uint64_t seq, std::function<Status(Status)> done) {
   Pending p;
   p.slot = slot;
   p.seq = seq;
   p.done = std::move(done);
-  p.idle.push_back(s.stream);
-  s.idle_waited = true;
+  std::unique_ptr<BackendEvent> e;
+  Status st = backend_.create_event(s.device, false, e);
+  if (st == Status::Success) st = backend_.record(*e, *s.stream);
+  if (st != Status::Success) {
+    // Without an event, completion cannot be observed: answer with the error now.
+    const Status r = p.done ? p.done(st) : st;
+    if (slot != ipc::kNoReply) reply(slot, seq, r);
+    observe(s.device, st);  // last: a device fault releases the stream
+    return;
+  }
+  p.events.push_back(std::move(e));
   pending_.push_back(std::move(p));
 }
 
@@ -112,20 +113,19 @@ void Worker::when_drained(int device, uint32_t slot, uint64_t seq, std::function
       fault = q;
       break;
     }
-    if (device >= 0) {
-      p.idle.push_back(s->stream);
-      s->idle_waited = true;
-      continue;
-    }
-    // Across devices, events (see Pending).
-    std::shared_ptr<BackendEvent> e;
-    if (streams_.before_enqueue(*s) != Status::Success || completion_event(*s->stream, e) != Status::Success)
+    std::unique_ptr<BackendEvent> e;
+    if (backend_.create_event(s->device, false, e) != Status::Success || backend_.record(*e, *s->stream) != Status::Success)
       continue;  // cannot observe this stream; it is drained at teardown at the latest
     p.events.push_back(std::move(e));
   }
-  if (fault_device >= 0 || (p.events.empty() && p.idle.empty())) {
-    // A wait noted on a stream above stays noted there; the gate finds nothing for it.
-    finish(p, fault);
+  if (fault_device >= 0 || p.events.empty()) {
+    const Status r = p.done ? p.done(fault) : fault;
+    if (slot != ipc::kNoReply) reply(slot, seq, r);
+    else if (r != Status::Success) {
+      ipc::CommandHeader h{};
+      h.reply_slot = ipc::kNoReply;
+      fail(h, r);
+    }
     if (fault_device >= 0) observe(fault_device, fault);
     return;
   }
@@ -299,11 +299,7 @@ Status Worker::copy(const ipc::CommandHeader& h, const ipc::CopyCmd& c) {
   if (dst_dev && !src_dev) bump(counters_.bytes_h2d, bytes);
   if (src_dev && !dst_dev) bump(counters_.bytes_d2h, bytes);
   const bool staging = c.src.space == ipc::MemSpace::Staging || c.dst.space == ipc::MemSpace::Staging;
-  if (!staging) {
-    // A synchronous copy from pinned memory: nothing to hand back afterwards.
-    if (!one_way(h)) when_complete(*s, h.reply_slot, h.seq, nullptr);
-    return Status::Success;
-  }
+  if (!staging && one_way(h)) return Status::Success;
   when_complete(*s, h.reply_slot, h.seq, [this, c](Status done) {
     release_staging(c);
     return done;
@@ -347,23 +343,14 @@ Status Worker::stream_destroy(const ipc::CommandHeader& h) {
   if (h.stream == 0) return Status::InvalidResourceHandle;
   if (Status st = streams_.destroy(h.stream, gone); st != Status::Success) return st;
   sub(counters_.streams, 1);
-  // The stream object lives until its queued work completed, which an event tells: it
-  // is out of the table, where a device fault would not find a wait on its going idle.
-  std::shared_ptr<BackendEvent> e;
-  if (const Status st = completion_event(*gone, e); st != Status::Success) {
-    // The stream goes now (a backend finishes its work anyway), before a fault's release.
-    const int device = gone->device();
+  StreamEntry tmp;
+  tmp.stream = gone;
+  tmp.device = gone->device();
+  // The stream object lives until its queued work completed.
+  when_complete(tmp, ipc::kNoReply, 0, [gone](Status) mutable {
     gone.reset();
-    observe(device, st);
-  } else {
-    Pending p;
-    p.events.push_back(std::move(e));
-    p.done = [gone](Status) mutable {
-      gone.reset();
-      return Status::Success;
-    };
-    pending_.push_back(std::move(p));
-  }
+    return Status::Success;
+  });
   answer(h);
   return Status::Success;
 }
@@ -538,8 +525,9 @@ Status Worker::device_reset(const ipc::CommandHeader& h) {
   if (!dropped.empty()) {
     Pending p;
     for (auto& s : dropped) {
-      std::shared_ptr<BackendEvent> e;
-      if (completion_event(*s, e) == Status::Success) p.events.push_back(std::move(e));
+      std::unique_ptr<BackendEvent> e;
+      if (backend_.create_event(s->device(), false, e) == Status::Success && backend_.record(*e, *s) == Status::Success)
+        p.events.push_back(std::move(e));
     }
     p.done = [dropped](Status st) mutable {
       dropped.clear();

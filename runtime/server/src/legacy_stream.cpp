@@ -22,9 +22,6 @@ Status StreamTable::destroy(uint64_t id, std::shared_ptr<BackendStream>& out) {
   auto it = streams_.find(id);
   if (it == streams_.end()) return Status::InvalidResourceHandle;
   StreamEntry& s = it->second;
-  // Waits name only streams of the table: they become events now.  A failure has
-  // answered them already; the stream goes regardless.
-  (void)before_enqueue(s);
   if (s.blocking && s.dirty) {
     // The legacy stream must still order after this stream's last work.
     Status st;
@@ -71,11 +68,9 @@ Status StreamTable::ensure_mark(StreamEntry& s) {
 }
 
 Status StreamTable::before_work(StreamEntry& s) {
-  if (Status st = before_enqueue(s); st != Status::Success) return st;
   if (s.legacy) {
     for (auto& [id, b] : streams_) {
       if (b.device != s.device || !b.blocking || !b.dirty) continue;
-      if (Status st = before_enqueue(b); st != Status::Success) return st;
       if (Status st = ensure_mark(b); st != Status::Success) return st;
       if (Status st = backend_.record(*b.mark, *b.stream); st != Status::Success) return st;
       if (Status st = backend_.wait(*s.stream, *b.mark); st != Status::Success) return st;
@@ -92,7 +87,6 @@ Status StreamTable::before_work(StreamEntry& s) {
   StreamEntry& l = it->second;
   if (l.generation == s.legacy_seen) return Status::Success;
   if (l.marked_generation != l.generation) {
-    if (Status st = before_enqueue(l); st != Status::Success) return st;
     if (Status st = ensure_mark(l); st != Status::Success) return st;
     if (Status st = backend_.record(*l.mark, *l.stream); st != Status::Success) return st;
     l.marked_generation = l.generation;
@@ -122,7 +116,6 @@ std::vector<std::shared_ptr<BackendStream>> StreamTable::drop_device(int device)
   std::vector<std::shared_ptr<BackendStream>> out;
   for (auto it = streams_.begin(); it != streams_.end();) {
     if (it->second.device == device) {
-      (void)before_enqueue(it->second);  // as in destroy
       out.push_back(std::move(it->second.stream));
       it = streams_.erase(it);
     } else {
@@ -140,11 +133,6 @@ bool StreamTable::has_device(int device) const noexcept {
 }
 
 size_t StreamTable::release_device(int device) {
-  for (StreamEntry* s : on_device(device))
-    if (s->idle_waited) {
-      s->idle_waited = false;
-      lazy_.abandon(*s);
-    }
   const size_t n = std::erase_if(streams_, [&](const auto& e) { return e.second.device == device; });
   legacy_.erase(device);
   return n;

@@ -5,11 +5,6 @@
 //     work since the legacy stream last waited for it;
 //   - before work on a blocking stream, it waits for the legacy stream's work so far.
 // Events are recorded only when someone has to wait, not after every command.
-//
-// Every enqueue on a stream of the table passes StreamTable::before_enqueue first (the
-// commands through before_work): that is where a lazy completion (a wait that the
-// stream going idle answers, doc/design/channel.md) gets its event before more work
-// would delay the idle.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -25,7 +20,6 @@ struct StreamEntry {
   int device = 0;
   bool legacy = false;
   bool blocking = true;
-  bool idle_waited = false;    // a wait may be answered by this stream going idle (LazyCompletions)
   std::shared_ptr<BackendEvent> mark;  // re-recorded when another stream must wait for this one
   bool dirty = false;          // blocking: work the legacy stream has not waited for yet
   uint64_t legacy_seen = 0;    // blocking: the legacy generation it has waited for
@@ -34,25 +28,9 @@ struct StreamEntry {
   std::vector<std::shared_ptr<BackendEvent>> orphans;  // legacy: last work of destroyed blocking streams
 };
 
-// The owner of the waits that a stream going idle answers (the worker).  A wait names
-// only streams of the table and of one device, so that a device fault, which releases
-// the table's streams of that device, ends it (abandon).
-class LazyCompletions {
- public:
-  // More work is about to be enqueued on s: the waits on its going idle get an event
-  // recorded now (it completes exactly when the waited work did).  Where that fails,
-  // they are answered with the error, which is returned.  Either way none is left on s.
-  virtual Status materialize(StreamEntry& s) = 0;
-  // s is released after a device fault: its waits are answered with the fault now.
-  virtual void abandon(StreamEntry& s) = 0;
-
- protected:
-  ~LazyCompletions() = default;
-};
-
 class StreamTable {
  public:
-  StreamTable(Backend& b, LazyCompletions& lazy) : backend_(b), lazy_(lazy) {}
+  explicit StreamTable(Backend& b) : backend_(b) {}
 
   Status create(uint64_t id, int device, uint32_t flags, int priority);
   // Removes a client stream; its pending work still completes.  The caller keeps
@@ -61,21 +39,13 @@ class StreamTable {
   // id 0 is the legacy stream of `device` (created on first use).
   StreamEntry* find(uint64_t id, int device, Status& st);
 
-  // The one gate before anything is enqueued on s (work, event records, waits).
-  Status before_enqueue(StreamEntry& s) {
-    if (!s.idle_waited) return Status::Success;
-    s.idle_waited = false;
-    return lazy_.materialize(s);
-  }
-  // Before a command's work on s: the gate, then the legacy-stream ordering.
   Status before_work(StreamEntry& s);
   void after_work(StreamEntry& s) noexcept;
 
   // Every stream of `device` (-1: all), the legacy ones included.
   std::vector<StreamEntry*> on_device(int device);
   bool has_device(int device) const noexcept;
-  // Drops the client streams of `device` (DeviceReset); returns them for deferred
-  // destruction (their waits turned into events first).
+  // Drops the client streams of `device` (DeviceReset); returns them for deferred destruction.
   std::vector<std::shared_ptr<BackendStream>> drop_device(int device);
   // Destroys every stream of `device`, the legacy one included, with their marks (a
   // device fault: the work is lost anyway).  Returns how many client streams went.
@@ -88,7 +58,6 @@ class StreamTable {
   StreamEntry* legacy(int device, Status& st);
 
   Backend& backend_;
-  LazyCompletions& lazy_;
   std::map<uint64_t, StreamEntry> streams_;
   std::map<int, StreamEntry> legacy_;
 };

@@ -70,15 +70,8 @@ struct SessionShared {
 };
 
 // Work whose completion someone waits for: a reply, a staging slot, a deferred free.
-// It completes once every event completed and every stream in `idle` is idle.  A
-// stream is there only while the waited work is the last thing enqueued on it (lazy
-// completion, doc/design/channel.md): before more work goes there, the worker swaps it
-// for an event (Worker::materialize).  Events and idle streams lie on one device,
-// except when_drained(-1)'s, which are events only (a device fault answers a wait
-// whose events of that device are gone, device_fault.cpp).
 struct Pending {
   std::vector<std::shared_ptr<BackendEvent>> events;
-  std::vector<std::shared_ptr<BackendStream>> idle;
   uint32_t slot = ipc::kNoReply;
   uint64_t seq = 0;
   std::array<uint64_t, 5> values{};
@@ -134,7 +127,7 @@ struct HostFuncWait {
   uint32_t generation;
 };
 
-class Worker final : private LazyCompletions {
+class Worker {
  public:
   Worker(SessionShared& shared, const ipc::ChannelView& view);
   ~Worker();
@@ -154,13 +147,6 @@ class Worker final : private LazyCompletions {
   void answer(const ipc::CommandHeader& h, const std::array<uint64_t, 5>& values = {});
   // Answers every completed pending entry; true if any completed.
   bool poll_pending();
-  // Runs p.done and answers p's reply slot (or reports the error of a one-way entry).
-  void finish(Pending& p, Status first);
-  // LazyCompletions: the waits of pending_ on a stream going idle.
-  Status materialize(StreamEntry& s) override;
-  void abandon(StreamEntry& s) override;
-  // Drops s from every wait's idle streams; a wait left with nothing answers with st.
-  void end_idle_waits(const BackendStream& s, Status st);
   void drop_for_protocol_error(const char* why);
 
   // device_fault.cpp: a sticky fault of a device (doc/design/faults.md)
@@ -236,12 +222,7 @@ class Worker final : private LazyCompletions {
   // Runs `done` (and answers h's reply slot) once all of this client's work so far on
   // `device` (-1: every device) completed; at once when its streams are idle.
   void when_drained(int device, uint32_t slot, uint64_t seq, std::function<Status(Status)> done);
-  // Runs `done` (and answers) once everything enqueued on s so far completed: when s is
-  // idle, as long as nothing follows on s (no event is recorded for it until then).
   void when_complete(StreamEntry& s, uint32_t slot, uint64_t seq, std::function<Status(Status)> done);
-  // Records a (pooled) completion event on s: complete once s's work so far is.  Only for
-  // a stream out of the table, or past its gate (StreamTable::before_enqueue).
-  Status completion_event(BackendStream& s, std::shared_ptr<BackendEvent>& out);
   void release_staging(const ipc::CopyCmd& c);
   void free_allocation(uint64_t address, const DeviceAllocation& a);
   void free_pinned(PinnedEntry& p);

@@ -5,7 +5,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <optional>
@@ -61,17 +60,11 @@ std::optional<uint64_t> trailing_bytes(ipc::Opcode op, const std::byte* payload)
   }
 }
 
-// Removes v[i] in O(1); the order of pending entries does not matter.
-void erase_at(std::vector<Pending>& v, size_t i) {
-  if (i + 1 != v.size()) v[i] = std::move(v.back());
-  v.pop_back();
-}
-
 }  // namespace
 
 Worker::Worker(SessionShared& shared, const ipc::ChannelView& view)
     : shared_(shared), backend_(*shared.backend), view_(view), reader_(view), counters_(shared.counters),
-      streams_(*shared.backend, *this), record_(ipc::kMaxRecordSize) {}
+      streams_(*shared.backend), record_(ipc::kMaxRecordSize) {}
 
 Worker::~Worker() = default;
 
@@ -285,87 +278,36 @@ bool Worker::poll_pending() {
     Pending& p = pending_[i];
     Status first = p.forced;
     bool ready = true;
-    // One query result of an event or an idle stream of p: false while not complete.
-    const auto complete = [&](Status s, int device) {
-      if (s == Status::NotReady) return ready = false;
+    for (auto& e : p.events) {
+      const Status s = backend_.query(*e);
+      if (s == Status::NotReady) {
+        ready = false;
+        break;
+      }
       if (ipc::is_sticky(s) && fault_device < 0) {
-        fault_device = device;
+        fault_device = e->device();
         fault = s;
       }
       if (s != Status::Success && first == Status::Success) first = s;
-      return true;
-    };
-    for (auto& e : p.events)
-      if (!complete(backend_.query(*e), e->device())) break;
-    if (ready)
-      for (auto& s : p.idle)
-        if (!complete(backend_.query(*s), s->device())) break;
+    }
     if (!ready) {
       ++i;
       continue;
     }
-    finish(p, first);
-    erase_at(pending_, i);
+    const Status st = p.done ? p.done(first) : first;
+    if (!p.answered && p.slot != ipc::kNoReply) {
+      reply(p.slot, p.seq, st, p.values);
+    } else if (st != Status::Success && p.slot == ipc::kNoReply) {
+      ipc::CommandHeader h{};
+      h.reply_slot = ipc::kNoReply;
+      fail(h, st);
+    }
+    if (i + 1 != pending_.size()) pending_[i] = std::move(pending_.back());
+    pending_.pop_back();
     progressed = true;
   }
   if (fault_device >= 0) observe(fault_device, fault);
   return progressed;
-}
-
-void Worker::finish(Pending& p, Status first) {
-  const Status st = p.done ? p.done(first) : first;
-  if (!p.answered && p.slot != ipc::kNoReply) {
-    reply(p.slot, p.seq, st, p.values);
-  } else if (st != Status::Success && p.slot == ipc::kNoReply) {
-    ipc::CommandHeader h{};
-    h.reply_slot = ipc::kNoReply;
-    fail(h, st);
-  }
-}
-
-// ---- lazy completion ----------------------------------------------------------
-// A wait for a stream's last work is answered by the stream going idle (no event,
-// whose record costs about 0.4 us on the H100), until more work is about to be
-// enqueued there; the table's gate (StreamTable::before_enqueue) then calls these.
-
-Status Worker::materialize(StreamEntry& s) {
-  std::shared_ptr<BackendEvent> e;  // one event serves every wait on s
-  for (Pending& p : pending_) {
-    auto it = std::find(p.idle.begin(), p.idle.end(), s.stream);
-    if (it == p.idle.end()) continue;
-    if (!e) {
-      if (Status st = completion_event(*s.stream, e); st != Status::Success) {
-        // Once more work follows, completion cannot be observed: the waits end now.
-        end_idle_waits(*s.stream, st);
-        return st;
-      }
-    }
-    p.idle.erase(it);
-    p.events.push_back(e);
-  }
-  return Status::Success;
-}
-
-void Worker::abandon(StreamEntry& s) {
-  // Only a device fault releases a stream of the table, and it poisoned this client first.
-  end_idle_waits(*s.stream, poisoned_ != Status::Success ? poisoned_ : Status::Unknown);
-}
-
-void Worker::end_idle_waits(const BackendStream& s, Status st) {
-  for (size_t i = 0; i < pending_.size();) {
-    Pending& p = pending_[i];
-    if (std::erase_if(p.idle, [&](const auto& idle) { return idle.get() == &s; }) == 0) {
-      ++i;
-      continue;
-    }
-    if (p.forced == Status::Success) p.forced = st;
-    if (!p.events.empty() || !p.idle.empty()) {
-      ++i;
-      continue;
-    }
-    finish(p, p.forced);
-    erase_at(pending_, i);
-  }
 }
 
 }  // namespace funnel::server

@@ -220,10 +220,9 @@ int main(int argc, char** argv) {
       so.fault_kernel = sim_fault_kernel;
       backend = funnel::server::make_sim_backend(so);
     } else {
-      // Read by cuInit: one context carries every client's streams, so it gets the most
-      // hardware queues the driver allows (its default, 8, lets 9+ clients' kernels queue
-      // behind each other).  The server's own variable wins over an inherited
-      // CUDA_DEVICE_MAX_CONNECTIONS, which was meant for an application.
+      // Read by cuInit: the hardware queues of the one context that carries every client's
+      // streams (FUNNEL_DEVICE_CONNECTIONS: the trade-off is in config.cpp).  The server's own
+      // variable wins over an inherited CUDA_DEVICE_MAX_CONNECTIONS, meant for an application.
       ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", std::to_string(device_connections).c_str(), 1);
       spdlog::info("CUDA_DEVICE_MAX_CONNECTIONS={}", device_connections);
       backend = funnel::server::make_cuda_backend(devices);

@@ -36,7 +36,7 @@ struct Settings {
   uint64_t staging_slot_bytes = 2u << 20;  // FUNNEL_STAGING_SLOT_KB
   uint32_t max_clients = 256;       // FUNNEL_MAX_CLIENTS
   uint32_t copy_threads = 4;        // FUNNEL_COPY_THREADS
-  uint32_t device_connections = 32; // FUNNEL_DEVICE_CONNECTIONS
+  uint32_t device_connections = 8;  // FUNNEL_DEVICE_CONNECTIONS
   std::filesystem::path sim_launch_log;  // FUNNEL_SIM_LAUNCH_LOG; empty: launches are not logged
   std::string sim_fault_kernel;     // FUNNEL_SIM_FAULT_KERNEL; empty: no fault injection
 

@@ -21,4 +21,13 @@ if [ -f "$expected.stderr" ]; then
     [ "$n" -eq 1 ] || { echo "FAIL: stderr has '$line' $n times, expected once; stderr:"; cat "$dir/err"; exit 1; }
   done < "$expected.stderr"
 fi
+# A normal exit detaches (the client runtime's unload sends Detach): the server's log says
+# so rather than that the client died.
+for _ in $(seq 100); do
+  grep -q "client [0-9]* detached" "$dir"/log/*.log 2>/dev/null && break
+  sleep 0.05
+done
+if ! grep -q "client [0-9]* detached" "$dir"/log/*.log 2>/dev/null || grep -q "client [0-9]* died" "$dir"/log/*.log; then
+  echo "FAIL: the server did not log a clean detach for a normal exit:"; cat "$dir"/log/*.log; exit 1
+fi
 echo PASS

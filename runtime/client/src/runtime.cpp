@@ -67,6 +67,40 @@ void Runtime::forget_after_fork() noexcept {
   dead_.store(true);
 }
 
+void Runtime::detach_at_exit() noexcept {
+  if (!attached_.load(std::memory_order_acquire) || dead_.load()) return;
+  dead_reported_.store(true);  // the hang-up that follows our own Detach is no news
+  // Bounded: a thread that died holding the ring (or a full ring that nobody drains)
+  // must not hold up the exit.
+  const auto give_up_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  std::unique_lock lk(ring_mu_, std::defer_lock);
+  while (!lk.try_lock()) {
+    if (std::chrono::steady_clock::now() >= give_up_at) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const uint32_t size = ipc::record_size_for(0);
+  std::byte* at = writer_.reserve(size, [&] { return gone() || std::chrono::steady_clock::now() >= give_up_at; });
+  if (at != nullptr) {
+    ipc::CommandHeader h{};
+    h.size = size;
+    h.opcode = Opcode::Detach;
+    h.seq = ++next_seq_;
+    h.reply_slot = ipc::kNoReply;
+    std::memcpy(at, &h, sizeof h);
+    writer_.publish();
+  }
+  dead_.store(true);  // the server reads nothing after a Detach
+}
+
+namespace {
+// Runs when the client runtime is unloaded at exit, after the program's static
+// destructors and atexit handlers (it is a dependency of the program), which may still
+// free CUDA memory.
+__attribute__((destructor)) void detach_at_unload() {
+  if (Runtime* r = g_runtime.load(std::memory_order_acquire)) r->detach_at_exit();
+}
+}  // namespace
+
 Status Runtime::ensure() noexcept {
   if (attached_.load(std::memory_order_acquire)) return Status::Success;
   std::lock_guard lk(attach_mu_);

@@ -153,6 +153,10 @@ class Runtime {
   std::optional<DeviceAlloc> device_range(uint64_t addr, uint64_t len) noexcept;
 
   void forget_after_fork() noexcept;  // the child: drop the parent's connection
+  // At process exit (the library's destructor, after the program's own static
+  // destructors): tell the server this client leaves on purpose, so that its log says
+  // "detached", not "died".  Never waits for the server; later calls fail at once.
+  void detach_at_exit() noexcept;
 
  private:
   Status attach_locked() noexcept;

@@ -156,6 +156,8 @@ for mode in $MODES; do
 
     # (d) GPU memory of N idle clients
     export FUNNEL_JOB_ID=kernels-$mode-idle-$n-$$
+    # The baseline must not include a server still idling out from the runs above.
+    for _ in $(seq 150); do pgrep -x funnel-server >/dev/null || break; sleep 0.1; done
     sleep 1
     base=$(gpu_mem_used)
     bar=$(mktemp -d /tmp/funnel-kb.XXXXXX)

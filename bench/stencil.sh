@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# apps/stencil (3-D heat equation, MPI halo exchange with host staging, CUDA kernels) at 1, 2,
+# 4, 8 and 16 ranks on ONE GPU: natively (time-sliced contexts), under NVIDIA MPS (started here
+# with a private pipe/log directory and always stopped) and through funnel-run, in the same job
+# on the same GPU.  Strong scaling: the grid is fixed, so at 16 ranks each rank's kernels are
+# small (see the sizing comment in apps/stencil/stencil.cu); issue 4's target is funnel <= 1.0x
+# MPS at 16 ranks per GPU.
+#   bench/stencil.sh
+# Every run's checksum is compared (by the app, --reference) with a 1-rank native run made
+# first; a run that fails or does not match shows as "no" in the table and the script exits 1.
+# Environment:
+#   BUILD_DIR  build with bin/stencil and bin/funnel-run (default build-gpu, else build)
+#   OUT        logs and results (default $PWD/bench-out/stencil)
+#   MODES      default "native mps funnel"
+#   RANKS      rank counts (default "1 2 4 8 16")
+#   N          global grid is N^3 (default 256)
+#   STEPS      timed steps (default 200); WARMUP untimed steps before them (default 20)
+#   MPIRUN     default mpirun (Open MPI); MPIRUN_ARGS extra arguments for it
+# Writes OUT/results.jsonl (the app's JSON line per run, with "mode" renamed to the run's mode)
+# and OUT/table.txt (printed last).
+set -u -o pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+if [[ -z ${BUILD_DIR:-} ]]; then
+  if [[ -x $ROOT/build-gpu/bin/stencil ]]; then BUILD_DIR=$ROOT/build-gpu; else BUILD_DIR=$ROOT/build; fi
+fi
+OUT_DIR=${OUT:-$PWD/bench-out/stencil}
+MODES=${MODES:-native mps funnel}
+RANKS=${RANKS:-1 2 4 8 16}
+N=${N:-256}
+STEPS=${STEPS:-200}
+WARMUP=${WARMUP:-20}
+MPIRUN=${MPIRUN:-mpirun}
+ST=$BUILD_DIR/bin/stencil
+FR=$BUILD_DIR/bin/funnel-run
+for f in "$ST" "$FR"; do
+  [[ -x $f ]] || { echo "stencil.sh: $f not found: build funnel with MPI found (BUILD_DIR=$BUILD_DIR)" >&2; exit 2; }
+done
+command -v "$MPIRUN" >/dev/null || { echo "stencil.sh: $MPIRUN not found" >&2; exit 2; }
+mkdir -p "$OUT_DIR"
+RESULTS=$OUT_DIR/results.jsonl
+REF=$OUT_DIR/reference.txt
+: >"$RESULTS"
+rm -f "$REF"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+MPS_CONTROL=$(command -v nvidia-cuda-mps-control || true)
+MPS_DIR=""
+
+# Open MPI: oversubscribe the cores (16 ranks may exceed them), do not bind (the GPU, not the
+# cores, is what is shared), and run as root where the bench machine does.
+MPI_ARGS=(--oversubscribe --bind-to none)
+[[ $(id -u) == 0 ]] && MPI_ARGS+=(--allow-run-as-root)
+# shellcheck disable=SC2206  # MPIRUN_ARGS is split on purpose
+MPI_ARGS+=(${MPIRUN_ARGS:-})
+
+mps_start() {
+  MPS_DIR=$(mktemp -d /tmp/funnel-mps.XXXXXX)
+  mkdir -p "$MPS_DIR/pipe" "$MPS_DIR/log"
+  export CUDA_MPS_PIPE_DIRECTORY=$MPS_DIR/pipe CUDA_MPS_LOG_DIRECTORY=$MPS_DIR/log
+  "$MPS_CONTROL" -d
+}
+mps_stop() {
+  [[ -n $MPS_DIR ]] || return 0
+  echo quit | "$MPS_CONTROL" >/dev/null 2>&1
+  for _ in $(seq 50); do pgrep -u "$(id -u)" -f nvidia-cuda-mps-server >/dev/null || break; sleep 0.1; done
+  cp -r "$MPS_DIR/log" "$OUT_DIR/mps-log" 2>/dev/null
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  rm -rf "$MPS_DIR"
+  MPS_DIR=""
+}
+trap mps_stop EXIT
+
+# run_one MODE RANKS LOG: one mpirun of the app (at most 10 minutes); its exit status
+run_one() {
+  local mode=$1 np=$2 log=$3
+  local env_args=(-x LD_LIBRARY_PATH)
+  [[ $mode == mps ]] && env_args+=(-x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY)
+  local wrap=()
+  if [[ $mode == funnel ]]; then
+    export FUNNEL_JOB_ID=stencil-$np-$$
+    env_args+=(-x FUNNEL_JOB_ID)
+    wrap=("$FR" --backend cuda)
+  fi
+  timeout 600 "$MPIRUN" "${MPI_ARGS[@]}" "${env_args[@]}" -np "$np" "${wrap[@]}" "$ST" \
+    --n "$N" --steps "$STEPS" --warmup "$WARMUP" --reference "$REF" >"$log" 2>&1
+}
+
+# The reference: one rank, natively.  Every run below (the native 1-rank one included) is
+# compared with it by the app itself.
+echo "reference: 1 rank native, n=$N, $WARMUP + $STEPS steps"
+if ! run_one native 1 "$OUT_DIR/reference.log" || ! grep -q '"reference":"written"' "$OUT_DIR/reference.log"; then
+  echo "stencil.sh: the 1-rank reference run failed, see $OUT_DIR/reference.log" >&2
+  tail -5 "$OUT_DIR/reference.log" >&2
+  exit 1
+fi
+cat "$REF"
+
+bad=0
+for mode in $MODES; do
+  if [[ $mode == mps ]]; then
+    if [[ -z $MPS_CONTROL ]]; then
+      echo "stencil.sh: nvidia-cuda-mps-control not found: MPS skipped" | tee "$OUT_DIR/mps-skipped.txt"
+      continue
+    fi
+    mps_start || { echo "stencil.sh: MPS did not start: skipped"; continue; }
+  fi
+  mkdir -p "$OUT_DIR/$mode"
+  for np in $RANKS; do
+    log=$OUT_DIR/$mode/np$np.log
+    run_one "$mode" "$np" "$log"
+    rc=$?
+    line=$(grep -m1 '^{"ranks":' "$log")
+    if [[ -n $line ]]; then
+      echo "$line" | sed "s/\"mode\":\"gpu\"/\"mode\":\"$mode\"/; s/}\$/,\"rc\":$rc}/" >>"$RESULTS"
+    else
+      printf '{"ranks":%s,"n":%s,"mode":"%s","ms_per_step":null,"reference":"no result","rc":%s}\n' \
+        "$np" "$N" "$mode" "$rc" >>"$RESULTS"
+    fi
+    ms=$(echo "$line" | grep -o '"ms_per_step":[0-9.]*' | cut -d: -f2)
+    ref=$(echo "$line" | grep -o '"reference":"[^"]*"' | cut -d'"' -f4)
+    echo "$mode ranks=$np: ${ms:-?} ms/step, checksum ${ref:-no result} (rc $rc)"
+    [[ $rc == 0 && $ref == match ]] || bad=1
+  done
+  [[ $mode == mps ]] && mps_stop
+done
+
+python3 - "$RESULTS" <<'PY' | tee "$OUT_DIR/table.txt"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+by = {(r["mode"], r["ranks"]): r for r in rows}
+ranks = sorted({r["ranks"] for r in rows})
+ms = lambda m, n: (by.get((m, n)) or {}).get("ms_per_step")
+ok = lambda m, n: (m, n) not in by or (by[(m, n)].get("reference") == "match" and by[(m, n)].get("rc") == 0)
+f = lambda v: "-" if v is None else f"{v:.4g}"
+print(f'{"ranks":>5} {"native ms/step":>15} {"MPS ms/step":>12} {"funnel ms/step":>15} {"funnel/MPS":>11} {"checksum ok":>12}')
+for n in ranks:
+    nat, mps, fun = ms("native", n), ms("mps", n), ms("funnel", n)
+    ratio = "-" if fun is None or not mps else f"{fun / mps:.3f}"
+    good = all(ok(m, n) for m in ("native", "mps", "funnel"))
+    print(f"{n:>5} {f(nat):>15} {f(mps):>12} {f(fun):>15} {ratio:>11} {'yes' if good else 'no':>12}")
+print("ms/step: the slowest rank's time per step after warm-up; funnel/MPS < 1 is better (issue 4: <= 1.0 at 16)")
+print("checksum ok: every mode's run matched the 1-rank native checksum (relative 1e-10) and exited 0")
+PY
+exit $bad

@@ -42,32 +42,14 @@ REF=$OUT_DIR/reference.txt
 : >"$RESULTS"
 rm -f "$REF"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-MPS_CONTROL=$(command -v nvidia-cuda-mps-control || true)
-MPS_DIR=""
-
+# shellcheck source=bench/mps.sh
+source "$ROOT/bench/mps.sh"
 # Open MPI: oversubscribe the cores (16 ranks may exceed them), do not bind (the GPU, not the
 # cores, is what is shared), and run as root where the bench machine does.
 MPI_ARGS=(--oversubscribe --bind-to none)
 [[ $(id -u) == 0 ]] && MPI_ARGS+=(--allow-run-as-root)
 # shellcheck disable=SC2206  # MPIRUN_ARGS is split on purpose
 MPI_ARGS+=(${MPIRUN_ARGS:-})
-
-mps_start() {
-  MPS_DIR=$(mktemp -d /tmp/funnel-mps.XXXXXX)
-  mkdir -p "$MPS_DIR/pipe" "$MPS_DIR/log"
-  export CUDA_MPS_PIPE_DIRECTORY=$MPS_DIR/pipe CUDA_MPS_LOG_DIRECTORY=$MPS_DIR/log
-  "$MPS_CONTROL" -d
-}
-mps_stop() {
-  [[ -n $MPS_DIR ]] || return 0
-  echo quit | "$MPS_CONTROL" >/dev/null 2>&1
-  for _ in $(seq 50); do pgrep -u "$(id -u)" -f nvidia-cuda-mps-server >/dev/null || break; sleep 0.1; done
-  cp -r "$MPS_DIR/log" "$OUT_DIR/mps-log" 2>/dev/null
-  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-  rm -rf "$MPS_DIR"
-  MPS_DIR=""
-}
-trap mps_stop EXIT
 
 # run_one MODE RANKS LOG: one mpirun of the app (at most 10 minutes); its exit status
 run_one() {

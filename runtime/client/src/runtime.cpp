@@ -92,6 +92,18 @@ void Runtime::detach_at_exit() noexcept {
   dead_.store(true);  // the server reads nothing after a Detach
 }
 
+bool Runtime::detach_and_wait(std::chrono::milliseconds wait) noexcept {
+  if (!attached() || dead_.load()) return true;
+  detach_at_exit();
+  const auto until = std::chrono::steady_clock::now() + wait;
+  for (;;) {
+    pollfd p{sock_.get(), POLLRDHUP, 0};
+    const int rc = ::poll(&p, 1, 50);
+    if (rc > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL)) != 0) return true;
+    if (std::chrono::steady_clock::now() >= until) return false;
+  }
+}
+
 namespace {
 // Runs when the client runtime is unloaded at exit, after the program's static
 // destructors and atexit handlers (it is a dependency of the program), which may still

@@ -157,6 +157,11 @@ class Runtime {
   // destructors): tell the server this client leaves on purpose, so that its log says
   // "detached", not "died".  Never waits for the server; later calls fail at once.
   void detach_at_exit() noexcept;
+  // detach_at_exit(), then waits (at most `wait`) for the server to hang up: by then it
+  // has freed this client's resources and logged the detach (funnel_detach()).  False
+  // when the server did not hang up in time.
+  bool detach_and_wait(std::chrono::milliseconds wait) noexcept;
+  bool attached() const noexcept { return attached_.load(std::memory_order_acquire); }
 
  private:
   Status attach_locked() noexcept;

@@ -13,39 +13,11 @@
 #include <nlohmann/json.hpp>
 
 #include "funnel/common/config.hpp"
-#include "funnel/common/launcher.hpp"
-#include "funnel/ipc/channel_layout.hpp"
-#include "funnel/ipc/protocol.hpp"
+#include "funnel/common/control_client.hpp"
 
 namespace {
 
-// Sends `verb` and returns the server's reply text; throws with the run dir named.
-std::string request(const funnel::Settings& s, const std::string& verb) {
-  auto fd = funnel::connect_server(s);
-  if (!fd)
-    throw std::runtime_error(fmt::format("no funnel-server answers in {} (FUNNEL_RUN_DIR): {}", s.run_dir.string(),
-                                         std::strerror(errno)));
-  funnel::ipc::HelloMsg hello{};
-  hello.magic = funnel::ipc::kSocketMagic;
-  hello.version = funnel::ipc::kProtocolVersion;
-  hello.role = funnel::ipc::Role::Control;
-  hello.pid = static_cast<int32_t>(::getpid());
-  hello.mpi_rank = -1;
-  std::snprintf(hello.command, sizeof hello.command, "funnelctl %s", verb.c_str());
-  funnel::ipc::ControlRequest req{};
-  std::snprintf(req.verb, sizeof req.verb, "%s", verb.c_str());
-  if (!funnel::ipc::send_message(fd.get(), &hello, sizeof hello) ||
-      !funnel::ipc::send_message(fd.get(), &req, sizeof req))
-    throw std::runtime_error(fmt::format("cannot talk to funnel-server in {}: {}", s.run_dir.string(),
-                                         std::strerror(errno)));
-  std::vector<char> buf(funnel::ipc::kMaxControlReply + 1);
-  const ssize_t n = funnel::ipc::recv_message(fd.get(), buf.data(), funnel::ipc::kMaxControlReply,
-                                              std::chrono::milliseconds(10000));
-  if (n <= 0)
-    throw std::runtime_error(fmt::format("funnel-server in {} did not answer '{}': {}", s.run_dir.string(), verb,
-                                         n == 0 ? "it hung up" : std::strerror(errno)));
-  return std::string(buf.data(), static_cast<size_t>(n));
-}
+using funnel::control_request;
 
 void print_table(const std::string& text) {
   const auto j = nlohmann::json::parse(text, nullptr, false);
@@ -112,11 +84,11 @@ int main(int argc, char** argv) {
     if (*config) {
       print_config(s, json);
     } else if (*stats) {
-      const std::string text = request(s, "stats");
+      const std::string text = control_request(s, "stats");
       if (json) std::puts(text.c_str());
       else print_table(text);
     } else if (*shutdown) {
-      std::puts(request(s, "shutdown").c_str());
+      std::puts(control_request(s, "shutdown").c_str());
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "funnelctl: %s\n", e.what());

@@ -189,6 +189,63 @@ WATCHED_TEST(Settings, BadValuesNameTheVariableAndTheValue) {
   }
 }
 
+WATCHED_TEST(Settings, DeviceMemLimit) {
+  constexpr uint64_t K = 1024, M = K * K, G = M * K;
+  const Settings none = settings({});
+  EXPECT_EQ(none.device_mem_limit_for(0), 0u);
+  EXPECT_EQ(value_text(none, "FUNNEL_DEVICE_MEM_LIMIT"), "(none)");
+  EXPECT_EQ(settings({{"FUNNEL_DEVICE_MEM_LIMIT", "1G"}}).device_mem_limit_for(3), G);
+  EXPECT_EQ(settings({{"FUNNEL_DEVICE_MEM_LIMIT", "512M"}}).device_mem_limit_for(0), 512 * M);
+  EXPECT_EQ(settings({{"FUNNEL_DEVICE_MEM_LIMIT", "512MB"}}).device_mem_limit_for(0), 512 * M);
+  EXPECT_EQ(settings({{"FUNNEL_DEVICE_MEM_LIMIT", "1024K"}}).device_mem_limit_for(0), M);
+  EXPECT_EQ(settings({{"FUNNEL_DEVICE_MEM_LIMIT", "1024k"}}).device_mem_limit_for(0), M);
+  EXPECT_EQ(settings({{"FUNNEL_DEVICE_MEM_LIMIT", "4097"}}).device_mem_limit_for(0), 4097u);
+  EXPECT_EQ(settings({{"FUNNEL_DEVICE_MEM_LIMIT", "2T"}}).device_mem_limit_for(0), 2048 * G);
+
+  const Settings per = settings({{"FUNNEL_DEVICE_MEM_LIMIT", "0=1G,1=512M"}});
+  EXPECT_EQ(per.device_mem_limit_for(0), G);
+  EXPECT_EQ(per.device_mem_limit_for(1), 512 * M);
+  EXPECT_EQ(per.device_mem_limit_for(2), 0u) << "a device without an entry has no limit";
+  EXPECT_EQ(value_text(per, "FUNNEL_DEVICE_MEM_LIMIT"), "0=1G,1=512M");
+  const Settings mixed = settings({{"FUNNEL_DEVICE_MEM_LIMIT", "2G,1=512M"}});
+  EXPECT_EQ(mixed.device_mem_limit_for(0), 2 * G);
+  EXPECT_EQ(mixed.device_mem_limit_for(1), 512 * M);
+  EXPECT_EQ(value_text(mixed, "FUNNEL_DEVICE_MEM_LIMIT"), "2G,1=512M");
+  EXPECT_EQ(value_text(settings({{"FUNNEL_DEVICE_MEM_LIMIT", "4097"}}), "FUNNEL_DEVICE_MEM_LIMIT"), "4097");
+
+  // CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: honoured when FUNNEL_DEVICE_MEM_LIMIT is unset.
+  const Settings mps = settings({{"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "0=1G,1=2G"}});
+  EXPECT_EQ(mps.device_mem_limit_for(1), 2 * G);
+  EXPECT_EQ(mps.device_mem_limit_from, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT");
+  bool found = false;
+  for (const auto& [var, source] : mps.sources)
+    if (var == "FUNNEL_DEVICE_MEM_LIMIT") {
+      found = true;
+      EXPECT_EQ(source, "environment (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT)");
+    }
+  EXPECT_TRUE(found);
+  const Settings both =
+      settings({{"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "0=1G"}, {"FUNNEL_DEVICE_MEM_LIMIT", "0=256M"}});
+  EXPECT_EQ(both.device_mem_limit_for(0), 256 * M) << "FUNNEL_DEVICE_MEM_LIMIT wins";
+  EXPECT_EQ(both.device_mem_limit_from, "FUNNEL_DEVICE_MEM_LIMIT");
+
+  for (const char* var : {"FUNNEL_DEVICE_MEM_LIMIT", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"}) {
+    for (const std::string v : {"", "0", "1X", "G", "-1G", "1.5G", "1GiB", "0=", "=1G", "0=1G,", ",0=1G", "0=1G,0=2G",
+                                "1G,2G", "a=1G", "64=1G", "0=0", "0:1G", "99999999999999999999",
+                                "17179869184T"}) {
+      try {
+        settings({{var, v}});
+        ADD_FAILURE() << var << "='" << v << "' was accepted";
+      } catch (const ConfigError& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find(std::string(var) + "='" + v + "'"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("expected bytes with an optional K, M, G or T"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("0=1G,1=512M"), std::string::npos) << msg;
+      }
+    }
+  }
+}
+
 WATCHED_TEST(Settings, ARunDirWhoseSocketPathIsTooLongIsRejected) {
   // 107 characters is the most a socket address holds: dir + "/server.sock".
   const std::string ok_dir = "/" + std::string(107 - 1 - 12, 'r');

@@ -59,6 +59,62 @@ TEST_F(ServerTest, CopyRoundTripThroughStagingWithMemset) {
   EXPECT_EQ(info.value[0], info.value[1]);
 }
 
+// FUNNEL_DEVICE_MEM_LIMIT as the hello carries it: per device, counted over cudaMalloc
+// and cudaMallocAsync, given back by frees and a device reset, shown by MemGetInfo.
+TEST_F(ServerTest, DeviceMemoryLimitPerClient) {
+  start_server();
+  constexpr uint64_t MiB = uint64_t{1} << 20;
+  TestClient c(run_dir_, "limited", {8 * MiB, 0});  // device 0: 8 MiB; device 1: no limit
+  ASSERT_TRUE(c.ok()) << c.attach_reply().message;
+  auto info = c.call(Opcode::MemGetInfo);
+  ASSERT_EQ(info.status, Status::Success);
+  EXPECT_EQ(info.value[1], 8 * MiB) << "total is the limit";
+  EXPECT_EQ(info.value[0], 8 * MiB);
+
+  const uint64_t a = c.alloc(5 * MiB);
+  EXPECT_EQ(c.call(Opcode::MemAlloc, ipc::MemAllocCmd{4 * MiB}).status, Status::MemoryAllocation);
+  info = c.call(Opcode::MemGetInfo);
+  EXPECT_EQ(info.value[0], 3 * MiB);
+  EXPECT_EQ(info.value[1], 8 * MiB);
+  const uint64_t b = c.alloc(3 * MiB);  // exactly up to the limit
+  EXPECT_EQ(c.call(Opcode::MemAlloc, ipc::MemAllocCmd{1}).status, Status::MemoryAllocation);
+  EXPECT_EQ(c.call(Opcode::MemGetInfo).value[0], 0u);
+
+  // Stream-ordered allocations count on the stream's device.
+  ASSERT_EQ(c.call(Opcode::StreamCreate, ipc::StreamCreateCmd{7, 0, 0}).status, Status::Success);
+  EXPECT_EQ(c.call(Opcode::MemAllocAsync, ipc::MemAllocCmd{MiB}, 7).status, Status::MemoryAllocation);
+  EXPECT_EQ(c.free(b), Status::Success);
+  auto r = c.call(Opcode::MemAllocAsync, ipc::MemAllocCmd{2 * MiB}, 7);
+  ASSERT_EQ(r.status, Status::Success);
+  EXPECT_EQ(c.call(Opcode::MemAllocAsync, ipc::MemAllocCmd{2 * MiB}, 7).status, Status::MemoryAllocation);
+  EXPECT_EQ(c.call(Opcode::MemFreeAsync, ipc::AddressCmd{r.value[0]}, 7).status, Status::Success);
+  EXPECT_EQ(c.call(Opcode::MemGetInfo).value[0], 3 * MiB);
+
+  // Device 1 has no limit: the GPU's own numbers.
+  EXPECT_EQ(c.call(Opcode::MemAlloc, ipc::MemAllocCmd{64 * MiB}, 0, 1).status, Status::Success);
+  info = c.call(Opcode::MemGetInfo, nullptr, 0, 0, 1);
+  EXPECT_EQ(info.value[1], uint64_t{1} << 30);
+
+  // A device reset gives back everything on device 0.
+  ASSERT_EQ(c.call(Opcode::DeviceReset).status, Status::Success);
+  EXPECT_EQ(c.call(Opcode::MemGetInfo).value[0], 8 * MiB);
+  EXPECT_NE(c.alloc(8 * MiB), 0u);
+  (void)a;
+
+  // Another client has its own limit (none here): the first one's use does not count.
+  TestClient other(run_dir_);
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(other.alloc(100 * MiB), 0u);
+  EXPECT_EQ(other.call(Opcode::MemGetInfo).value[1], uint64_t{1} << 30);
+
+  // A limit above the GPU: total is the GPU's, free what the GPU has free.
+  TestClient big(run_dir_, "big", {uint64_t{4} << 30});
+  ASSERT_TRUE(big.ok());
+  info = big.call(Opcode::MemGetInfo);
+  EXPECT_EQ(info.value[1], uint64_t{1} << 30);
+  EXPECT_LT(info.value[0], uint64_t{1} << 30);
+}
+
 TEST_F(ServerTest, PinnedCopies) {
   start_server();
   TestClient c(run_dir_);

@@ -127,6 +127,26 @@ TEST_F(ServerTest, ForeignUidIsNotPermitted) {
   EXPECT_TRUE(mine.ok());
 }
 
+// A client of protocol 3 sends the shorter hello of before FUNNEL_DEVICE_MEM_LIMIT: it is
+// told which versions differ rather than hung up on.
+TEST_F(ServerTest, AHelloOfAnOtherVersionAndSizeIsAnsweredWithWhy) {
+  start_server();
+  int err = 0;
+  auto fd = ipc::connect_seqpacket(run_dir_ / ipc::kSocketName, err);
+  ASSERT_TRUE(fd) << std::strerror(err);
+  ipc::HelloMsg h{};
+  h.magic = ipc::kSocketMagic;
+  h.version = 3;
+  h.role = ipc::Role::Client;
+  h.pid = ::getpid();
+  ASSERT_TRUE(ipc::send_message(fd.get(), &h, offsetof(ipc::HelloMsg, device_mem_limit)));
+  ipc::AttachReply rep{};
+  ASSERT_EQ(ipc::recv_message(fd.get(), &rep, sizeof rep, std::chrono::seconds(10)), static_cast<ssize_t>(sizeof rep));
+  EXPECT_EQ(rep.status, static_cast<int32_t>(Status::InitializationError));
+  rep.message[sizeof rep.message - 1] = '\0';
+  EXPECT_NE(std::string(rep.message).find("protocol 3"), std::string::npos) << rep.message;
+}
+
 TEST_F(ServerTest, MaxClients) {
   auto o = options();
   o.max_clients = 1;

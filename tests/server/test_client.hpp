@@ -31,7 +31,9 @@ struct Reply {
 class TestClient {
  public:
   // Connects and attaches.  On a refused attach, ok() is false and attach_reply() says why.
-  explicit TestClient(const std::filesystem::path& run_dir, const char* command = "test-client");
+  // `device_mem_limit`: the hello's per-device limits (FUNNEL_DEVICE_MEM_LIMIT), device 0 first.
+  explicit TestClient(const std::filesystem::path& run_dir, const char* command = "test-client",
+                      const std::vector<uint64_t>& device_mem_limit = {});
 
   bool ok() const noexcept { return mapped_; }
   const ipc::AttachReply& attach_reply() const noexcept { return attach_; }

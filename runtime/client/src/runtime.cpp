@@ -153,6 +153,7 @@ Status Runtime::attach_locked() noexcept {
     hello.pid = static_cast<int32_t>(::getpid());
     hello.mpi_rank = mpi_rank_from_launcher();
     command_line(hello.command, sizeof hello.command);
+    for (uint32_t d = 0; d < ipc::kMaxDevices; ++d) hello.device_mem_limit[d] = st.device_mem_limit_for(static_cast<int>(d));
     if (!ipc::send_message(sock_.get(), &hello, sizeof hello)) return fail(std::strerror(errno));
     ipc::AttachReply rep{};
     const ssize_t n = ipc::recv_message(sock_.get(), &rep, sizeof rep, st.attach_timeout);

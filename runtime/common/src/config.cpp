@@ -52,6 +52,15 @@ const std::vector<SettingInfo>& setting_table() {
        "sim backend only: a launch of this kernel faults its device once the stream reaches it (every later "
        "call there answers cudaErrorIllegalAddress until the server resets the device), for tests of fault "
        "handling"},
+      {"FUNNEL_DEVICE_MEM_LIMIT", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, else no limit",
+       "bytes with an optional K, M, G or T (powers of 1024, a B after it allowed), e.g. 1G, 512M, 1024K, "
+       "4096; or per device ordinal, e.g. 0=1G,1=512M (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT's syntax); "
+       "both kinds mixed: a device's own entry wins; each at least 1 byte",
+       "the most device memory this client may hold on a GPU (cudaMalloc, cudaMallocPitch, cudaMalloc3D, "
+       "cudaMallocAsync): an allocation past it fails with cudaErrorMemoryAllocation, and cudaMemGetInfo "
+       "reports the limit as total and the limit less what the client holds as free (never more than the "
+       "GPU has free). The server enforces it. CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, in the same syntax, is "
+       "honoured when this is unset"},
   };
   return table;
 }
@@ -83,7 +92,74 @@ const char* accepted_of(const char* var) {
   return "a valid value";
 }
 
+// "512M" -> bytes; false when malformed, zero or past 2^64.
+bool parse_size(std::string_view v, uint64_t& out) {
+  uint64_t n = 0;
+  const auto* end = v.data() + v.size();
+  auto [p, ec] = std::from_chars(v.data(), end, n);
+  if (ec != std::errc{} || p == v.data()) return false;
+  std::string_view unit(p, static_cast<size_t>(end - p));
+  if (!unit.empty() && (unit.back() == 'B' || unit.back() == 'b') && unit.size() == 2) unit.remove_suffix(1);
+  unsigned shift = 0;
+  if (unit.size() == 1) {
+    switch (unit[0]) {
+      case 'K': case 'k': shift = 10; break;
+      case 'M': case 'm': shift = 20; break;
+      case 'G': case 'g': shift = 30; break;
+      case 'T': case 't': shift = 40; break;
+      default: return false;
+    }
+  } else if (!unit.empty()) {
+    return false;
+  }
+  if (n == 0 || (shift != 0 && n > (UINT64_MAX >> shift))) return false;
+  out = n << shift;
+  return true;
+}
+
+std::string size_text(uint64_t b) {
+  for (auto [shift, unit] : {std::pair{40u, 'T'}, {30u, 'G'}, {20u, 'M'}, {10u, 'K'}})
+    if (b % (uint64_t{1} << shift) == 0) return fmt::format("{}{}", b >> shift, unit);
+  return std::to_string(b);
+}
+
 }  // namespace
+
+uint64_t Settings::device_mem_limit_for(int device) const noexcept {
+  auto it = device_mem_limit.find(device);
+  return it != device_mem_limit.end() ? it->second : device_mem_limit_all;
+}
+
+void parse_device_mem_limit(const char* var, const std::string& value, Settings& out) {
+  const char* accepted = accepted_of("FUNNEL_DEVICE_MEM_LIMIT");
+  uint64_t all = 0;
+  std::map<int, uint64_t> per_device;
+  std::string_view rest = value;
+  if (rest.empty()) bad(var, value, accepted);
+  while (true) {
+    const auto comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    const auto eq = item.find('=');
+    uint64_t bytes = 0;
+    if (eq == std::string_view::npos) {
+      if (all != 0 || !parse_size(item, bytes)) bad(var, value, accepted);
+      all = bytes;
+    } else {
+      const std::string_view ord = item.substr(0, eq);
+      int device = -1;
+      auto [p, ec] = std::from_chars(ord.data(), ord.data() + ord.size(), device);
+      if (ec != std::errc{} || p != ord.data() + ord.size() || ord.empty() || device < 0 || device > 63 ||
+          per_device.contains(device) || !parse_size(item.substr(eq + 1), bytes))
+        bad(var, value, accepted);
+      per_device[device] = bytes;
+    }
+    if (comma == std::string_view::npos) break;
+    rest = rest.substr(comma + 1);
+  }
+  out.device_mem_limit_all = all;
+  out.device_mem_limit = std::move(per_device);
+  out.device_mem_limit_from = var;
+}
 
 Settings Settings::from_environment() {
   return from([](const char* name) -> std::optional<std::string> {
@@ -178,6 +254,12 @@ Settings Settings::from(const Lookup& env) {
     if (k->empty()) bad("FUNNEL_SIM_FAULT_KERNEL", *k, accepted_of("FUNNEL_SIM_FAULT_KERNEL"));
     s.sim_fault_kernel = *k;
   }
+  if (auto m = get("FUNNEL_DEVICE_MEM_LIMIT")) {
+    parse_device_mem_limit("FUNNEL_DEVICE_MEM_LIMIT", *m, s);
+  } else if (auto mps = env("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")) {
+    parse_device_mem_limit("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", *mps, s);
+    s.sources.back().second = "environment (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT)";
+  }
   return s;
 }
 
@@ -198,6 +280,13 @@ std::string value_text(const Settings& s, const std::string& var) {
   if (var == "FUNNEL_DEVICE_CONNECTIONS") return std::to_string(s.device_connections);
   if (var == "FUNNEL_SIM_LAUNCH_LOG") return s.sim_launch_log.empty() ? "(none)" : s.sim_launch_log.string();
   if (var == "FUNNEL_SIM_FAULT_KERNEL") return s.sim_fault_kernel.empty() ? "(none)" : s.sim_fault_kernel;
+  if (var == "FUNNEL_DEVICE_MEM_LIMIT") {
+    if (s.device_mem_limit_from.empty()) return "(none)";
+    std::vector<std::string> items;
+    if (s.device_mem_limit_all != 0) items.push_back(size_text(s.device_mem_limit_all));
+    for (const auto& [d, b] : s.device_mem_limit) items.push_back(fmt::format("{}={}", d, size_text(b)));
+    return fmt::format("{}", fmt::join(items, ","));
+  }
   return "";
 }
 

@@ -20,6 +20,7 @@ ClientSession::ClientSession(uint32_t id, ipc::UniqueFd fd, const ipc::HelloMsg&
   shared_.pid = peer_pid;
   shared_.mpi_rank = rank_;
   shared_.command = command_;
+  for (size_t d = 0; d < ipc::kMaxDevices; ++d) shared_.device_mem_limit[d] = hello.device_mem_limit[d];
 }
 
 ClientSession::~ClientSession() {
@@ -145,6 +146,7 @@ void Worker::teardown() noexcept {
     uploads_.clear();
     for (const auto& [addr, a] : allocations_) free_allocation(addr, a);
     allocations_.clear();
+    device_used_ = {};
     sub(counters_.events, events_.size());
     events_.clear();
     sub(counters_.streams, streams_.client_streams());

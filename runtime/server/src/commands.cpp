@@ -3,6 +3,7 @@
 // the work and answers (at once or through a Pending).
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <system_error>
@@ -148,6 +149,23 @@ void Worker::free_pinned(PinnedEntry& p) {
   sub(counters_.pinned_allocations, 1);
 }
 
+void Worker::remember_allocation(uint64_t address, const DeviceAllocation& a) {
+  allocations_[address] = a;
+  device_used_[static_cast<size_t>(a.device)] += a.size;
+}
+
+std::map<uint64_t, DeviceAllocation>::iterator Worker::forget_allocation(
+    std::map<uint64_t, DeviceAllocation>::iterator it) {
+  device_used_[static_cast<size_t>(it->second.device)] -= it->second.size;
+  return allocations_.erase(it);
+}
+
+bool Worker::within_mem_limit(int device, uint64_t size) const noexcept {
+  const uint64_t limit = shared_.device_mem_limit[static_cast<size_t>(device)];
+  const uint64_t used = device_used_[static_cast<size_t>(device)];
+  return limit == 0 || (used <= limit && size <= limit - used);
+}
+
 // ---- memory ----------------------------------------------------------------
 
 Status Worker::mem_alloc(const ipc::CommandHeader& h, const ipc::MemAllocCmd& c, bool async) {
@@ -163,14 +181,17 @@ Status Worker::mem_alloc(const ipc::CommandHeader& h, const ipc::MemAllocCmd& c,
     Status st;
     StreamEntry* s = find_stream(h, st);
     if (s == nullptr) return st;
+    // FUNNEL_DEVICE_MEM_LIMIT counts on the device of the stream.
+    if (!within_mem_limit(s->device, c.size)) return Status::MemoryAllocation;
     if (st = streams_.before_work(*s); st != Status::Success) return st;
     if (st = backend_.mem_alloc_async(*s->stream, c.size, addr); st != Status::Success) return st;
     streams_.after_work(*s);
     device = s->device;
-  } else if (Status st = backend_.mem_alloc(h.device, c.size, addr); st != Status::Success) {
-    return st;
+  } else {
+    if (!within_mem_limit(h.device, c.size)) return Status::MemoryAllocation;
+    if (Status st = backend_.mem_alloc(h.device, c.size, addr); st != Status::Success) return st;
   }
-  allocations_[addr] = {device, c.size};
+  remember_allocation(addr, {device, c.size});
   add(counters_.device_memory_bytes, c.size);
   add(counters_.allocations, 1);
   answer(h, {addr});
@@ -192,14 +213,14 @@ Status Worker::mem_free(const ipc::CommandHeader& h, const ipc::AddressCmd& c, b
     if (st = streams_.before_work(*s); st != Status::Success) return st;
     if (st = backend_.mem_free_async(*s->stream, c.address); st != Status::Success) return st;
     streams_.after_work(*s);
-    allocations_.erase(it);
+    forget_allocation(it);
     sub(counters_.device_memory_bytes, a.size);
     sub(counters_.allocations, 1);
     answer(h);
     return Status::Success;
   }
   // Removed now so that later commands cannot use it; freed once earlier work is done.
-  allocations_.erase(it);
+  forget_allocation(it);
   const uint64_t address = c.address;
   when_drained(a.device, h.reply_slot, h.seq, [this, address, a](Status) {
     free_allocation(address, a);
@@ -213,6 +234,13 @@ Status Worker::mem_get_info(const ipc::CommandHeader& h) {
   if (Status st = check_device(h.device); st != Status::Success) return st;
   uint64_t free_bytes = 0, total = 0;
   if (Status st = backend_.mem_get_info(h.device, free_bytes, total); st != Status::Success) return st;
+  // Under FUNNEL_DEVICE_MEM_LIMIT the client sees a GPU of the limit's size, of which
+  // the rest of its limit is free (never more than the GPU has free).
+  if (const uint64_t limit = shared_.device_mem_limit[static_cast<size_t>(h.device)]; limit != 0) {
+    const uint64_t used = device_used_[static_cast<size_t>(h.device)];
+    free_bytes = std::min(free_bytes, used < limit ? limit - used : 0);
+    total = std::min(total, limit);
+  }
   answer(h, {free_bytes, total});
   return Status::Success;
 }
@@ -502,7 +530,7 @@ Status Worker::device_reset(const ipc::CommandHeader& h) {
   for (auto it = allocations_.begin(); it != allocations_.end();) {
     if (it->second.device == h.device) {
       gone.emplace_back(*it);
-      it = allocations_.erase(it);
+      it = forget_allocation(it);
     } else {
       ++it;
     }

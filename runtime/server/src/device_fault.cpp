@@ -145,7 +145,7 @@ void Worker::release_device(int device, Status st) {
   for (auto it = allocations_.begin(); it != allocations_.end();) {
     if (it->second.device == device) {
       free_allocation(it->first, it->second);
-      it = allocations_.erase(it);
+      it = forget_allocation(it);
     } else {
       ++it;
     }

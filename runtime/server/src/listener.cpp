@@ -177,6 +177,19 @@ void Server::Impl::on_connection(int fd) {
       } else {
         spdlog::warn("pid {}: a hello without funnel's magic; dropping the connection", c.peer.pid);
       }
+    } else if (c.phase == Connection::Phase::AwaitHello && static_cast<size_t>(n) >= offsetof(ipc::HelloMsg, pid)) {
+      // A hello of another size: a client of another protocol version (the hello grew in
+      // 4). Its magic, version and role lie where they always did: tell it why.
+      ipc::HelloMsg hello{};
+      std::memcpy(&hello, buf, offsetof(ipc::HelloMsg, pid));
+      if (hello.magic == ipc::kSocketMagic && hello.role == ipc::Role::Client && hello.version != ipc::kProtocolVersion)
+        on_hello(c, hello);
+      else
+        spdlog::warn("pid {}: a hello of {} bytes; dropping the connection", c.peer.pid, n);
+      if (!c.fd) {
+        connections.erase(it);
+        return;
+      }
     } else if (c.phase == Connection::Phase::AwaitRequest && static_cast<size_t>(n) == sizeof(ipc::ControlRequest)) {
       ipc::ControlRequest req;
       std::memcpy(&req, buf, sizeof req);

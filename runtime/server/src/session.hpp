@@ -65,6 +65,8 @@ struct SessionShared {
   std::atomic<bool> shutting_down{false};  // the server stops: answer waiting replies with DevicesUnavailable
   std::atomic<bool> detached{false};
   std::atomic<bool> finished{false};
+  // The client's FUNNEL_DEVICE_MEM_LIMIT by device (from its hello); 0: no limit.
+  std::array<uint64_t, ipc::kMaxDevices> device_mem_limit{};
   int client_fd = -1;   // hung up by the worker when the client breaks the ring protocol
   int notify_fd = -1;   // eventfd of the main loop: a worker finished
 };
@@ -225,6 +227,12 @@ class Worker {
   void when_complete(StreamEntry& s, uint32_t slot, uint64_t seq, std::function<Status(Status)> done);
   void release_staging(const ipc::CopyCmd& c);
   void free_allocation(uint64_t address, const DeviceAllocation& a);
+  // Every change of allocations_ goes through these: they keep device_used_ (what counts
+  // against the client's device-memory limit) equal to the sum of its allocations.
+  void remember_allocation(uint64_t address, const DeviceAllocation& a);
+  std::map<uint64_t, DeviceAllocation>::iterator forget_allocation(std::map<uint64_t, DeviceAllocation>::iterator it);
+  // Whether `size` more bytes on `device` stay within the client's limit there.
+  bool within_mem_limit(int device, uint64_t size) const noexcept;
   void free_pinned(PinnedEntry& p);
 
   // client_session.cpp
@@ -237,6 +245,7 @@ class Worker {
   ClientCounters& counters_;
   StreamTable streams_;
   std::map<uint64_t, DeviceAllocation> allocations_;  // by base address
+  std::array<uint64_t, ipc::kMaxDevices> device_used_{};  // bytes of allocations_ by device
   std::unordered_map<uint64_t, EventEntry> events_;
   std::unordered_map<uint64_t, PinnedEntry> pinned_;
   std::unordered_map<uint64_t, std::shared_ptr<BackendModule>> modules_;  // by client module id

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -39,6 +40,13 @@ struct Settings {
   uint32_t device_connections = 8;  // FUNNEL_DEVICE_CONNECTIONS
   std::filesystem::path sim_launch_log;  // FUNNEL_SIM_LAUNCH_LOG; empty: launches are not logged
   std::string sim_fault_kernel;     // FUNNEL_SIM_FAULT_KERNEL; empty: no fault injection
+  // FUNNEL_DEVICE_MEM_LIMIT, else CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: the most device memory
+  // this client may hold on a device, in bytes. A device's own entry wins over the value
+  // for every device; 0: no limit. The server enforces it (it gets it in the hello).
+  uint64_t device_mem_limit_all = 0;
+  std::map<int, uint64_t> device_mem_limit;  // by device ordinal as the client sees it
+  std::string device_mem_limit_from;         // the variable it came from; empty: none set
+  uint64_t device_mem_limit_for(int device) const noexcept;
 
   // Where each value came from ("default", "environment"), by variable name, in table order.
   std::vector<std::pair<std::string, std::string>> sources;
@@ -60,6 +68,11 @@ const std::vector<SettingInfo>& setting_table();
 // The job id a launcher gave this process: SLURM_JOB_ID, PBS_JOBID, LSB_JOBID,
 // Open MPI's OMPI_MCA_ess_base_jobid, PMIX_NAMESPACE — or "nojob".
 std::string launcher_job_id(const Settings::Lookup& env);
+
+// Parses a device-memory limit: "1G", "512M", "1024K", "4096" (bytes), a "B" after the
+// unit allowed ("512MB"), or per device "0=1G,1=512M" (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT's
+// syntax), items of both kinds mixed. Throws ConfigError naming `variable`.
+void parse_device_mem_limit(const char* variable, const std::string& value, Settings& out);
 
 // The value of the effective setting, as text (for funnelctl config and logs).
 std::string value_text(const Settings& s, const std::string& variable);

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "funnel/ipc/channel_layout.hpp"  // kProtocolVersion, kMaxDevices
+
 namespace funnel::ipc {
 
 inline constexpr uint64_t kSocketMagic = 0x314b434f534e4e46ull;  // "FNNSOCK1"
@@ -28,6 +30,9 @@ struct HelloMsg {
   int32_t pid;
   int32_t mpi_rank;     // -1 when unknown
   char command[128];    // the client's command line, for accounting and logs (NUL-terminated)
+  // FUNNEL_DEVICE_MEM_LIMIT (or CUDA_MPS_PINNED_DEVICE_MEM_LIMIT) by device: the most
+  // device memory the server lets this client hold there; 0: no limit.  (Protocol 4.)
+  uint64_t device_mem_limit[kMaxDevices];
 };
 
 struct AttachReply {

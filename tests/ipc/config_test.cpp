@@ -246,6 +246,77 @@ WATCHED_TEST(Settings, DeviceMemLimit) {
   }
 }
 
+WATCHED_TEST(Settings, GpuSelection) {
+  const Settings none = settings({});
+  EXPECT_FALSE(none.selects_gpu());
+  EXPECT_EQ(select_gpu(none, {0, 4}, 2), -1);
+  EXPECT_EQ(value_text(none, "FUNNEL_RANKS_PER_GPU"), "(not set)");
+  EXPECT_EQ(value_text(none, "FUNNEL_GPU_MAP"), "(not set)");
+
+  const Settings even = settings({{"FUNNEL_RANKS_PER_GPU", "even"}});
+  EXPECT_TRUE(even.selects_gpu());
+  EXPECT_EQ(value_text(even, "FUNNEL_RANKS_PER_GPU"), "even");
+  std::vector<int> got;
+  for (int r = 0; r < 6; ++r) got.push_back(select_gpu(even, {r, 6}, 4));
+  EXPECT_EQ(got, (std::vector<int>{0, 0, 1, 2, 2, 3})) << "local rank x GPUs / local ranks";
+  EXPECT_EQ(select_gpu(even, {7, 4}, 2), 1) << "a rank past the local size wraps";
+
+  const Settings two = settings({{"FUNNEL_RANKS_PER_GPU", "2"}});
+  got.clear();
+  for (int r = 0; r < 6; ++r) got.push_back(select_gpu(two, {r, 6}, 2));
+  EXPECT_EQ(got, (std::vector<int>{0, 0, 1, 1, 0, 0})) << "consecutive pairs, modulo the GPUs";
+
+  const Settings map = settings({{"FUNNEL_GPU_MAP", "0,0,1,1"}, {"FUNNEL_RANKS_PER_GPU", "1"}});
+  EXPECT_EQ(map.gpu_map, (std::vector<int>{0, 0, 1, 1}));
+  EXPECT_EQ(value_text(map, "FUNNEL_GPU_MAP"), "0,0,1,1");
+  EXPECT_EQ(select_gpu(map, {1, 4}, 2), 0) << "the map wins over FUNNEL_RANKS_PER_GPU";
+  EXPECT_EQ(select_gpu(map, {2, 4}, 2), 1);
+  try {
+    select_gpu(map, {4, 5}, 2);
+    ADD_FAILURE() << "a rank without a map entry was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("FUNNEL_GPU_MAP='0,0,1,1' is not valid for node-local rank 4"),
+              std::string::npos) << e.what();
+  }
+  try {
+    select_gpu(map, {3, 4}, 1);
+    ADD_FAILURE() << "a map entry past the GPUs was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("GPU 1 but the funnel-server has 1 GPU(s)"), std::string::npos) << e.what();
+  }
+
+  // The node-local rank and size from the launcher.
+  auto local = [](const Env& env) {
+    return launcher_local_rank([&](const char* name) -> std::optional<std::string> {
+      auto it = env.find(name);
+      if (it == env.end()) return std::nullopt;
+      return it->second;
+    });
+  };
+  EXPECT_EQ(local({}).rank, 0);
+  EXPECT_EQ(local({}).size, 1);
+  EXPECT_EQ(local({{"OMPI_COMM_WORLD_LOCAL_RANK", "3"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "8"}}).rank, 3);
+  EXPECT_EQ(local({{"OMPI_COMM_WORLD_LOCAL_RANK", "3"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "8"}}).size, 8);
+  EXPECT_EQ(local({{"MPI_LOCALRANKID", "2"}, {"MPI_LOCALNRANKS", "4"}}).rank, 2);
+  EXPECT_EQ(local({{"SLURM_LOCALID", "5"}, {"SLURM_NTASKS_PER_NODE", "6"}}).size, 6);
+  EXPECT_EQ(local({{"PMIX_LOCAL_RANK", "1"}, {"PMIX_LOCAL_SIZE", "2"}}).rank, 1);
+  EXPECT_EQ(local({{"SLURM_LOCALID", "x"}, {"PMIX_LOCAL_RANK", "1"}}).rank, 1) << "a malformed one is skipped";
+
+  for (const auto& [var, v] : std::vector<std::pair<std::string, std::string>>{
+           {"FUNNEL_RANKS_PER_GPU", ""}, {"FUNNEL_RANKS_PER_GPU", "0"}, {"FUNNEL_RANKS_PER_GPU", "4097"},
+           {"FUNNEL_RANKS_PER_GPU", "Even"}, {"FUNNEL_RANKS_PER_GPU", "2x"}, {"FUNNEL_GPU_MAP", ""},
+           {"FUNNEL_GPU_MAP", "0,,1"}, {"FUNNEL_GPU_MAP", "0,1,"}, {"FUNNEL_GPU_MAP", ",0"},
+           {"FUNNEL_GPU_MAP", "-1"}, {"FUNNEL_GPU_MAP", "64"}, {"FUNNEL_GPU_MAP", "0;1"}}) {
+    try {
+      settings({{var, v}});
+      ADD_FAILURE() << var << "='" << v << "' was accepted";
+    } catch (const ConfigError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(var + "='" + v + "' is not valid: expected"), std::string::npos) << msg;
+    }
+  }
+}
+
 WATCHED_TEST(Settings, ARunDirWhoseSocketPathIsTooLongIsRejected) {
   // 107 characters is the most a socket address holds: dir + "/server.sock".
   const std::string ok_dir = "/" + std::string(107 - 1 - 12, 'r');

@@ -153,7 +153,10 @@ Status Runtime::attach_locked() noexcept {
     hello.pid = static_cast<int32_t>(::getpid());
     hello.mpi_rank = mpi_rank_from_launcher();
     command_line(hello.command, sizeof hello.command);
-    for (uint32_t d = 0; d < ipc::kMaxDevices; ++d) hello.device_mem_limit[d] = st.device_mem_limit_for(static_cast<int>(d));
+    // Under FUNNEL_GPU_MAP / FUNNEL_RANKS_PER_GPU this process's device 0 is whichever GPU
+    // it gets, and it can reach no other: its device-0 limit goes to every slot.
+    for (uint32_t d = 0; d < ipc::kMaxDevices; ++d)
+      hello.device_mem_limit[d] = st.device_mem_limit_for(st.selects_gpu() ? 0 : static_cast<int>(d));
     if (!ipc::send_message(sock_.get(), &hello, sizeof hello)) return fail(std::strerror(errno));
     ipc::AttachReply rep{};
     const ssize_t n = ipc::recv_message(sock_.get(), &rep, sizeof rep, st.attach_timeout);
@@ -179,6 +182,25 @@ Status Runtime::attach_locked() noexcept {
     const char* why = "";
     if (!ipc::validate_header(h, channel_.size(), &why)) return fail(why);
     view_ = ipc::ChannelView(channel_.data(), h);
+    device_base_ = 0;
+    device_count_ = static_cast<int>(h.device_count);
+    one_device_ = false;
+    try {
+      if (const int g = select_gpu(st, launcher_local_rank([](const char* v) -> std::optional<std::string> {
+                                     const char* s = std::getenv(v);
+                                     return s ? std::optional<std::string>(s) : std::nullopt;
+                                   }),
+                                   static_cast<int>(h.device_count));
+          g >= 0) {
+        device_base_ = g;
+        device_count_ = 1;
+        one_device_ = true;
+      }
+    } catch (const ConfigError& e) {
+      log_error(fmt::format("funnel: {}; every CUDA call fails with cudaErrorInitializationError", e.what()));
+      sock_.reset();
+      return Status::InitializationError;
+    }
     ipc::MappedMsg mapped{rep.client_id, 0};
     if (!ipc::send_message(sock_.get(), &mapped, sizeof mapped)) return fail(std::strerror(errno));
     writer_ = ipc::RingWriter(view_);
@@ -261,7 +283,9 @@ uint64_t Runtime::write_record(Opcode op, int device, uint64_t stream, uint32_t 
   h.opcode = op;
   h.seq = ++next_seq_;
   h.reply_slot = reply_slot;
-  h.device = device;
+  // This process's ordinal -> the server's (FUNNEL_GPU_MAP / FUNNEL_RANKS_PER_GPU); one
+  // past the devices it sees stays invalid at the server too.
+  h.device = device < 0 || !one_device_ ? device : device < device_count_ ? device + device_base_ : INT32_MAX;
   h.stream = stream;
   std::memcpy(at, &h, sizeof h);
   if (n != 0) std::memcpy(at + sizeof h, payload, n);

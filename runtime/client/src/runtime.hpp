@@ -91,8 +91,11 @@ class Runtime {
 
   const ipc::ChannelView& view() const noexcept { return view_; }
   const Settings* settings() const noexcept { return settings_ ? &*settings_ : nullptr; }
-  int device_count() const noexcept { return static_cast<int>(view_.header().device_count); }
-  const ipc::DeviceRecord& device(int i) const noexcept { return view_.devices()[i]; }
+  // The devices this process sees: all of the server's, or under FUNNEL_GPU_MAP /
+  // FUNNEL_RANKS_PER_GPU the one it was given, as device 0 (commands carry the server's
+  // ordinal: write_record translates).
+  int device_count() const noexcept { return device_count_; }
+  const ipc::DeviceRecord& device(int i) const noexcept { return view_.devices()[i + device_base_]; }
 
   // A command that waits for its reply (and takes the deferred error).
   Status call(Opcode op, int device, uint64_t stream, const void* payload, uint32_t n, Reply* reply = nullptr) noexcept;
@@ -179,6 +182,9 @@ class Runtime {
   ipc::UniqueFd sock_;
   ipc::MappedFile channel_;
   ipc::ChannelView view_;
+  int device_base_ = 0;   // the server's ordinal of this process's device 0
+  int device_count_ = 0;
+  bool one_device_ = false;  // FUNNEL_GPU_MAP / FUNNEL_RANKS_PER_GPU chose device_base_
   std::atomic<bool> dead_{false};
   std::atomic<bool> dead_reported_{false};
 

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <set>
@@ -61,6 +62,16 @@ const std::vector<SettingInfo>& setting_table() {
        "reports the limit as total and the limit less what the client holds as free (never more than the "
        "GPU has free). The server enforces it. CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, in the same syntax, is "
        "honoured when this is unset"},
+      {"FUNNEL_RANKS_PER_GPU", "(not set: every GPU visible)", "even | integer 1..4096",
+       "when set, each process uses one GPU, shown to it as device 0 (as CUDA_VISIBLE_DEVICES would): even "
+       "spreads the node's ranks evenly (GPU = local rank x GPUs / local ranks), N puts N consecutive "
+       "node-local ranks on each GPU (GPU = local rank / N, modulo the GPUs). The node-local rank comes from "
+       "OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID or PMIX_LOCAL_RANK, the node's rank count "
+       "from OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, SLURM_NTASKS_PER_NODE or PMIX_LOCAL_SIZE"},
+      {"FUNNEL_GPU_MAP", "(not set)", "comma-separated GPU ordinals indexed by node-local rank, e.g. 0,0,1,1",
+       "each process uses the GPU of its node-local rank's entry, shown to it as device 0; wins over "
+       "FUNNEL_RANKS_PER_GPU. A rank without an entry, or an entry past the server's GPUs, fails the attach "
+       "(MPI_Init or the first CUDA call) with a message"},
   };
   return table;
 }
@@ -90,6 +101,24 @@ const char* accepted_of(const char* var) {
   for (const auto& row : setting_table())
     if (std::string_view(row.variable) == var) return row.accepted;
   return "a valid value";
+}
+
+// "0,3,5" -> GPU ordinals 0..63; an empty item, or a value ending in a comma, is bad.
+std::vector<int> parse_ordinals(const char* var, const std::string& value) {
+  std::vector<int> out;
+  std::string_view rest = value;
+  while (true) {
+    const auto comma = rest.find(',');
+    const std::string item(rest.substr(0, comma));
+    // Report the whole value, not just the item that failed ("0,,1" rather than '').
+    try {
+      out.push_back(static_cast<int>(parse_int(var, item, 0, 63, accepted_of(var))));
+    } catch (const ConfigError&) {
+      bad(var, value, accepted_of(var));
+    }
+    if (comma == std::string_view::npos) return out;
+    rest = rest.substr(comma + 1);
+  }
 }
 
 // "512M" -> bytes; false when malformed, zero or past 2^64.
@@ -161,6 +190,44 @@ void parse_device_mem_limit(const char* var, const std::string& value, Settings&
   out.device_mem_limit_from = var;
 }
 
+LocalRank launcher_local_rank(const Settings::Lookup& env) {
+  auto first = [&](std::initializer_list<const char*> vars) -> std::optional<int> {
+    for (const char* v : vars) {
+      auto s = env(v);
+      if (!s) continue;
+      int out = 0;
+      auto [p, ec] = std::from_chars(s->data(), s->data() + s->size(), out);
+      if (ec == std::errc{} && p == s->data() + s->size() && out >= 0) return out;
+    }
+    return std::nullopt;
+  };
+  LocalRank l;
+  l.rank = first({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "PMIX_LOCAL_RANK"}).value_or(0);
+  l.size = std::max(1, first({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE",
+                              "PMIX_LOCAL_SIZE"}).value_or(1));
+  return l;
+}
+
+int select_gpu(const Settings& s, const LocalRank& local, int ngpus) {
+  if (!s.selects_gpu() || ngpus <= 0) return -1;
+  if (!s.gpu_map.empty()) {
+    const std::string text = fmt::format("{}", fmt::join(s.gpu_map, ","));
+    if (static_cast<size_t>(local.rank) >= s.gpu_map.size())
+      throw ConfigError(fmt::format("FUNNEL_GPU_MAP='{}' is not valid for node-local rank {}: it has {} entries; "
+                                    "expected {}",
+                                    text, local.rank, s.gpu_map.size(), accepted_of("FUNNEL_GPU_MAP")));
+    const int g = s.gpu_map[static_cast<size_t>(local.rank)];
+    if (g >= ngpus)
+      throw ConfigError(fmt::format("FUNNEL_GPU_MAP='{}' is not valid for node-local rank {}: GPU {} but the "
+                                    "funnel-server has {} GPU(s); expected {}",
+                                    text, local.rank, g, ngpus, accepted_of("FUNNEL_GPU_MAP")));
+    return g;
+  }
+  if (s.ranks_per_gpu > 0) return (local.rank / s.ranks_per_gpu) % ngpus;
+  if (local.rank >= local.size) return local.rank % ngpus;
+  return static_cast<int>(static_cast<int64_t>(local.rank) * ngpus / local.size);
+}
+
 Settings Settings::from_environment() {
   return from([](const char* name) -> std::optional<std::string> {
     const char* v = std::getenv(name);
@@ -220,24 +287,7 @@ Settings Settings::from(const Lookup& env) {
   }
   if (auto v = integer("FUNNEL_IDLE_EXIT_MS", 0, 3600000)) s.idle_exit = std::chrono::milliseconds(*v);
   if (auto v = integer("FUNNEL_ATTACH_TIMEOUT_MS", 100, 3600000)) s.attach_timeout = std::chrono::milliseconds(*v);
-  if (auto d = get("FUNNEL_DEVICES")) {
-    std::string_view rest = *d;
-    if (rest.empty()) bad("FUNNEL_DEVICES", *d, accepted_of("FUNNEL_DEVICES"));
-    while (!rest.empty()) {
-      const auto comma = rest.find(',');
-      const std::string item(rest.substr(0, comma));
-      int64_t ordinal = 0;
-      // Report the whole value, not just the item that failed ("0,,1" rather than '').
-      try {
-        ordinal = parse_int("FUNNEL_DEVICES", item, 0, 63, accepted_of("FUNNEL_DEVICES"));
-      } catch (const ConfigError&) {
-        bad("FUNNEL_DEVICES", *d, accepted_of("FUNNEL_DEVICES"));
-      }
-      s.devices.push_back(static_cast<int>(ordinal));
-      rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
-      if (comma != std::string_view::npos && rest.empty()) bad("FUNNEL_DEVICES", *d, accepted_of("FUNNEL_DEVICES"));
-    }
-  }
+  if (auto d = get("FUNNEL_DEVICES")) s.devices = parse_ordinals("FUNNEL_DEVICES", *d);
   if (auto v = integer("FUNNEL_STAGING_SLOTS", 2, 16)) s.staging_slots = static_cast<uint32_t>(*v);
   if (auto v = integer("FUNNEL_STAGING_SLOT_KB", 64, 262144)) {
     if (*v % 4 != 0) bad("FUNNEL_STAGING_SLOT_KB", std::to_string(*v), accepted_of("FUNNEL_STAGING_SLOT_KB"));
@@ -260,6 +310,12 @@ Settings Settings::from(const Lookup& env) {
     parse_device_mem_limit("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", *mps, s);
     s.sources.back().second = "environment (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT)";
   }
+  if (auto r = get("FUNNEL_RANKS_PER_GPU")) {
+    s.ranks_per_gpu_set = true;
+    if (*r != "even") s.ranks_per_gpu = static_cast<int>(parse_int("FUNNEL_RANKS_PER_GPU", *r, 1, 4096,
+                                                                  accepted_of("FUNNEL_RANKS_PER_GPU")));
+  }
+  if (auto m = get("FUNNEL_GPU_MAP")) s.gpu_map = parse_ordinals("FUNNEL_GPU_MAP", *m);
   return s;
 }
 
@@ -287,6 +343,9 @@ std::string value_text(const Settings& s, const std::string& var) {
     for (const auto& [d, b] : s.device_mem_limit) items.push_back(fmt::format("{}={}", d, size_text(b)));
     return fmt::format("{}", fmt::join(items, ","));
   }
+  if (var == "FUNNEL_RANKS_PER_GPU")
+    return !s.ranks_per_gpu_set ? "(not set)" : s.ranks_per_gpu == 0 ? "even" : std::to_string(s.ranks_per_gpu);
+  if (var == "FUNNEL_GPU_MAP") return s.gpu_map.empty() ? "(not set)" : fmt::format("{}", fmt::join(s.gpu_map, ","));
   return "";
 }
 

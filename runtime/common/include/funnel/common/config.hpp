@@ -47,6 +47,13 @@ struct Settings {
   std::map<int, uint64_t> device_mem_limit;  // by device ordinal as the client sees it
   std::string device_mem_limit_from;         // the variable it came from; empty: none set
   uint64_t device_mem_limit_for(int device) const noexcept;
+  // Which GPU this process uses (select_gpu()): FUNNEL_GPU_MAP by node-local rank, else
+  // FUNNEL_RANKS_PER_GPU ("even" = 0, or ranks per GPU). When either is set the client
+  // runtime shows that one GPU as device 0.
+  bool ranks_per_gpu_set = false;
+  int ranks_per_gpu = 0;            // 0: node-local ranks spread evenly over the GPUs
+  std::vector<int> gpu_map;         // FUNNEL_GPU_MAP; empty: not set
+  bool selects_gpu() const noexcept { return ranks_per_gpu_set || !gpu_map.empty(); }
 
   // Where each value came from ("default", "environment"), by variable name, in table order.
   std::vector<std::pair<std::string, std::string>> sources;
@@ -73,6 +80,21 @@ std::string launcher_job_id(const Settings::Lookup& env);
 // unit allowed ("512MB"), or per device "0=1G,1=512M" (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT's
 // syntax), items of both kinds mixed. Throws ConfigError naming `variable`.
 void parse_device_mem_limit(const char* variable, const std::string& value, Settings& out);
+
+// This process's node-local rank and the number of ranks on its node, from the launcher
+// (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID, PMIX_LOCAL_RANK; sizes from
+// OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, SLURM_NTASKS_PER_NODE, PMIX_LOCAL_SIZE);
+// rank 0 of 1 when there is no launcher.
+struct LocalRank {
+  int rank = 0;
+  int size = 1;
+};
+LocalRank launcher_local_rank(const Settings::Lookup& env);
+
+// The GPU (an ordinal of the server's, 0..ngpus-1) this process uses under FUNNEL_GPU_MAP
+// or FUNNEL_RANKS_PER_GPU; -1 when neither is set. ConfigError when the map has no entry
+// for the rank or names a GPU the server does not have.
+int select_gpu(const Settings& s, const LocalRank& local, int ngpus);
 
 // The value of the effective setting, as text (for funnelctl config and logs).
 std::string value_text(const Settings& s, const std::string& variable);

@@ -78,17 +78,8 @@ void Runtime::detach_at_exit() noexcept {
     if (std::chrono::steady_clock::now() >= give_up_at) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  const uint32_t size = ipc::record_size_for(0);
-  std::byte* at = writer_.reserve(size, [&] { return gone() || std::chrono::steady_clock::now() >= give_up_at; });
-  if (at != nullptr) {
-    ipc::CommandHeader h{};
-    h.size = size;
-    h.opcode = Opcode::Detach;
-    h.seq = ++next_seq_;
-    h.reply_slot = ipc::kNoReply;
-    std::memcpy(at, &h, sizeof h);
-    writer_.publish();
-  }
+  write_record_locked(Opcode::Detach, 0, 0, ipc::kNoReply, nullptr, 0, {},
+                      [&] { return gone() || std::chrono::steady_clock::now() >= give_up_at; });
   dead_.store(true);  // the server reads nothing after a Detach
 }
 
@@ -274,9 +265,16 @@ Status Runtime::ready() noexcept {
 
 uint64_t Runtime::write_record(Opcode op, int device, uint64_t stream, uint32_t reply_slot, const void* payload,
                                uint32_t n, std::span<const std::byte> trailing) noexcept {
-  const uint32_t size = ipc::record_size_for(uint64_t{n} + trailing.size());
   std::lock_guard lk(ring_mu_);
-  std::byte* at = writer_.reserve(size, [&] { return gone(); });
+  return write_record_locked(op, device, stream, reply_slot, payload, n, trailing, [&] { return gone(); });
+}
+
+template <class GiveUp>
+uint64_t Runtime::write_record_locked(Opcode op, int device, uint64_t stream, uint32_t reply_slot,
+                                      const void* payload, uint32_t n, std::span<const std::byte> trailing,
+                                      GiveUp give_up) noexcept {
+  const uint32_t size = ipc::record_size_for(uint64_t{n} + trailing.size());
+  std::byte* at = writer_.reserve(size, give_up);
   if (at == nullptr) return 0;
   ipc::CommandHeader h{};
   h.size = size;

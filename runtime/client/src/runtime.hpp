@@ -171,6 +171,10 @@ class Runtime {
   Status wait_reply(uint32_t slot, uint64_t seq, Reply* reply) noexcept;
   uint64_t write_record(Opcode op, int device, uint64_t stream, uint32_t reply_slot, const void* payload,
                         uint32_t n, std::span<const std::byte> trailing = {}) noexcept;
+  // write_record's body: the caller holds ring_mu_; 0 once give_up() fired.
+  template <class GiveUp>
+  uint64_t write_record_locked(Opcode op, int device, uint64_t stream, uint32_t reply_slot, const void* payload,
+                               uint32_t n, std::span<const std::byte> trailing, GiveUp give_up) noexcept;
   int acquire_reply_slot() noexcept;
   void release_reply_slot(uint32_t s) noexcept;
   void start_watcher() noexcept;

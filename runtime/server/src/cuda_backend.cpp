@@ -872,9 +872,11 @@ class CudaBackend final : public Backend {
   // process must be terminated and relaunched", as CUDA documents).  The server restarts.
   bool resets_in_process() const noexcept override { return false; }
 
-  // A fresh context after a sticky fault (doc/design/faults.md); the server does not call
-  // it while resets_in_process() is false (backend_smoke resets a device that did not
-  // fault, which works).  The pooled events belong to the context being destroyed; cuDevicePrimaryCtxReset destroys every allocation, stream, event and
+  // A fresh context after a sticky fault (doc/design/faults.md).  Nothing calls it while
+  // resets_in_process() is false; it is kept for a driver that can recover in process
+  // (a reset of a device that did not fault worked on the H100, but host registrations
+  // made in its context were lost).  The pooled events belong to the context being
+  // destroyed; cuDevicePrimaryCtxReset destroys every allocation, stream, event and
   // module instance in it but leaves our retain in place, so the context is released and
   // retained again: the retain makes a fresh, active primary context.  CUlibrary objects
   // are context-independent (the driver loads them into contexts created later), so the

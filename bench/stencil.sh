@@ -11,7 +11,8 @@
 # Environment:
 #   BUILD_DIR  build with bin/stencil and bin/funnel-run (default build-gpu, else build)
 #   OUT        logs and results (default $PWD/bench-out/stencil)
-#   MODES      default "native mps funnel"
+#   MODES      default "native mps funnel hooks"; hooks = bin/stencil_funnel (linked with
+#              funnel::mpi, no funnel-run: the server comes and goes with MPI_Init/Finalize)
 #   RANKS      rank counts (default "1 2 4 8 16")
 #   N          global grid is N^3 (default 256)
 #   STEPS      timed steps (default 200); WARMUP untimed steps before them (default 20)
@@ -24,7 +25,7 @@ if [[ -z ${BUILD_DIR:-} ]]; then
   if [[ -x $ROOT/build-gpu/bin/stencil ]]; then BUILD_DIR=$ROOT/build-gpu; else BUILD_DIR=$ROOT/build; fi
 fi
 OUT_DIR=${OUT:-$PWD/bench-out/stencil}
-MODES=${MODES:-native mps funnel}
+MODES=${MODES:-native mps funnel hooks}
 RANKS=${RANKS:-1 2 4 8 16}
 N=${N:-256}
 STEPS=${STEPS:-200}
@@ -56,13 +57,20 @@ run_one() {
   local mode=$1 np=$2 log=$3
   local env_args=(-x LD_LIBRARY_PATH)
   [[ $mode == mps ]] && env_args+=(-x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY)
-  local wrap=()
-  if [[ $mode == funnel ]]; then
+  local wrap=() app=$ST pre=()
+  if [[ $mode == hooks ]]; then
+    # The linked app finds funnel's libcudart.so.13 through its rpath; LD_LIBRARY_PATH with
+    # NVIDIA's runtime would come first (local ranks inherit mpirun's environment), so it is
+    # left out.
+    app=$BUILD_DIR/bin/stencil_funnel
+    pre=(env -u LD_LIBRARY_PATH FUNNEL_JOB_ID=stencil-hooks-$np-$$)
+    env_args=(-x FUNNEL_JOB_ID)
+  elif [[ $mode == funnel ]]; then
     export FUNNEL_JOB_ID=stencil-$np-$$
     env_args+=(-x FUNNEL_JOB_ID)
     wrap=("$FR" --backend cuda)
   fi
-  timeout 600 "$MPIRUN" "${MPI_ARGS[@]}" "${env_args[@]}" -np "$np" "${wrap[@]}" "$ST" \
+  timeout 600 "${pre[@]}" "$MPIRUN" "${MPI_ARGS[@]}" "${env_args[@]}" -np "$np" "${wrap[@]}" "$app" \
     --n "$N" --steps "$STEPS" --warmup "$WARMUP" --reference "$REF" >"$log" 2>&1
 }
 
@@ -84,6 +92,10 @@ for mode in $MODES; do
       continue
     fi
     mps_start || { echo "stencil.sh: MPS did not start: skipped"; continue; }
+  fi
+  if [[ $mode == hooks && ! -x $BUILD_DIR/bin/stencil_funnel ]]; then
+    echo "stencil.sh: $BUILD_DIR/bin/stencil_funnel not built (funnel without MPI): hooks skipped"
+    continue
   fi
   mkdir -p "$OUT_DIR/$mode"
   for np in $RANKS; do
@@ -113,12 +125,15 @@ ranks = sorted({r["ranks"] for r in rows})
 ms = lambda m, n: (by.get((m, n)) or {}).get("ms_per_step")
 ok = lambda m, n: (m, n) not in by or (by[(m, n)].get("reference") == "match" and by[(m, n)].get("rc") == 0)
 f = lambda v: "-" if v is None else f"{v:.4g}"
-print(f'{"ranks":>5} {"native ms/step":>15} {"MPS ms/step":>12} {"funnel ms/step":>15} {"funnel/MPS":>11} {"checksum ok":>12}')
+r = lambda a, b: "-" if a is None or not b else f"{a / b:.3f}"
+print(f'{"ranks":>5} {"native ms/step":>15} {"MPS ms/step":>12} {"funnel ms/step":>15} {"linked ms/step":>15}'
+      f' {"funnel/MPS":>11} {"linked/MPS":>11} {"checksum ok":>12}')
 for n in ranks:
-    nat, mps, fun = ms("native", n), ms("mps", n), ms("funnel", n)
-    ratio = "-" if fun is None or not mps else f"{fun / mps:.3f}"
-    good = all(ok(m, n) for m in ("native", "mps", "funnel"))
-    print(f"{n:>5} {f(nat):>15} {f(mps):>12} {f(fun):>15} {ratio:>11} {'yes' if good else 'no':>12}")
+    nat, mps, fun, hk = ms("native", n), ms("mps", n), ms("funnel", n), ms("hooks", n)
+    good = all(ok(m, n) for m in ("native", "mps", "funnel", "hooks"))
+    print(f"{n:>5} {f(nat):>15} {f(mps):>12} {f(fun):>15} {f(hk):>15} {r(fun, mps):>11} {r(hk, mps):>11}"
+          f" {'yes' if good else 'no':>12}")
+print("funnel: mpirun funnel-run stencil; linked: mpirun stencil_funnel (funnel::mpi, no wrapper)")
 print("ms/step: the slowest rank's time per step after warm-up; funnel/MPS < 1 is better (issue 4: <= 1.0 at 16)")
 print("checksum ok: every mode's run matched the 1-rank native checksum (relative 1e-10) and exited 0")
 PY

@@ -7,6 +7,7 @@
 #    runs each natively and through funnel-run (cuda backend), diffs stdout and exit codes
 # 4. runs 8 programs at once through ONE funnel-server and checks each against native
 # 4b. tests/gpu/compat.sh: the compatibility programs (tests/programs/compat), the same way
+# 4c. tests/gpu/mpi.sh: memory limit, the linked MPI app under mpirun, GPU fraction (issue 4)
 # 5. (not with --quick) bench/membench.sh: membench natively and through funnel, ratio table
 # Logs: "${OUT:-$PWD/gpu-out}"/<step>/<file>.  Summary table last; exit 1 if anything failed.
 # Environment: JOBS (build parallelism), TIMEOUT (seconds per program run, default 120),
@@ -257,6 +258,14 @@ while read -r res name reason; do
   result compat "${name%:}" "$res" "$reason"
 done < <(grep -E '^(FAIL|SKIP) ' "$OUT_DIR/compat.log")
 result compat suite "$([[ $crc == 0 ]] && echo PASS || echo FAIL)" "$(tail -n 1 "$OUT_DIR/compat.log")"
+
+# ---- 4c. issue 4: memory limit, the linked app under mpirun, GPU fraction ---------------
+note "MPI and per-rank configuration (tests/gpu/mpi.sh, logs in mpi/)"
+tests/gpu/mpi.sh "$BUILD" "$OUT_DIR/mpi" >"$OUT_DIR/mpi.log" 2>&1
+while read -r _ step name res detail; do
+  result "$step" "$name" "$res" "$detail"
+done < <(grep '^RESULT ' "$OUT_DIR/mpi.log")
+grep -q '^RESULT ' "$OUT_DIR/mpi.log" || result mpi script FAIL "tests/gpu/mpi.sh printed no result (mpi.log)"
 
 # ---- 5. benchmark ---------------------------------------------------------------------
 if [[ $QUICK == 1 ]]; then

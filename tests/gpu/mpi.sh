@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Issue 4 on the GPU (called by tests/gpu/run.sh after its build; runs alone as well):
+#   tests/gpu/mpi.sh BUILD_DIR OUT_DIR
+# 1. memlimit: tests/client/programs/memlimit.cu through funnel-run on the cuda backend with a
+#    64 MiB limit, in FUNNEL_DEVICE_MEM_LIMIT and in CUDA_MPS_PINNED_DEVICE_MEM_LIMIT; stdout
+#    must equal memlimit.expected (allocations past the limit fail, cudaMemGetInfo reports it).
+# 2. linked: `mpirun -np 4 stencil_funnel` (linked with funnel::mpi, no wrapper): the hooks
+#    start one cuda server, 4 ranks attach and cleanly detach, the checksum matches a native
+#    1-rank run, and the server, its run directory and its segments are gone after mpirun.
+# 3. fraction: tests/gpu/fraction.cu through funnel-run with FUNNEL_GPU_FRACTION (and MPS's
+#    CUDA_MPS_ACTIVE_THREAD_PERCENTAGE): the SM count the client sees and the SMs its kernel
+#    blocks actually ran on (%smid) stay within the share.
+# Prints one "RESULT step name PASS|FAIL|SKIP detail" line per check; exit 1 if any failed.
+set -u -o pipefail
+BUILD=$1
+OUT_DIR=$2
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BIN=$BUILD/bin
+mkdir -p "$OUT_DIR"
+export PATH=/usr/local/cuda/bin:$PATH
+FAILED=0
+result() {
+  echo "RESULT $1 $2 $3 $4"
+  [[ $3 == FAIL ]] && FAILED=1
+  return 0
+}
+uid=$(id -u)
+MPI=(mpirun --oversubscribe --bind-to none)
+[[ $uid == 0 ]] && MPI+=(--allow-run-as-root)
+
+# ---- 1. device-memory limit ----------------------------------------------------------------
+if nvcc -arch=sm_90 -cudart shared -O1 -I"$ROOT/tests/programs" -o "$BUILD/memlimit" \
+  "$ROOT/tests/client/programs/memlimit.cu" >"$OUT_DIR/memlimit-compile.log" 2>&1; then
+  for var in FUNNEL_DEVICE_MEM_LIMIT CUDA_MPS_PINNED_DEVICE_MEM_LIMIT; do
+    log=$OUT_DIR/memlimit-$var
+    env "$var=0=64M" FUNNEL_RUN_DIR="/dev/shm/funnel-gpu-memlimit-$$" FUNNEL_LOG_DIR="$OUT_DIR/logs-memlimit" \
+      timeout 120 "$BIN/funnel-run" --backend cuda "$BUILD/memlimit" >"$log.out" 2>"$log.err"
+    rc=$?
+    if [[ $rc == 0 ]] && diff -u "$ROOT/tests/client/programs/memlimit.expected" "$log.out" >"$log.diff"; then
+      result mpi "memlimit-$var" PASS "allocations past 64 MiB fail; MemGetInfo reports the limit"
+    else
+      result mpi "memlimit-$var" FAIL "rc $rc; see $(basename "$log").diff/.err"
+    fi
+  done
+else
+  result mpi memlimit FAIL "does not compile: memlimit-compile.log"
+fi
+
+# ---- 2. the linked app under plain mpirun ---------------------------------------------------
+if [[ -x $BIN/stencil_funnel && -x $BIN/stencil ]]; then
+  ref=$OUT_DIR/stencil-ref.txt
+  rm -f "$ref"
+  LD_LIBRARY_PATH=/usr/local/cuda/lib64 timeout 300 "${MPI[@]}" -np 1 "$BIN/stencil" --n 128 --steps 20 \
+    --warmup 2 --reference "$ref" >"$OUT_DIR/stencil-ref.log" 2>&1
+  job=gpu-linked-$$
+  logs=$OUT_DIR/logs-linked
+  env -u LD_LIBRARY_PATH FUNNEL_JOB_ID=$job FUNNEL_LOG_DIR="$logs" FUNNEL_IDLE_EXIT_MS=60000 \
+    timeout 300 "${MPI[@]}" -x FUNNEL_JOB_ID -x FUNNEL_LOG_DIR -x FUNNEL_IDLE_EXIT_MS -np 4 \
+    "$BIN/stencil_funnel" --n 128 --steps 20 --warmup 2 --reference "$ref" >"$OUT_DIR/stencil-linked.log" 2>&1
+  rc=$?
+  slog=$(ls "$logs"/funnel-server-*.log 2>/dev/null | head -1)
+  count() { grep -c -- "$1" "$slog" 2>/dev/null || echo 0; }
+  why=
+  [[ $rc == 0 ]] || why="mpirun exit $rc"
+  grep -q '"reference":"match"' "$OUT_DIR/stencil-linked.log" || why="${why:+$why; }checksum does not match 1-rank native"
+  [[ -n $slog ]] || why="${why:+$why; }no server log (was the server started by the hooks?)"
+  if [[ -n $slog ]]; then
+    grep -q 'with the cuda backend' "$slog" || why="${why:+$why; }server log does not name the cuda backend"
+    [[ $(count ' attached: pid') == 4 ]] || why="${why:+$why; }expected 4 attaches"
+    [[ $(count 'detached: pid') == 4 ]] || why="${why:+$why; }expected 4 clean detaches"
+    grep -q 'shutdown requested' "$slog" || why="${why:+$why; }the hooks did not stop the server"
+  fi
+  for _ in $(seq 50); do [[ -e /dev/shm/funnel-$uid-$job ]] || break; sleep 0.1; done
+  [[ -e /dev/shm/funnel-$uid-$job ]] && why="${why:+$why; }run directory left behind"
+  ls /dev/shm | grep -qF "funnel-$uid-$job" && why="${why:+$why; }segment left behind"
+  if [[ -z $why ]]; then
+    result mpi linked-stencil-np4 PASS "$(grep -o '"ms_per_step":[0-9.]*' "$OUT_DIR/stencil-linked.log"), server started+stopped by the hooks"
+  else
+    result mpi linked-stencil-np4 FAIL "$why (stencil-linked.log, logs-linked/)"
+  fi
+else
+  result mpi linked-stencil-np4 SKIP "bin/stencil_funnel not built (no MPI found)"
+fi
+
+# ---- 3. GPU fraction -------------------------------------------------------------------------
+if [[ -f $ROOT/tests/gpu/fraction.cu ]]; then
+  if nvcc -arch=sm_90 -cudart shared -O1 -o "$BUILD/fraction" "$ROOT/tests/gpu/fraction.cu" \
+    >"$OUT_DIR/fraction-compile.log" 2>&1; then
+    total=$(LD_LIBRARY_PATH=/usr/local/cuda/lib64 "$BUILD/fraction" 2>/dev/null | sed -n 's/^sm_count \([0-9]*\).*/\1/p')
+    for spec in "FUNNEL_GPU_FRACTION=0.25" "FUNNEL_GPU_FRACTION=50%" "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25"; do
+      log=$OUT_DIR/fraction-${spec%%=*}-${spec#*=}
+      log=${log%\%}
+      env "$spec" FUNNEL_RUN_DIR="/dev/shm/funnel-gpu-fraction-$$" FUNNEL_LOG_DIR="$OUT_DIR/logs-fraction" \
+        timeout 120 "$BIN/funnel-run" --backend cuda "$BUILD/fraction" >"$log.out" 2>"$log.err"
+      rc=$?
+      sms=$(sed -n 's/^sm_count \([0-9]*\).*/\1/p' "$log.out")
+      used=$(sed -n 's/^sms_used \([0-9]*\).*/\1/p' "$log.out")
+      pct=${spec#*=}; pct=${pct%\%}
+      [[ $pct == 0.* ]] && pct=$(python3 -c "print(round(float('$pct') * 100))")
+      want=$(python3 -c "import math; t=int('${total:-0}'); print(max(8, math.ceil(t*$pct/100/8)*8) if t else 0)")
+      if [[ $rc == 0 && -n $sms && -n $used && $total -gt 0 && $sms -le $((want + 8)) && $sms -lt $total && $used -le $sms ]]; then
+        result mpi "fraction-$spec" PASS "GPU $total SMs; client sees $sms, its blocks ran on $used distinct SMs"
+      else
+        result mpi "fraction-$spec" FAIL "rc $rc, GPU ${total:-?} SMs, sees ${sms:-?} (want <= $((want + 8))), ran on ${used:-?}; $(basename "$log").err"
+      fi
+    done
+  else
+    result mpi fraction FAIL "does not compile: fraction-compile.log"
+  fi
+else
+  result mpi fraction SKIP "tests/gpu/fraction.cu not present"
+fi
+exit $FAILED

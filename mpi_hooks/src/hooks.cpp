@@ -124,7 +124,7 @@ FUNNEL_MPI_API int MPI_Finalize(void) {
 
 // Fortran (mpif.h and `use mpi`, gfortran's names): Open MPI's Fortran bindings call
 // PMPI_Init/PMPI_Finalize directly, so the C entry points above never see a Fortran
-// main program; these do, and go through them.  (`use mpi_f08` is not covered.)
+// main program; these do, and go through them.
 FUNNEL_MPI_API void mpi_init_(MPI_Fint* ierr) {
   const int rc = MPI_Init(nullptr, nullptr);
   if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(rc);
@@ -141,3 +141,13 @@ FUNNEL_MPI_API void mpi_finalize_(MPI_Fint* ierr) {
   const int rc = MPI_Finalize();
   if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(rc);
 }
+
+// `use mpi_f08` (Open MPI, gfortran): the module's MPI_Init, MPI_Init_thread and
+// MPI_Finalize are the external procedures mpi_init_f08_, mpi_init_thread_f08_ and
+// mpi_finalize_f08_ of libmpi_usempif08, which call PMPI_* too.  Same arguments as the
+// mpif.h names (default INTEGERs by reference; ierror is OPTIONAL, a null pointer when
+// absent), so they are the same functions under a second name.
+FUNNEL_MPI_API void mpi_init_f08_(MPI_Fint* ierr) __attribute__((alias("mpi_init_")));
+FUNNEL_MPI_API void mpi_init_thread_f08_(MPI_Fint* required, MPI_Fint* provided, MPI_Fint* ierr)
+    __attribute__((alias("mpi_init_thread_")));
+FUNNEL_MPI_API void mpi_finalize_f08_(MPI_Fint* ierr) __attribute__((alias("mpi_finalize_")));

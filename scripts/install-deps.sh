@@ -8,6 +8,7 @@ packages=(
   build-essential cmake ninja-build g++ pkg-config git
   libboost-dev libhwloc-dev hwloc
   libopenmpi-dev openmpi-bin
+  gfortran  # mpif90 runs `gfortran`; libopenmpi-dev only pulls in gfortran-12 (tests mpi.fortran*)
   libgtest-dev libgmock-dev
   libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   python3 procps psmisc file binutils util-linux

@@ -1,23 +1,40 @@
 #!/usr/bin/env bash
-# lifecycle.sh SCENARIO NP BIN_DIR PROGRAM
-# Runs PROGRAM under real `mpirun --oversubscribe -np NP` on the sim backend, with the
-# job's default run directory (/dev/shm/funnel-<uid>-<Open MPI job id>), and checks the
-# server's log and what is left on the node afterwards.
-#   normal       the hooks start one server, NP ranks attach and detach, it stops at Finalize
-#   before-init  CUDA before MPI_Init: the client runtime starts it; it exits once idle
-#   prestarted   a server started before the job is left running at Finalize
-#   kill, abort  rank 1 SIGKILLed / MPI_Abort: nothing is left after the grace period
+# lifecycle.sh SCENARIO NP BIN_DIR PROGRAM [ARG...]
+# Runs `PROGRAM ARG... MODE` under real `mpirun --oversubscribe -np NP` on the sim backend,
+# with the job's default run directory (/dev/shm/funnel-<uid>-<Open MPI job id>), and checks
+# the server's log and what is left on the node afterwards.  MODE is the scenario (normal
+# for prestarted, hold for mpirun-killed): mpi_cuda.cu's modes.
+#   normal         the hooks start one server, NP ranks attach and detach, it stops at Finalize
+#   before-init    CUDA before MPI_Init: the client runtime starts it; it exits once idle
+#   prestarted     a server started before the job is left running at Finalize
+#   kill, abort    rank 1 SIGKILLed / MPI_Abort: nothing is left after the grace period
+#   mpirun-killed  mpirun SIGKILLed once every rank attached: Open MPI ends the orphaned
+#                  ranks, and nothing is left after the grace period
 set -u
 scenario=$1 np=$2 bin=$3 prog=$4
+shift 4
+prog_args=("$@")
 uid=$(id -u)
 tmp=$(mktemp -d /tmp/funnel-mpi.XXXXXX)
 export FUNNEL_BACKEND=sim FUNNEL_LOG_DIR=$tmp/log FUNNEL_IDLE_EXIT_MS=1000 FUNNEL_ATTACH_TIMEOUT_MS=30000
 unset FUNNEL_RUN_DIR FUNNEL_JOB_ID
 mpirun=(mpirun --oversubscribe -np "$np" --mca btl self,vader)
 [ "$uid" -eq 0 ] && mpirun+=(--allow-run-as-root)
-prestarted_dir=
+prestarted_dir= mpirun_pid= ranks=
+# pid $1 is still one of this job's ranks (not a zombie, not a pid used again since).
+# Builtins only: it runs in wait_gone's loop.
+rank_alive() {
+  local stat arg0
+  { read -r stat </proc/"$1"/stat && IFS= read -r -d '' arg0 </proc/"$1"/cmdline; } 2>/dev/null || return 1
+  stat=${stat##*) }
+  [ "${stat:0:1}" != Z ] && [ "$arg0" = "$prog" ]
+}
+rank_pids() { grep -ho ' attached: pid [0-9]*' "$tmp"/log/*.log 2>/dev/null | awk '{print $3}'; }
 cleanup() {
   [ -n "$prestarted_dir" ] && FUNNEL_RUN_DIR=$prestarted_dir timeout 5 "$bin/funnelctl" shutdown >/dev/null 2>&1
+  # A failed mpirun-killed run must not leave its job running.
+  [ -n "$mpirun_pid" ] && kill -KILL "$mpirun_pid" 2>/dev/null
+  for p in $ranks; do rank_alive "$p" && kill -KILL "$p"; done
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -33,21 +50,45 @@ if [ "$scenario" = prestarted ]; then
   mode=normal
 fi
 
-timeout 100 "${mpirun[@]}" "$prog" "$mode" >"$tmp/out" 2>&1
-rc=$?
+if [ "$scenario" = mpirun-killed ]; then
+  # mpirun's session directory and shared-memory (vader) segments are its own to remove,
+  # which a killed mpirun cannot: keep them in $tmp rather than /tmp and /dev/shm.
+  mpirun+=(--mca orte_tmpdir_base "$tmp" --mca btl_vader_backing_directory "$tmp")
+  "${mpirun[@]}" "$prog" "${prog_args[@]}" hold >"$tmp/out" 2>&1 &
+  mpirun_pid=$!
+  # Bounded polling: every rank attached (at MPI_Init) and the job still running.
+  for _ in $(seq 300); do
+    [ "$(count ' attached: pid')" -ge "$np" ] && break
+    kill -0 "$mpirun_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  [ "$(count ' attached: pid')" -eq "$np" ] || fail "expected $np ranks attached to a running job"
+  ranks=$(rank_pids)
+  for p in $ranks; do rank_alive "$p" || fail "rank pid $p is not running before mpirun is killed"; done
+  kill -KILL "$mpirun_pid"
+  wait "$mpirun_pid"
+  rc=$?
+  mpirun_pid=
+else
+  timeout 100 "${mpirun[@]}" "$prog" "${prog_args[@]}" "$mode" >"$tmp/out" 2>&1
+  rc=$?
+fi
 logs=("$tmp"/log/*.log)
 [ "${#logs[@]}" -eq 1 ] && [ -f "${logs[0]}" ] || fail "expected exactly one server log, found ${#logs[@]}"
 # funnel-server-<job id>-<pid>.log: every rank used the run directory of this job id.
 job=$(basename "${logs[0]}" .log); job=${job#funnel-server-}; job=${job%-*}
 run_dir=/dev/shm/funnel-$uid-$job
 pid=$(basename "${logs[0]}" .log); pid=${pid##*-}
+case $scenario in kill|abort) ranks=$(rank_pids) ;; esac
 
-gone() {  # the server process, its run directory and its segments are all gone
+gone() {  # the ranks (where known), the server process, its run directory and its segments are all gone
+  for p in $ranks; do rank_alive "$p" && return 1; done
   ! kill -0 "$pid" 2>/dev/null && [ ! -e "$run_dir" ] && [ -z "$(ls /dev/shm | grep -F "funnel-$uid-$job")" ]
 }
-wait_gone() {
-  for _ in $(seq "$1"); do gone && return 0; sleep 0.1; done
-  return 1
+wait_gone() {  # at most $1 tenths of a second
+  local end=$((${EPOCHREALTIME//[!0-9]/} + $1 * 100000))
+  while ((${EPOCHREALTIME//[!0-9]/} < end)); do gone && return 0; sleep 0.1; done
+  gone
 }
 
 case $scenario in
@@ -74,11 +115,16 @@ case $scenario in
     kill -0 "$pid" 2>/dev/null && [ -S "$run_dir/server.sock" ] || fail "the pre-started server is gone"
     FUNNEL_RUN_DIR=$run_dir "$bin/funnelctl" stats >/dev/null || fail "the pre-started server does not answer"
     ;;
-  kill|abort)
+  kill|abort|mpirun-killed)
     [ "$rc" -ne 0 ] || fail "mpirun exited with 0"
     # Grace period: FUNNEL_IDLE_EXIT_MS (1 s) after the last client is gone.
-    wait_gone 150 || fail "something is left: pid $pid, run directory $run_dir"
+    wait_gone 150 || fail "something is left: ranks $(for p in $ranks; do rank_alive "$p" && echo -n "$p "; done)server pid $pid, run directory $run_dir"
     pgrep -f "funnel-$uid-$job" >/dev/null && fail "a process of the job's run directory is left"
+    if [ "$scenario" = mpirun-killed ]; then
+      # No rank reached MPI_Finalize: the server saw each one hang up, not detach.
+      [ "$(count ' died: pid')" -eq "$np" ] || fail "expected $np clients that died with the job"
+      [ "$(count 'detached: pid')" -eq 0 ] || fail "a rank detached after mpirun was killed"
+    fi
     ;;
   *) fail "unknown scenario" ;;
 esac

@@ -317,6 +317,38 @@ WATCHED_TEST(Settings, GpuSelection) {
   }
 }
 
+// FUNNEL_MPI_HOOKS, and the launcher detection behind its "auto" (funnel-run).
+WATCHED_TEST(Settings, MpiHooks) {
+  EXPECT_EQ(settings({}).mpi_hooks, MpiHooks::Auto);
+  EXPECT_EQ(value_text(settings({}), "FUNNEL_MPI_HOOKS"), "auto");
+  EXPECT_EQ(settings({{"FUNNEL_MPI_HOOKS", "auto"}}).mpi_hooks, MpiHooks::Auto);
+  EXPECT_EQ(settings({{"FUNNEL_MPI_HOOKS", "1"}}).mpi_hooks, MpiHooks::On);
+  EXPECT_EQ(settings({{"FUNNEL_MPI_HOOKS", "0"}}).mpi_hooks, MpiHooks::Off);
+  EXPECT_EQ(value_text(settings({{"FUNNEL_MPI_HOOKS", "0"}}), "FUNNEL_MPI_HOOKS"), "0");
+  for (const std::string v : {"", "yes", "on", "off", "true", "2", "Auto", " 1"}) {
+    try {
+      settings({{"FUNNEL_MPI_HOOKS", v}});
+      ADD_FAILURE() << "FUNNEL_MPI_HOOKS='" << v << "' was accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(std::string(e.what()), "FUNNEL_MPI_HOOKS='" + v + "' is not valid: expected auto | 1 | 0");
+    }
+  }
+
+  auto launcher = [](const Env& env) {
+    return mpi_launcher_variable([&](const char* name) -> std::optional<std::string> {
+      return env.contains(name) ? std::optional<std::string>(env.at(name)) : std::nullopt;
+    });
+  };
+  EXPECT_EQ(launcher({}), "");
+  // What Open MPI 4.1's mpirun sets (it sets both); MPICH's and Intel MPI's mpiexec.
+  EXPECT_EQ(launcher({{"OMPI_COMM_WORLD_SIZE", "4"}, {"PMIX_RANK", "0"}}), "OMPI_COMM_WORLD_SIZE");
+  EXPECT_EQ(launcher({{"PMIX_RANK", "3"}}), "PMIX_RANK");
+  EXPECT_EQ(launcher({{"PMI_RANK", "0"}}), "PMI_RANK");
+  EXPECT_EQ(launcher({{"PMI_RANK", ""}}), "") << "an empty variable shows no launcher";
+  // A batch job, or a job id, is not an MPI launcher: a plain program under Slurm gets no hooks.
+  EXPECT_EQ(launcher({{"SLURM_JOB_ID", "7"}, {"SLURM_PROCID", "0"}, {"OMPI_MCA_ess_base_jobid", "1"}}), "");
+}
+
 WATCHED_TEST(Settings, ARunDirWhoseSocketPathIsTooLongIsRejected) {
   // 107 characters is the most a socket address holds: dir + "/server.sock".
   const std::string ok_dir = "/" + std::string(107 - 1 - 12, 'r');

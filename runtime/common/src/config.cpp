@@ -16,6 +16,8 @@ namespace funnel {
 
 const char* to_string(Backend b) noexcept { return b == Backend::Cuda ? "cuda" : "sim"; }
 
+const char* to_string(MpiHooks h) noexcept { return h == MpiHooks::Auto ? "auto" : h == MpiHooks::On ? "1" : "0"; }
+
 const std::vector<SettingInfo>& setting_table() {
   static const std::vector<SettingInfo> table{
       {"FUNNEL_RUN_DIR", "/dev/shm/funnel-<uid>-<job id>", "an absolute path, socket path under 108 characters",
@@ -72,6 +74,12 @@ const std::vector<SettingInfo>& setting_table() {
        "each process uses the GPU of its node-local rank's entry, shown to it as device 0; wins over "
        "FUNNEL_RANKS_PER_GPU. A rank without an entry, or an entry past the server's GPUs, fails the attach "
        "(MPI_Init or the first CUDA call) with a message"},
+      {"FUNNEL_MPI_HOOKS", "auto", "auto | 1 | 0",
+       "funnel-run only: whether it also preloads the MPI hooks (libfunnel_mpi.so, beside the client runtime) "
+       "into the program, so that an unmodified MPI program's MPI_Init starts the node's funnel-server and its "
+       "MPI_Finalize stops it, as for a program linked with funnel::mpi. auto: when funnel-run runs under an MPI "
+       "launcher (OMPI_COMM_WORLD_SIZE, PMIX_RANK or PMI_RANK set); 1: always; 0: never (funnel-run starts the "
+       "server itself and it exits FUNNEL_IDLE_EXIT_MS after the last process left)"},
   };
   return table;
 }
@@ -81,6 +89,13 @@ std::string launcher_job_id(const Settings::Lookup& env) {
     if (auto s = env(v); s && !s->empty()) return sanitize_for_filename(*s);
   }
   return "nojob";
+}
+
+std::string mpi_launcher_variable(const Settings::Lookup& env) {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"}) {
+    if (auto s = env(v); s && !s->empty()) return v;
+  }
+  return "";
 }
 
 namespace {
@@ -316,6 +331,12 @@ Settings Settings::from(const Lookup& env) {
                                                                   accepted_of("FUNNEL_RANKS_PER_GPU")));
   }
   if (auto m = get("FUNNEL_GPU_MAP")) s.gpu_map = parse_ordinals("FUNNEL_GPU_MAP", *m);
+  if (auto h = get("FUNNEL_MPI_HOOKS")) {
+    if (*h == "auto") s.mpi_hooks = MpiHooks::Auto;
+    else if (*h == "1") s.mpi_hooks = MpiHooks::On;
+    else if (*h == "0") s.mpi_hooks = MpiHooks::Off;
+    else bad("FUNNEL_MPI_HOOKS", *h, accepted_of("FUNNEL_MPI_HOOKS"));
+  }
   return s;
 }
 
@@ -346,6 +367,7 @@ std::string value_text(const Settings& s, const std::string& var) {
   if (var == "FUNNEL_RANKS_PER_GPU")
     return !s.ranks_per_gpu_set ? "(not set)" : s.ranks_per_gpu == 0 ? "even" : std::to_string(s.ranks_per_gpu);
   if (var == "FUNNEL_GPU_MAP") return s.gpu_map.empty() ? "(not set)" : fmt::format("{}", fmt::join(s.gpu_map, ","));
+  if (var == "FUNNEL_MPI_HOOKS") return to_string(s.mpi_hooks);
   return "";
 }
 

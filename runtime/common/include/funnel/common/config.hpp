@@ -23,6 +23,11 @@ class ConfigError : public std::runtime_error {
 enum class Backend { Cuda, Sim };
 const char* to_string(Backend b) noexcept;
 
+// FUNNEL_MPI_HOOKS: whether funnel-run preloads the MPI hooks (libfunnel_mpi.so) into the
+// program. Auto: when it runs under an MPI launcher (mpi_launcher_variable()).
+enum class MpiHooks { Auto, On, Off };
+const char* to_string(MpiHooks h) noexcept;
+
 struct Settings {
   std::filesystem::path run_dir;    // FUNNEL_RUN_DIR
   std::string job_id;               // FUNNEL_JOB_ID, else the launcher's job id, else "nojob"
@@ -54,6 +59,7 @@ struct Settings {
   int ranks_per_gpu = 0;            // 0: node-local ranks spread evenly over the GPUs
   std::vector<int> gpu_map;         // FUNNEL_GPU_MAP; empty: not set
   bool selects_gpu() const noexcept { return ranks_per_gpu_set || !gpu_map.empty(); }
+  MpiHooks mpi_hooks = MpiHooks::Auto;  // FUNNEL_MPI_HOOKS (funnel-run only)
 
   // Where each value came from ("default", "environment"), by variable name, in table order.
   std::vector<std::pair<std::string, std::string>> sources;
@@ -95,6 +101,11 @@ LocalRank launcher_local_rank(const Settings::Lookup& env);
 // or FUNNEL_RANKS_PER_GPU; -1 when neither is set. ConfigError when the map has no entry
 // for the rank or names a GPU the server does not have.
 int select_gpu(const Settings& s, const LocalRank& local, int ngpus);
+
+// The variable that shows this process was started by an MPI launcher, "" when none is
+// set: OMPI_COMM_WORLD_SIZE (Open MPI's mpirun), PMIX_RANK (any PMIx launcher: Open MPI's
+// mpirun and prterun, srun --mpi=pmix), PMI_RANK (PMI: MPICH's and Intel MPI's mpiexec).
+std::string mpi_launcher_variable(const Settings::Lookup& env);
 
 // The value of the effective setting, as text (for funnelctl config and logs).
 std::string value_text(const Settings& s, const std::string& variable);

@@ -1,9 +1,11 @@
-// funnel-run [--backend cuda|sim] [--run-dir DIR] [--] prog args...
+// funnel-run [--backend cuda|sim] [--run-dir DIR] [--mpi-hooks auto|1|0] [--] prog args...
 //
-// Checks the program (a static CUDA runtime cannot be intercepted), makes sure the
-// job's funnel-server runs (so the program's first CUDA call is fast), puts the
-// client runtime in front of the real libcudart (LD_PRELOAD + LD_LIBRARY_PATH) and
-// execs the program.
+// Checks the program (a static CUDA runtime cannot be intercepted), puts the client
+// runtime in front of the real libcudart (LD_PRELOAD + LD_LIBRARY_PATH) and execs the
+// program.  Under an MPI launcher (FUNNEL_MPI_HOOKS) it preloads the MPI hooks as well,
+// so that the program's MPI_Init starts the node's funnel-server and its MPI_Finalize
+// stops it, as for a program linked with funnel::mpi (doc/mpi.md); otherwise it makes
+// sure the job's server runs first (so the program's first CUDA call is fast).
 //
 // Exit codes: 2 bad settings or arguments, 3 program refused, 4 no server, 127 exec failed.
 #include <unistd.h>
@@ -11,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +27,8 @@
 namespace fs = std::filesystem;
 
 namespace {
+
+constexpr const char* kUsage = "funnel-run [--backend cuda|sim] [--run-dir DIR] [--mpi-hooks auto|1|0] PROGRAM [ARGS...]";
 
 // `prog` as execvp would find it.
 fs::path resolve_program(const std::string& prog) {
@@ -51,6 +56,43 @@ fs::path client_library() {
   return fs::weakly_canonical(self.parent_path() / ".." / "lib" / "libcudart.so.13");
 }
 
+// The MPI C library `info` needs directly ("libmpi.so.40", "libmpich.so.12"); "" if none.
+std::string mpi_library(const funnel::ElfInfo& info) {
+  for (const auto& n : info.needed)
+    if (n.starts_with("libmpi.so.") || n.starts_with("libmpich.so.")) return n;
+  return "";
+}
+
+struct HooksChoice {
+  fs::path library;     // the MPI hooks to preload; empty: none
+  std::string problem;  // why hooks that are wanted cannot be preloaded; empty: none
+};
+
+// Whether to preload the MPI hooks (libfunnel_mpi.so, found by its soname in `lib_dir`,
+// beside the client runtime). A program that is linked with them already gets the same
+// one copy (the dynamic linker matches its DT_NEEDED against the preloaded soname). One
+// that needs another MPI library than the hooks were built with must not get them: their
+// MPI_Init would mix two MPI implementations.
+HooksChoice choose_mpi_hooks(const funnel::Settings& s, const std::string& launcher, const fs::path& lib_dir,
+                             const std::optional<funnel::ElfInfo>& program) {
+  if (s.mpi_hooks == funnel::MpiHooks::Off || (s.mpi_hooks == funnel::MpiHooks::Auto && launcher.empty())) return {};
+#ifdef FUNNEL_MPI_HOOKS_LIBRARY
+  const fs::path hooks = lib_dir / FUNNEL_MPI_HOOKS_LIBRARY;
+  const auto info = funnel::inspect_elf(hooks);
+  if (!info) return {{}, fmt::format("the MPI hooks {} are missing or unreadable", hooks.string())};
+  const std::string ours = mpi_library(*info);
+  const std::string theirs = program ? mpi_library(*program) : "";
+  if (!theirs.empty() && theirs != ours)
+    return {{}, fmt::format("the program uses {} but the MPI hooks {} were built with {}", theirs, hooks.string(),
+                            ours.empty() ? "another MPI" : ours)};
+  return {hooks, ""};
+#else
+  (void)lib_dir;
+  (void)program;
+  return {{}, "this funnel-run was built without MPI (there is no libfunnel_mpi.so)"};
+#endif
+}
+
 std::string appended(const char* var, const std::string& item, bool front) {
   const char* old = std::getenv(var);
   if (old == nullptr || *old == '\0') return item;
@@ -61,15 +103,18 @@ std::string appended(const char* var, const std::string& item, bool front) {
 
 int main(int argc, char** argv) {
   CLI::App app{"funnel-run: run a CUDA program (built with `nvcc -cudart shared`) on the job's funnel-server"};
-  std::string backend, run_dir;
+  std::string backend, run_dir, mpi_hooks;
   std::vector<std::string> command;
   app.add_option("--backend", backend, "backend of a server that gets started: cuda or sim (FUNNEL_BACKEND)");
   app.add_option("--run-dir", run_dir, "the job's run directory (FUNNEL_RUN_DIR)");
+  app.add_option("--mpi-hooks", mpi_hooks,
+                 "preload the MPI hooks, so that MPI_Init starts the server and MPI_Finalize stops it: auto (under "
+                 "an MPI launcher), 1 or 0 (FUNNEL_MPI_HOOKS)");
   // Everything from the program on belongs to the program, options included, in order:
   // CLI11's prefix mode leaves it all in remaining() (a positional option would take the
   // program's positionals but leave its options behind).
   app.prefix_command();
-  app.footer("usage: funnel-run [--backend cuda|sim] [--run-dir DIR] PROGRAM [ARGS...]");
+  app.footer(fmt::format("usage: {}", kUsage));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -77,12 +122,13 @@ int main(int argc, char** argv) {
   }
   command = app.remaining();
   if (command.empty()) {
-    std::fprintf(stderr, "funnel-run: no program given: funnel-run [--backend cuda|sim] [--run-dir DIR] PROGRAM [ARGS...]\n");
+    std::fprintf(stderr, "funnel-run: no program given: %s\n", kUsage);
     return 2;
   }
   // Command-line options are environment settings for us and the program alike.
   if (!backend.empty()) ::setenv("FUNNEL_BACKEND", backend.c_str(), 1);
   if (!run_dir.empty()) ::setenv("FUNNEL_RUN_DIR", run_dir.c_str(), 1);
+  if (!mpi_hooks.empty()) ::setenv("FUNNEL_MPI_HOOKS", mpi_hooks.c_str(), 1);
 
   funnel::Settings settings;
   try {
@@ -97,22 +143,50 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "funnel-run: %s: command not found\n", command[0].c_str());
     return 127;
   }
-  if (auto info = funnel::inspect_elf(program); info && funnel::uses_static_cudart(*info)) {
+  const auto program_info = funnel::inspect_elf(program);
+  if (program_info && funnel::uses_static_cudart(*program_info)) {
     std::fprintf(stderr, "funnel-run: %s\n", funnel::static_cudart_message(command[0]).c_str());
     return 3;
   }
 
-  try {
-    // The connection only proves the server is up; the program attaches by itself.
-    (void)funnel::connect_or_start_server(settings);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "funnel-run: %s\n", e.what());
-    return 4;
+  const fs::path lib = client_library();
+  const funnel::Settings::Lookup env = [](const char* name) -> std::optional<std::string> {
+    const char* v = std::getenv(name);
+    return v != nullptr ? std::optional<std::string>(v) : std::nullopt;
+  };
+  const std::string launcher = funnel::mpi_launcher_variable(env);
+  const HooksChoice hooks = choose_mpi_hooks(settings, launcher, lib.parent_path(), program_info);
+  if (!hooks.problem.empty()) {
+    if (settings.mpi_hooks == funnel::MpiHooks::On) {
+      std::fprintf(stderr, "funnel-run: FUNNEL_MPI_HOOKS=1 asks for the MPI hooks, but %s\n", hooks.problem.c_str());
+      return 2;
+    }
+    // Once per node, not once per rank.
+    if (funnel::launcher_local_rank(env).rank == 0)
+      std::fprintf(stderr,
+                   "funnel-run: warning: running under an MPI launcher (%s is set), but %s: funnel-server is not "
+                   "stopped at MPI_Finalize but FUNNEL_IDLE_EXIT_MS after the job's last process left "
+                   "(FUNNEL_MPI_HOOKS=0 silences this)\n",
+                   launcher.c_str(), hooks.problem.c_str());
   }
 
-  const fs::path lib = client_library();
+  // With the hooks, node rank 0's MPI_Init starts the server (under the run directory's
+  // start lock) and its MPI_Finalize stops it -- but only one that it started: a server
+  // started here would outlive the job until its idle timer.
+  if (hooks.library.empty()) {
+    try {
+      // The connection only proves the server is up; the program attaches by itself.
+      (void)funnel::connect_or_start_server(settings);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "funnel-run: %s\n", e.what());
+      return 4;
+    }
+  }
+
+  std::string preload = lib.string();
+  if (!hooks.library.empty()) preload += ":" + hooks.library.string();
   // After any existing entries: a sanitizer runtime must stay first.
-  ::setenv("LD_PRELOAD", appended("LD_PRELOAD", lib.string(), false).c_str(), 1);
+  ::setenv("LD_PRELOAD", appended("LD_PRELOAD", preload, false).c_str(), 1);
   ::setenv("LD_LIBRARY_PATH", appended("LD_LIBRARY_PATH", lib.parent_path().string(), true).c_str(), 1);
   ::setenv("FUNNEL_RUN_DIR", settings.run_dir.c_str(), 1);
   ::setenv("FUNNEL_BACKEND", funnel::to_string(settings.backend), 1);

@@ -120,10 +120,14 @@ case $scenario in
     # Grace period: FUNNEL_IDLE_EXIT_MS (1 s) after the last client is gone.
     wait_gone 150 || fail "something is left: ranks $(for p in $ranks; do rank_alive "$p" && echo -n "$p "; done)server pid $pid, run directory $run_dir"
     pgrep -f "funnel-$uid-$job" >/dev/null && fail "a process of the job's run directory is left"
+    # The server's log is complete now.  The job got as far as the scenario: rank 1 (or
+    # every rank) attached and left without a Detach.
     if [ "$scenario" = mpirun-killed ]; then
-      # No rank reached MPI_Finalize: the server saw each one hang up, not detach.
       [ "$(count ' died: pid')" -eq "$np" ] || fail "expected $np clients that died with the job"
       [ "$(count 'detached: pid')" -eq 0 ] || fail "a rank detached after mpirun was killed"
+    else
+      [ "$(count ' attached: pid [0-9]* rank 1 ')" -eq 1 ] || fail "rank 1 never attached"
+      [ "$(count ' died: pid [0-9]* rank 1 ')" -eq 1 ] || fail "the server did not see rank 1 die"
     fi
     ;;
   *) fail "unknown scenario" ;;

@@ -349,6 +349,64 @@ WATCHED_TEST(Settings, MpiHooks) {
   EXPECT_EQ(launcher({{"SLURM_JOB_ID", "7"}, {"SLURM_PROCID", "0"}, {"OMPI_MCA_ess_base_jobid", "1"}}), "");
 }
 
+// A ConfigError whose message names the variable, the value and `accepted`.
+void expect_bad(const std::string& var, const std::string& value, const std::string& accepted) {
+  try {
+    settings({{var, value}});
+    ADD_FAILURE() << var << "='" << value << "' was accepted";
+  } catch (const ConfigError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(var + "='" + value + "'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(accepted), std::string::npos) << msg;
+  }
+}
+
+WATCHED_TEST(Settings, GpuFractionPlacementAndClientPriority) {
+  const Settings none = settings({});
+  EXPECT_EQ(none.gpu_share_bp, 0u);
+  EXPECT_FALSE(none.gpu_disjoint);
+  EXPECT_FALSE(none.below_normal_priority);
+  EXPECT_EQ(value_text(none, "FUNNEL_GPU_FRACTION"), "(the whole GPU)");
+  EXPECT_EQ(value_text(none, "FUNNEL_GPU_PLACEMENT"), "shared");
+  EXPECT_EQ(value_text(none, "FUNNEL_CLIENT_PRIORITY"), "normal");
+
+  EXPECT_EQ(settings({{"FUNNEL_GPU_FRACTION", "0.25"}}).gpu_share_bp, 2500u);
+  EXPECT_EQ(settings({{"FUNNEL_GPU_FRACTION", "25%"}}).gpu_share_bp, 2500u);
+  EXPECT_EQ(settings({{"FUNNEL_GPU_FRACTION", "12.5%"}}).gpu_share_bp, 1250u);
+  EXPECT_EQ(settings({{"FUNNEL_GPU_FRACTION", ".125"}}).gpu_share_bp, 1250u);
+  EXPECT_EQ(settings({{"FUNNEL_GPU_FRACTION", "1"}}).gpu_share_bp, 0u) << "the whole GPU";
+  EXPECT_EQ(settings({{"FUNNEL_GPU_FRACTION", "100%"}}).gpu_share_bp, 0u);
+  EXPECT_EQ(settings({{"FUNNEL_GPU_FRACTION", "0.00001"}}).gpu_share_bp, 1u) << "never rounded to nothing";
+  EXPECT_EQ(value_text(settings({{"FUNNEL_GPU_FRACTION", "0.125"}}), "FUNNEL_GPU_FRACTION"), "12.5%");
+  for (const char* v : {"", "0", "0%", "1.5", "101%", "-0.5", "abc", "0.25x", "%", "25 %", "nan", "inf"})
+    expect_bad("FUNNEL_GPU_FRACTION", v, "a fraction above 0 and at most 1 (e.g. 0.25) or a percentage (e.g. 25%)");
+
+  // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: a percentage without the sign, when FUNNEL_GPU_FRACTION is unset.
+  const Settings mps = settings({{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "12.5"}});
+  EXPECT_EQ(mps.gpu_share_bp, 1250u);
+  EXPECT_EQ(mps.gpu_share_from, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+  EXPECT_EQ(settings({{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "100"}}).gpu_share_bp, 0u);
+  EXPECT_EQ(settings({{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "50"}, {"FUNNEL_GPU_FRACTION", "0.25"}}).gpu_share_bp,
+            2500u)
+      << "FUNNEL_GPU_FRACTION wins";
+  for (const char* v : {"", "0", "101", "25%", "x"})
+    expect_bad("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", v, "a percentage of the GPU's SMs above 0 and at most 100");
+
+  EXPECT_TRUE(settings({{"FUNNEL_GPU_PLACEMENT", "disjoint"}}).gpu_disjoint);
+  EXPECT_FALSE(settings({{"FUNNEL_GPU_PLACEMENT", "shared"}}).gpu_disjoint);
+  for (const char* v : {"", "Disjoint", "exclusive"}) expect_bad("FUNNEL_GPU_PLACEMENT", v, "shared | disjoint");
+
+  EXPECT_TRUE(settings({{"FUNNEL_CLIENT_PRIORITY", "below-normal"}}).below_normal_priority);
+  EXPECT_TRUE(settings({{"FUNNEL_CLIENT_PRIORITY", "1"}}).below_normal_priority);
+  EXPECT_FALSE(settings({{"FUNNEL_CLIENT_PRIORITY", "normal"}}).below_normal_priority);
+  EXPECT_FALSE(settings({{"FUNNEL_CLIENT_PRIORITY", "0"}}).below_normal_priority);
+  EXPECT_TRUE(settings({{"CUDA_MPS_CLIENT_PRIORITY", "1"}}).below_normal_priority);
+  EXPECT_FALSE(settings({{"CUDA_MPS_CLIENT_PRIORITY", "1"}, {"FUNNEL_CLIENT_PRIORITY", "normal"}}).below_normal_priority)
+      << "FUNNEL_CLIENT_PRIORITY wins";
+  for (const char* v : {"", "2", "high", "-1"}) expect_bad("FUNNEL_CLIENT_PRIORITY", v, "normal | below-normal | 0 | 1");
+  for (const char* v : {"", "2", "normal"}) expect_bad("CUDA_MPS_CLIENT_PRIORITY", v, "0 (normal) or 1 (below normal)");
+}
+
 WATCHED_TEST(Settings, ARunDirWhoseSocketPathIsTooLongIsRejected) {
   // 107 characters is the most a socket address holds: dir + "/server.sock".
   const std::string ok_dir = "/" + std::string(107 - 1 - 12, 'r');

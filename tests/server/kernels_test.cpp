@@ -493,3 +493,96 @@ TEST_F(KernelTest, ClientLeavingWithAHeldStreamDoesNotHangTheServer) {
 
 }  // namespace
 }  // namespace funnel::test
+
+namespace funnel::test {
+namespace {
+
+// FUNNEL_GPU_FRACTION / FUNNEL_GPU_PLACEMENT / FUNNEL_CLIENT_PRIORITY as the hello carries them.
+std::function<void(ipc::HelloMsg&)> share(uint32_t bp, ipc::GpuPlacement p = ipc::GpuPlacement::Shared) {
+  return [=](ipc::HelloMsg& h) {
+    h.gpu_share_bp = bp;
+    h.gpu_placement = static_cast<uint32_t>(p);
+  };
+}
+
+// Launches `no_params` once on the legacy stream of device 0 and returns its record.
+std::optional<server::SimLaunchRecord> launch_once(TestClient& c, server::Backend& backend) {
+  if (load_module(c, 1).status != Status::Success || kernel_get(c, 2, 1, "no_params").status != Status::Success)
+    return std::nullopt;
+  const size_t before = server::sim_launch_records(backend).size();
+  post_launch(c, launch_cmd(2, {1, 1, 1}, {1, 1, 1}, 0, 0), {});
+  if (c.sync_device() != Status::Success) return std::nullopt;
+  const auto all = server::sim_launch_records(backend);
+  if (all.size() != before + 1) return std::nullopt;
+  return all.back();
+}
+
+TEST_F(KernelTest, AGpuFractionIsTheSmCountTheClientSeesAndWhereItsKernelsRun) {
+  start_server();
+  TestClient whole(run_dir_, "whole"), quarter(run_dir_, "quarter", {}, share(2500));
+  ASSERT_TRUE(whole.ok() && quarter.ok());
+  EXPECT_EQ(whole.view().devices()[0].attributes[ipc::kAttrMultiprocessorCount], 132);
+  EXPECT_EQ(quarter.view().devices()[0].attributes[ipc::kAttrMultiprocessorCount], 32) << "25% of 132 SMs, rounded down to groups of 8";
+  EXPECT_EQ(quarter.view().devices()[1].attributes[ipc::kAttrMultiprocessorCount], 32);
+
+  auto w = launch_once(whole, *backend_);
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->sms, 132u);
+  EXPECT_TRUE(w->sm_groups.empty());
+  auto q = launch_once(quarter, *backend_);
+  ASSERT_TRUE(q);
+  EXPECT_EQ(q->sms, 32u);
+  EXPECT_EQ(q->sm_groups, (std::vector<uint32_t>{0, 1, 2, 3}));
+  // A second quarter lands on the next four groups, not on the first one's.
+  TestClient second(run_dir_, "second", {}, share(2500));
+  ASSERT_TRUE(second.ok());
+  auto s = launch_once(second, *backend_);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->sm_groups, (std::vector<uint32_t>{4, 5, 6, 7}));
+  EXPECT_EQ(quarter.take_deferred(), 0);
+}
+
+TEST_F(KernelTest, ADisjointClientThatFindsNoFreeSmsFailsItsFirstWorkOnThatGpu) {
+  start_server();
+  std::vector<std::unique_ptr<TestClient>> held;
+  for (int i = 0; i < 2; ++i) {
+    held.push_back(std::make_unique<TestClient>(run_dir_, "half", std::vector<uint64_t>{},
+                                                share(5000, ipc::GpuPlacement::Disjoint)));
+    ASSERT_TRUE(held.back()->ok());
+    auto r = launch_once(*held.back(), *backend_);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->sm_groups.size(), 8u);
+  }
+  TestClient late(run_dir_, "late", {}, share(1250, ipc::GpuPlacement::Disjoint));
+  ASSERT_TRUE(late.ok()) << "the attach succeeds: the partition is leased at the first stream";
+  ASSERT_EQ(load_module(late, 1).status, Status::Success);
+  ASSERT_EQ(kernel_get(late, 2, 1, "no_params").status, Status::Success);
+  post_launch(late, launch_cmd(2, {1, 1, 1}, {1, 1, 1}, 0, 0), {});
+  late.sync_device();
+  EXPECT_EQ(late.take_deferred(), static_cast<int32_t>(Status::DevicesUnavailable));
+  // Once a holder leaves, the late client gets SMs.
+  held[0]->detach();
+  held[0].reset();
+  ASSERT_TRUE(eventually([&] { return stats(run_dir_)["server"]["clients"] == 2; }));
+  post_launch(late, launch_cmd(2, {1, 1, 1}, {1, 1, 1}, 0, 0), {});
+  ASSERT_EQ(late.sync_device(), Status::Success);
+  EXPECT_EQ(late.take_deferred(), 0);
+  const auto records = server::sim_launch_records(*backend_);
+  ASSERT_FALSE(records.empty());
+  EXPECT_EQ(records.back().sms, 16u);
+  EXPECT_EQ(records.back().sm_groups.size(), 2u);
+}
+
+TEST_F(KernelTest, AHelloWithAFractionAboveTheWholeGpuIsRefused) {
+  start_server();
+  TestClient bad(run_dir_, "bad", {}, share(10001));
+  EXPECT_FALSE(bad.ok());
+  EXPECT_EQ(bad.attach_reply().status, static_cast<int32_t>(Status::InvalidValue));
+  EXPECT_NE(std::string(bad.attach_reply().message).find("above the whole GPU"), std::string::npos);
+  TestClient worse(run_dir_, "bad", {}, [](ipc::HelloMsg& h) { h.client_priority = 7; });
+  EXPECT_FALSE(worse.ok());
+  EXPECT_NE(std::string(worse.attach_reply().message).find("unknown client priority 7"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace funnel::test

@@ -26,12 +26,14 @@ ipc::HelloMsg hello(ipc::Role role, const char* command) {
 }  // namespace
 
 TestClient::TestClient(const std::filesystem::path& run_dir, const char* command,
-                       const std::vector<uint64_t>& device_mem_limit) {
+                       const std::vector<uint64_t>& device_mem_limit,
+                       const std::function<void(ipc::HelloMsg&)>& edit_hello) {
   int err = 0;
   fd_ = ipc::connect_seqpacket(run_dir / ipc::kSocketName, err);
   if (!fd_) throw std::runtime_error("connect: " + std::string(std::strerror(err)));
   auto h = hello(ipc::Role::Client, command);
   for (size_t d = 0; d < device_mem_limit.size() && d < ipc::kMaxDevices; ++d) h.device_mem_limit[d] = device_mem_limit[d];
+  if (edit_hello) edit_hello(h);
   if (!ipc::send_message(fd_.get(), &h, sizeof h)) throw std::runtime_error("send hello");
   const ssize_t n = ipc::recv_message(fd_.get(), &attach_, sizeof attach_, std::chrono::seconds(10));
   if (n != static_cast<ssize_t>(sizeof attach_)) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,9 +32,11 @@ struct Reply {
 class TestClient {
  public:
   // Connects and attaches.  On a refused attach, ok() is false and attach_reply() says why.
-  // `device_mem_limit`: the hello's per-device limits (FUNNEL_DEVICE_MEM_LIMIT), device 0 first.
+  // `device_mem_limit`: the hello's per-device limits (FUNNEL_DEVICE_MEM_LIMIT), device 0 first;
+  // `edit_hello` changes any other field of the hello before it is sent.
   explicit TestClient(const std::filesystem::path& run_dir, const char* command = "test-client",
-                      const std::vector<uint64_t>& device_mem_limit = {});
+                      const std::vector<uint64_t>& device_mem_limit = {},
+                      const std::function<void(ipc::HelloMsg&)>& edit_hello = {});
 
   bool ok() const noexcept { return mapped_; }
   const ipc::AttachReply& attach_reply() const noexcept { return attach_; }

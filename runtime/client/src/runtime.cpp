@@ -148,6 +148,10 @@ Status Runtime::attach_locked() noexcept {
     // it gets, and it can reach no other: its device-0 limit goes to every slot.
     for (uint32_t d = 0; d < ipc::kMaxDevices; ++d)
       hello.device_mem_limit[d] = st.device_mem_limit_for(st.selects_gpu() ? 0 : static_cast<int>(d));
+    hello.gpu_share_bp = st.gpu_share_bp;
+    hello.gpu_placement = static_cast<uint32_t>(st.gpu_disjoint ? ipc::GpuPlacement::Disjoint : ipc::GpuPlacement::Shared);
+    hello.client_priority =
+        static_cast<uint32_t>(st.below_normal_priority ? ipc::ClientPriority::BelowNormal : ipc::ClientPriority::Normal);
     if (!ipc::send_message(sock_.get(), &hello, sizeof hello)) return fail(std::strerror(errno));
     ipc::AttachReply rep{};
     const ssize_t n = ipc::recv_message(sock_.get(), &rep, sizeof rep, st.attach_timeout);

@@ -74,6 +74,23 @@ const std::vector<SettingInfo>& setting_table() {
        "each process uses the GPU of its node-local rank's entry, shown to it as device 0; wins over "
        "FUNNEL_RANKS_PER_GPU. A rank without an entry, or an entry past the server's GPUs, fails the attach "
        "(MPI_Init or the first CUDA call) with a message"},
+      {"FUNNEL_GPU_FRACTION", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, else the whole GPU",
+       "a fraction above 0 and at most 1 (e.g. 0.25) or a percentage (e.g. 25%)",
+       "the share of each GPU's SMs this process's kernels may use: the server gives it an SM partition (a "
+       "green context) of that share rounded down to the GPU's granularity (8 SMs on an H100), at least one "
+       "group, and cudaDevAttrMultiProcessorCount reports its SMs, as MPS does. "
+       "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (a percentage without the sign) is honoured when this is unset. "
+       "NVIDIA's advice for n processes per GPU, 100/(0.5n) percent each, is a good start: 0.125 for 16"},
+      {"FUNNEL_GPU_PLACEMENT", "shared", "shared | disjoint",
+       "where FUNNEL_GPU_FRACTION partitions go. shared: on the SMs the fewest other processes use, overlapping "
+       "others once the GPU is covered (a cap, like MPS's percentage). disjoint: on SMs no other disjoint "
+       "process holds (reserved, for quality of service); when too few are free the attach fails with a "
+       "message. Processes without a fraction run on every SM either way"},
+      {"FUNNEL_CLIENT_PRIORITY", "CUDA_MPS_CLIENT_PRIORITY, else normal", "normal | below-normal | 0 | 1",
+       "the priority of this process's work against other processes' on the same GPU (CUDA_MPS_CLIENT_PRIORITY's "
+       "0 and 1 mean normal and below-normal and are honoured when this is unset): every stream of a normal "
+       "process runs one stream-priority level above what it asked for, so a below-normal process's work "
+       "yields to it (the top two levels of a normal process then coincide)"},
       {"FUNNEL_MPI_HOOKS", "auto", "auto | 1 | 0",
        "funnel-run only: whether it also preloads the MPI hooks (libfunnel_mpi.so, beside the client runtime) "
        "into the program, so that an unmodified MPI program's MPI_Init starts the node's funnel-server and its "
@@ -116,6 +133,23 @@ const char* accepted_of(const char* var) {
   for (const auto& row : setting_table())
     if (std::string_view(row.variable) == var) return row.accepted;
   return "a valid value";
+}
+
+// FUNNEL_GPU_FRACTION: "0.25" or "25%"; CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: "25" (a
+// percentage without the sign).  In 1/10000 of the GPU, at least 1; 10000 (all) is 0.
+uint32_t parse_share(const char* var, const std::string& v, bool percent_only) {
+  const bool percent = percent_only || (!v.empty() && v.back() == '%');
+  const std::string_view num(v.data(), v.size() - (percent && !percent_only ? 1 : 0));
+  double x = 0;
+  const auto* end = num.data() + num.size();
+  auto [p, ec] = std::from_chars(num.data(), end, x);
+  const char* accepted = percent_only ? "a percentage of the GPU's SMs above 0 and at most 100, e.g. 25 or 12.5"
+                                      : accepted_of(var);
+  if (num.empty() || ec != std::errc{} || p != end) bad(var, v, accepted);
+  const double share = percent ? x / 100 : x;
+  if (!(share > 0 && share <= 1)) bad(var, v, accepted);
+  const auto bp = static_cast<uint32_t>(std::max(1.0, share * 10000 + 0.5));
+  return bp >= 10000 ? 0 : bp;
 }
 
 // "0,3,5" -> GPU ordinals 0..63; an empty item, or a value ending in a comma, is bad.
@@ -331,6 +365,26 @@ Settings Settings::from(const Lookup& env) {
                                                                   accepted_of("FUNNEL_RANKS_PER_GPU")));
   }
   if (auto m = get("FUNNEL_GPU_MAP")) s.gpu_map = parse_ordinals("FUNNEL_GPU_MAP", *m);
+  if (auto f = get("FUNNEL_GPU_FRACTION")) {
+    s.gpu_share_bp = parse_share("FUNNEL_GPU_FRACTION", *f, false);
+    s.gpu_share_from = "FUNNEL_GPU_FRACTION";
+  } else if (auto p = env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")) {
+    s.gpu_share_bp = parse_share("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", *p, true);
+    s.gpu_share_from = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
+    s.sources.back().second = "environment (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE)";
+  }
+  if (auto p = get("FUNNEL_GPU_PLACEMENT")) {
+    if (*p == "disjoint") s.gpu_disjoint = true;
+    else if (*p != "shared") bad("FUNNEL_GPU_PLACEMENT", *p, accepted_of("FUNNEL_GPU_PLACEMENT"));
+  }
+  if (auto p = get("FUNNEL_CLIENT_PRIORITY")) {
+    if (*p == "below-normal" || *p == "1") s.below_normal_priority = true;
+    else if (*p != "normal" && *p != "0") bad("FUNNEL_CLIENT_PRIORITY", *p, accepted_of("FUNNEL_CLIENT_PRIORITY"));
+  } else if (auto mps = env("CUDA_MPS_CLIENT_PRIORITY")) {
+    if (*mps == "1") s.below_normal_priority = true;
+    else if (*mps != "0") bad("CUDA_MPS_CLIENT_PRIORITY", *mps, "0 (normal) or 1 (below normal)");
+    s.sources.back().second = "environment (CUDA_MPS_CLIENT_PRIORITY)";
+  }
   if (auto h = get("FUNNEL_MPI_HOOKS")) {
     if (*h == "auto") s.mpi_hooks = MpiHooks::Auto;
     else if (*h == "1") s.mpi_hooks = MpiHooks::On;
@@ -368,6 +422,10 @@ std::string value_text(const Settings& s, const std::string& var) {
     return !s.ranks_per_gpu_set ? "(not set)" : s.ranks_per_gpu == 0 ? "even" : std::to_string(s.ranks_per_gpu);
   if (var == "FUNNEL_GPU_MAP") return s.gpu_map.empty() ? "(not set)" : fmt::format("{}", fmt::join(s.gpu_map, ","));
   if (var == "FUNNEL_MPI_HOOKS") return to_string(s.mpi_hooks);
+  if (var == "FUNNEL_GPU_FRACTION")
+    return s.gpu_share_bp == 0 ? "(the whole GPU)" : fmt::format("{:g}%", s.gpu_share_bp / 100.0);
+  if (var == "FUNNEL_GPU_PLACEMENT") return s.gpu_disjoint ? "disjoint" : "shared";
+  if (var == "FUNNEL_CLIENT_PRIORITY") return s.below_normal_priority ? "below-normal" : "normal";
   return "";
 }
 

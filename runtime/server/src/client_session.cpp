@@ -21,6 +21,11 @@ ClientSession::ClientSession(uint32_t id, ipc::UniqueFd fd, const ipc::HelloMsg&
   shared_.mpi_rank = rank_;
   shared_.command = command_;
   for (size_t d = 0; d < ipc::kMaxDevices; ++d) shared_.device_mem_limit[d] = hello.device_mem_limit[d];
+  // The listener validated these (validate_hello).
+  shared_.placement.share_bp = hello.gpu_share_bp;
+  shared_.placement.placement = static_cast<ipc::GpuPlacement>(hello.gpu_placement);
+  shared_.placement.priority_offset =
+      static_cast<ipc::ClientPriority>(hello.client_priority) == ipc::ClientPriority::Normal ? -1 : 0;
 }
 
 ClientSession::~ClientSession() {
@@ -40,6 +45,14 @@ void ClientSession::create_channel(const ChannelSpec& spec) {
   ipc::ChannelHeader h{};
   if (!ipc::layout(spec.geometry, h))
     throw std::runtime_error("the channel geometry is out of range (check --staging-slots and --staging-slot-kb)");
+  shared_.placement.partitions = spec.partitions;
+  // The SM count the client sees, per device: its partition's (as under MPS).  The
+  // partition itself is leased at its first stream there (StreamTable::make_stream).
+  std::array<uint32_t, ipc::kMaxDevices> sms{};
+  if (shared_.placement.share_bp != 0 && spec.partitions != nullptr) {
+    for (uint32_t d = 0; d < h.device_count; ++d)
+      sms[d] = spec.partitions->sms_for_share(static_cast<int>(d), shared_.placement.share_bp);
+  }
   h.client_id = shared_.id;
   h.server_pid = static_cast<int32_t>(::getpid());
   channel_file_ = fmt::format("{}{}", ipc::kChannelFilePrefix, shared_.id);
@@ -66,7 +79,11 @@ void ClientSession::create_channel(const ChannelSpec& spec) {
   for (uint32_t i = 0; i < h.reply_slots; ++i) view_.reply(i).seq.store(0);
   for (uint32_t i = 0; i < h.staging_slots; ++i)
     view_.staging_state(i).store(static_cast<uint32_t>(ipc::StagingState::Free));
-  for (uint32_t d = 0; d < h.device_count; ++d) spec.backend->describe(static_cast<int>(d), view_.devices()[d]);
+  for (uint32_t d = 0; d < h.device_count; ++d) {
+    ipc::DeviceRecord& rec = view_.devices()[d];
+    spec.backend->describe(static_cast<int>(d), rec);
+    if (sms[d] != 0) rec.attributes[ipc::kAttrMultiprocessorCount] = static_cast<int32_t>(sms[d]);
+  }
   for (uint32_t i = 0; i < h.event_slots; ++i) view_.event_state(i).store(0);
   // One registration covers the event state words and the staging area after them: the
   // GPU writes the former and DMAs to and from the latter.

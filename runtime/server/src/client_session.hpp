@@ -14,6 +14,7 @@
 #include "funnel/ipc/segment.hpp"
 #include "funnel/ipc/socket.hpp"
 #include "session.hpp"
+#include "sm_partitions.hpp"
 
 namespace funnel::server {
 
@@ -24,6 +25,7 @@ struct ChannelSpec {
   ServerTotals* totals = nullptr;
   ModuleCache* modules = nullptr;
   DeviceHealth* health = nullptr;
+  SmPartitions* partitions = nullptr;
   int notify_fd = -1;
 };
 

@@ -183,6 +183,13 @@ struct Device {
   // CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM: registered host memory
   // has the same address on the GPU (write_value needs it; without it, clients ask).
   bool host_pointer_is_device_pointer = false;
+  // The device's SMs split into groups at the hardware's granularity (sm_groups), made
+  // once on first use: partitions are green contexts over some of these groups, and a
+  // descriptor may only combine resources of one split.
+  std::once_flag split_once;
+  Status split_status = Status::Success;
+  SmGroups layout;
+  std::vector<CUdevResource> groups;
 
   Device() = default;
   Device(const Device& o)
@@ -278,10 +285,32 @@ struct Shared {
 
 std::atomic<uint64_t> g_next_backend_id{1};
 
+// A green context over some SM groups of a device.  It retains the device's primary
+// context; its streams (cuGreenCtxStreamCreate) run kernels on its SMs only, and use
+// the primary context's memory, libraries and events like any other stream.
+class CudaPartition final : public BackendPartition {
+ public:
+  CudaPartition(std::shared_ptr<const Shared> shared, int device, CUgreenCtx ctx, uint32_t sms)
+      : shared_(std::move(shared)), device_(device), ctx_(ctx), sms_(sms) {}
+  ~CudaPartition() override { FUNNEL_CU(shared_->drv, cuGreenCtxDestroy, ctx_); }
+  CudaPartition(const CudaPartition&) = delete;
+  CudaPartition& operator=(const CudaPartition&) = delete;
+  int device() const noexcept override { return device_; }
+  uint32_t sm_count() const noexcept override { return sms_; }
+  CUgreenCtx handle() const noexcept { return ctx_; }
+
+ private:
+  std::shared_ptr<const Shared> shared_;
+  int device_;
+  CUgreenCtx ctx_;
+  uint32_t sms_;
+};
+
 class CudaStream final : public BackendStream {
  public:
-  CudaStream(std::shared_ptr<const Shared> shared, int device, CUstream stream)
-      : shared_(std::move(shared)), device_(device), stream_(stream) {}
+  CudaStream(std::shared_ptr<const Shared> shared, int device, CUstream stream,
+             std::shared_ptr<BackendPartition> partition = nullptr)
+      : shared_(std::move(shared)), device_(device), stream_(stream), partition_(std::move(partition)) {}
   ~CudaStream() override {
     // Returns at once; the driver frees the stream once its work completed.
     if (ok(shared_->bind(device_))) FUNNEL_CU(shared_->drv, cuStreamDestroy, stream_);
@@ -301,6 +330,7 @@ class CudaStream final : public BackendStream {
   std::shared_ptr<const Shared> shared_;
   int device_;
   CUstream stream_;
+  std::shared_ptr<BackendPartition> partition_;  // destroyed after the stream
   std::atomic<bool> idle_{false};
 };
 
@@ -526,12 +556,76 @@ class CudaBackend final : public Backend {
 
   // Non-blocking: never synchronises with the context's NULL stream (the core emulates the
   // legacy stream per client with events).  The driver clamps the priority into range.
-  Status create_stream(int device, int priority, std::unique_ptr<BackendStream>& out) override {
+  Status create_stream(int device, int priority, const std::shared_ptr<BackendPartition>& partition,
+                       std::unique_ptr<BackendStream>& out) override {
     if (Status st = s_->bind(device); !ok(st)) return st;
     CUstream h = nullptr;
+    if (partition) {
+      if (partition->device() != device) return Status::InvalidDevice;
+      const auto& p = static_cast<const CudaPartition&>(*partition);
+      const Status st = FUNNEL_CU(s_->drv, cuGreenCtxStreamCreate, &h, p.handle(), CU_STREAM_NON_BLOCKING, priority);
+      if (ok(st)) out = std::make_unique<CudaStream>(s_, device, h, partition);
+      return st;
+    }
     const Status st = FUNNEL_CU(s_->drv, cuStreamCreateWithPriority, &h, CU_STREAM_NON_BLOCKING, priority);
     if (ok(st)) out = std::make_unique<CudaStream>(s_, device, h);
     return st;
+  }
+
+  // The split at the hardware's granularity (minSmPartitionSize: 8 SMs on an H100), with
+  // the SM co-scheduling guarantees kept (thread block clusters still fit).
+  Status sm_groups(int device, SmGroups& out) override {
+    if (device < 0 || device >= device_count()) return Status::InvalidDevice;
+    Device& dev = s_->devices[static_cast<size_t>(device)];
+    std::call_once(dev.split_once, [&] {
+      const Driver& d = s_->drv;
+      CUdevResource all{};
+      dev.split_status = FUNNEL_CU(d, cuDeviceGetDevResource, dev.handle, &all, CU_DEV_RESOURCE_TYPE_SM);
+      if (!ok(dev.split_status)) return;
+      const unsigned granularity = std::max(1u, all.sm.minSmPartitionSize);
+      unsigned n = 0;
+      dev.split_status = FUNNEL_CU(d, cuDevSmResourceSplitByCount, nullptr, &n, &all, nullptr, 0u, granularity);
+      if (!ok(dev.split_status)) return;
+      dev.groups.resize(n);
+      CUdevResource rest{};
+      dev.split_status =
+          FUNNEL_CU(d, cuDevSmResourceSplitByCount, dev.groups.data(), &n, &all, &rest, 0u, granularity);
+      if (!ok(dev.split_status)) return;
+      dev.groups.resize(n);
+      dev.layout.device_sms = all.sm.smCount;
+      dev.layout.group_sms = n > 0 ? dev.groups[0].sm.smCount : granularity;
+      dev.layout.groups = n;
+      spdlog::info("cuda: device {} has {} SMs: {} groups of {} for partitions, {} left over", dev.ordinal,
+                   all.sm.smCount, n, dev.layout.group_sms, rest.sm.smCount);
+    });
+    if (ok(dev.split_status)) out = dev.layout;
+    return dev.split_status;
+  }
+
+  Status create_partition(int device, std::span<const uint32_t> groups,
+                          std::shared_ptr<BackendPartition>& out) override {
+    SmGroups layout;
+    if (Status st = sm_groups(device, layout); !ok(st)) return st;
+    if (groups.empty()) return Status::InvalidValue;
+    Device& dev = s_->devices[static_cast<size_t>(device)];
+    std::vector<CUdevResource> picked;
+    uint32_t sms = 0;
+    for (uint32_t g : groups) {
+      if (g >= dev.groups.size()) return Status::InvalidValue;
+      picked.push_back(dev.groups[g]);
+      sms += dev.groups[g].sm.smCount;
+    }
+    if (Status st = s_->bind(device); !ok(st)) return st;  // green contexts retain the primary one
+    CUdevResourceDesc desc{};
+    if (Status st = FUNNEL_CU(s_->drv, cuDevResourceGenerateDesc, &desc, picked.data(),
+                              static_cast<unsigned>(picked.size()));
+        !ok(st))
+      return st;
+    CUgreenCtx gc = nullptr;
+    if (Status st = FUNNEL_CU(s_->drv, cuGreenCtxCreate, &gc, desc, dev.handle, CU_GREEN_CTX_DEFAULT_STREAM); !ok(st))
+      return st;
+    out = std::make_shared<CudaPartition>(s_, device, gc, sms);
+    return Status::Success;
   }
 
   Status create_event(int device, bool timing, std::unique_ptr<BackendEvent>& out) override {

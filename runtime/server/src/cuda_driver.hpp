@@ -76,7 +76,13 @@ inline constexpr int kDriverApiVersion = 13000;  // CUDA 13.0
     PFN_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_v7000)    \
   X(cuStreamWaitValue32, PFN_cuStreamWaitValue32_v11070)                \
   X(cuOccupancyAvailableDynamicSMemPerBlock, PFN_cuOccupancyAvailableDynamicSMemPerBlock_v10020) \
-  X(cuOccupancyMaxActiveClusters, PFN_cuOccupancyMaxActiveClusters_v11070)
+  X(cuOccupancyMaxActiveClusters, PFN_cuOccupancyMaxActiveClusters_v11070) \
+  X(cuDeviceGetDevResource, PFN_cuDeviceGetDevResource_v12040)             \
+  X(cuDevSmResourceSplitByCount, PFN_cuDevSmResourceSplitByCount_v12040)   \
+  X(cuDevResourceGenerateDesc, PFN_cuDevResourceGenerateDesc_v12040)       \
+  X(cuGreenCtxCreate, PFN_cuGreenCtxCreate_v12040)                         \
+  X(cuGreenCtxDestroy, PFN_cuGreenCtxDestroy_v12040)                       \
+  X(cuGreenCtxStreamCreate, PFN_cuGreenCtxStreamCreate_v12050)
 
 // The driver's entry points.  Filled by load_driver() in cuda_backend.cpp.
 struct Driver {

@@ -213,7 +213,7 @@ LaunchDesc launch_desc(const ipc::LaunchCmd& c) noexcept {
   std::memcpy(d.cluster, c.cluster, sizeof d.cluster);
   d.shared_bytes = c.shared_bytes;
   d.cooperative = (c.flags & ipc::kLaunchCooperative) != 0;
-  d.priority = c.priority;
+  d.priority = c.priority;  // 0: the stream's (the worker shifts others, see StreamPlacement)
   return d;
 }
 }  // namespace
@@ -225,7 +225,8 @@ Status Worker::launch(const ipc::CommandHeader& h, const ipc::LaunchCmd& c, cons
   if ((c.flags & ~ipc::kLaunchCooperative) != 0) return Status::InvalidValue;
   for (int i = 0; i < 3; ++i)
     if (c.grid[i] == 0 || c.block[i] == 0) return Status::InvalidConfiguration;
-  const LaunchDesc d = launch_desc(c);
+  LaunchDesc d = launch_desc(c);
+  if (d.priority != 0) d.priority += shared_.placement.priority_offset;
   Status st;
   StreamEntry* s = find_stream(h, st);
   if (s == nullptr) return st;

@@ -1,14 +1,37 @@
 #include "legacy_stream.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include "funnel/ipc/commands.hpp"
+#include "sm_partitions.hpp"
 
 namespace funnel::server {
+
+Status StreamTable::make_stream(int device, int priority, std::unique_ptr<BackendStream>& out) {
+  if (device < 0 || static_cast<size_t>(device) >= placement_.partition.size()) return Status::InvalidDevice;
+  auto& part = placement_.partition[static_cast<size_t>(device)];
+  if (!part && placement_.share_bp != 0 && placement_.partitions != nullptr) {
+    try {
+      part = placement_.partitions->acquire(device, placement_.share_bp, placement_.placement);
+      if (part)
+        spdlog::info("client stream on GPU {}: partition of {} SMs ({} placement)", device, part->sm_count(),
+                     placement_.placement == ipc::GpuPlacement::Disjoint ? "disjoint" : "shared");
+    } catch (const PartitionUnavailable& e) {
+      spdlog::error("{}", e.what());
+      return Status::DevicesUnavailable;
+    } catch (const std::exception& e) {
+      spdlog::error("{}", e.what());
+      return Status::Unknown;
+    }
+  }
+  return backend_.create_stream(device, priority + placement_.priority_offset, part, out);
+}
 
 Status StreamTable::create(uint64_t id, int device, uint32_t flags, int priority) {
   if (id == 0 || streams_.count(id) != 0) return Status::InvalidResourceHandle;
   if ((flags & ~ipc::kStreamNonBlocking) != 0) return Status::InvalidValue;
   std::unique_ptr<BackendStream> s;
-  const Status st = backend_.create_stream(device, priority, s);
+  const Status st = make_stream(device, priority, s);
   if (st != Status::Success) return st;
   StreamEntry e;
   e.stream = std::move(s);
@@ -38,7 +61,7 @@ StreamEntry* StreamTable::legacy(int device, Status& st) {
   auto it = legacy_.find(device);
   if (it != legacy_.end()) return &it->second;
   std::unique_ptr<BackendStream> s;
-  st = backend_.create_stream(device, 0, s);
+  st = make_stream(device, 0, s);
   if (st != Status::Success) return nullptr;
   StreamEntry e;
   e.stream = std::move(s);

@@ -6,11 +6,13 @@
 //   - before work on a blocking stream, it waits for the legacy stream's work so far.
 // Events are recorded only when someone has to wait, not after every command.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <vector>
 
+#include "funnel/ipc/protocol.hpp"
 #include "funnel/server/backend.hpp"
 
 namespace funnel::server {
@@ -28,9 +30,24 @@ struct StreamEntry {
   std::vector<std::shared_ptr<BackendEvent>> orphans;  // legacy: last work of destroyed blocking streams
 };
 
+class SmPartitions;
+
+// Where one client's streams go: its share of each GPU's SMs (FUNNEL_GPU_FRACTION; 0: the
+// whole GPU) and the partition leased for it on a device's first stream (a client that
+// uses one GPU of several holds SMs on that one only), and the shift of every stream
+// priority it asks for (FUNNEL_CLIENT_PRIORITY: -1, one level up, for normal clients; 0
+// for below-normal ones).
+struct StreamPlacement {
+  SmPartitions* partitions = nullptr;
+  uint32_t share_bp = 0;
+  ipc::GpuPlacement placement = ipc::GpuPlacement::Shared;
+  std::array<std::shared_ptr<BackendPartition>, ipc::kMaxDevices> partition;
+  int priority_offset = 0;
+};
+
 class StreamTable {
  public:
-  explicit StreamTable(Backend& b) : backend_(b) {}
+  StreamTable(Backend& b, StreamPlacement& p) : backend_(b), placement_(p) {}
 
   Status create(uint64_t id, int device, uint32_t flags, int priority);
   // Removes a client stream; its pending work still completes.  The caller keeps
@@ -57,7 +74,10 @@ class StreamTable {
   Status ensure_mark(StreamEntry& s);
   StreamEntry* legacy(int device, Status& st);
 
+  Status make_stream(int device, int priority, std::unique_ptr<BackendStream>& out);
+
   Backend& backend_;
+  StreamPlacement& placement_;
   std::map<uint64_t, StreamEntry> streams_;
   std::map<int, StreamEntry> legacy_;
 };

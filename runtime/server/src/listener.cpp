@@ -28,6 +28,18 @@ void copy_text(char (&dst)[N], const std::string& s) {
   dst[n] = '\0';
 }
 
+// A hello's fields come from another process: the ones with a fixed range are checked
+// before anything uses them.  Empty when all are valid, else what is wrong.
+std::string invalid_hello_field(const ipc::HelloMsg& h) {
+  if (h.gpu_share_bp > ipc::kGpuShareWhole)
+    return fmt::format("the GPU fraction {} (in 1/10000) is above the whole GPU", h.gpu_share_bp);
+  if (h.gpu_placement > static_cast<uint32_t>(ipc::GpuPlacement::Disjoint))
+    return fmt::format("unknown GPU placement {}", h.gpu_placement);
+  if (h.client_priority > static_cast<uint32_t>(ipc::ClientPriority::BelowNormal))
+    return fmt::format("unknown client priority {}", h.client_priority);
+  return {};
+}
+
 void send_attach_reply(int fd, Status st, const std::string& message, uint32_t id = 0, uint64_t size = 0,
                        const std::string& file = {}) {
   ipc::AttachReply r{};
@@ -230,6 +242,11 @@ void Server::Impl::on_hello(Connection& c, const ipc::HelloMsg& hello) {
     spdlog::warn("pid {}: protocol version {} rejected", c.peer.pid, hello.version);
     return;
   }
+  if (const std::string bad = invalid_hello_field(hello); !bad.empty()) {
+    send_attach_reply(c.fd.get(), Status::InvalidValue, bad);
+    spdlog::warn("pid {}: refused: {}", c.peer.pid, bad);
+    return;
+  }
   if (stopping) {
     send_attach_reply(c.fd.get(), Status::DevicesUnavailable, "the funnel-server is shutting down");
     return;
@@ -266,6 +283,7 @@ void Server::Impl::attach(Connection& c, const ipc::HelloMsg& hello) {
   spec.totals = &totals;
   spec.modules = modules.get();
   spec.health = &health;
+  spec.partitions = partitions.get();
   spec.notify_fd = notify_fd.get();
   try {
     s->create_channel(spec);

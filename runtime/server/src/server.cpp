@@ -25,6 +25,7 @@ Server::Server(ServerOptions options, std::unique_ptr<Backend> backend) : impl_(
   impl_->options = std::move(options);
   impl_->backend = std::move(backend);
   impl_->modules = std::make_unique<ModuleCache>(*impl_->backend);
+  impl_->partitions = std::make_unique<SmPartitions>(*impl_->backend);
 }
 
 Server::~Server() {

@@ -32,6 +32,7 @@ struct Server::Impl {
   ServerOptions options;
   std::unique_ptr<Backend> backend;
   std::unique_ptr<ModuleCache> modules;  // after the backend: its modules go first
+  std::unique_ptr<SmPartitions> partitions;  // before the clients: their leases go first
   ipc::UniqueFd listen_fd, epoll_fd, wake_fd, notify_fd, signal_fd;
   ServerTotals totals;
   DeviceHealth health;  // read by every worker

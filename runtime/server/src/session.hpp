@@ -18,6 +18,7 @@
 
 #include "funnel/ipc/channel_layout.hpp"
 #include "funnel/ipc/commands.hpp"
+#include "funnel/ipc/protocol.hpp"
 #include "funnel/ipc/ring.hpp"
 #include "funnel/ipc/segment.hpp"
 #include "funnel/ipc/socket.hpp"
@@ -67,6 +68,9 @@ struct SessionShared {
   std::atomic<bool> finished{false};
   // The client's FUNNEL_DEVICE_MEM_LIMIT by device (from its hello); 0: no limit.
   std::array<uint64_t, ipc::kMaxDevices> device_mem_limit{};
+  // Its FUNNEL_GPU_FRACTION, placement and FUNNEL_CLIENT_PRIORITY (from its hello), and
+  // the partitions its streams run in (leases: sm_partitions.hpp).
+  StreamPlacement placement;
   int client_fd = -1;   // hung up by the worker when the client breaks the ring protocol
   int notify_fd = -1;   // eventfd of the main loop: a worker finished
 };

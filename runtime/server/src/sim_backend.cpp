@@ -43,7 +43,8 @@ constexpr uint64_t kSharedPerSm = 233472;
 constexpr uint64_t kSharedPerBlockOptin = 232448;
 constexpr uint64_t kSharedPerBlockDefault = 49152;
 constexpr uint64_t kReservedSharedPerBlock = 1024;
-constexpr int kMultiprocessors = 132;
+constexpr uint32_t kMultiprocessors = 132;
+constexpr uint32_t kSmGroupSize = 8;  // an H100's green-context granularity
 
 struct EventState {
   std::mutex m;
@@ -62,11 +63,31 @@ class SimEvent final : public BackendEvent {
   std::shared_ptr<EventState> st_;
 };
 
+// A partition is only a record of its SM groups: the sim has no SMs to confine work to;
+// each launch logs the SMs and groups it was allowed (FUNNEL_SIM_LAUNCH_LOG).
+class SimPartition final : public BackendPartition {
+ public:
+  SimPartition(int device, std::vector<uint32_t> groups, uint32_t sms)
+      : device_(device), groups_(std::move(groups)), sms_(sms) {}
+  int device() const noexcept override { return device_; }
+  uint32_t sm_count() const noexcept override { return sms_; }
+  const std::vector<uint32_t>& groups() const noexcept { return groups_; }
+
+ private:
+  int device_;
+  std::vector<uint32_t> groups_;
+  uint32_t sms_;
+};
+
 class SimStream final : public BackendStream {
  public:
-  SimStream(int device, const std::atomic<bool>& dying) : device_(device), dying_(dying) {
+  SimStream(int device, int priority, const std::atomic<bool>& dying, std::shared_ptr<BackendPartition> partition)
+      : device_(device), priority_(priority), dying_(dying), partition_(std::move(partition)) {
     thread_ = std::thread([this] { loop(); });
   }
+  // The partition the stream was made in; null: the whole device.
+  const SimPartition* partition() const noexcept { return static_cast<const SimPartition*>(partition_.get()); }
+  int priority() const noexcept { return priority_; }
   ~SimStream() override {
     {
       std::lock_guard lk(m_);
@@ -124,7 +145,9 @@ class SimStream final : public BackendStream {
   }
 
   int device_;
+  int priority_;
   const std::atomic<bool>& dying_;
+  std::shared_ptr<BackendPartition> partition_;
   std::mutex m_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> q_;
@@ -390,9 +413,31 @@ class SimBackend final : public Backend {
     greatest = -5;
   }
 
-  Status create_stream(int device, int, std::unique_ptr<BackendStream>& out) override {
+  // As the driver, the priority is clamped into priority_range.
+  Status create_stream(int device, int priority, const std::shared_ptr<BackendPartition>& partition,
+                       std::unique_ptr<BackendStream>& out) override {
     if (Status st = usable(device); st != Status::Success) return st;
-    out = std::make_unique<SimStream>(device, dying_);
+    if (partition && partition->device() != device) return Status::InvalidDevice;
+    out = std::make_unique<SimStream>(device, std::clamp(priority, -5, 0), dying_, partition);
+    return Status::Success;
+  }
+
+  // As an H100: 132 SMs, 16 groups of 8 (and 4 left over).
+  Status sm_groups(int device, SmGroups& out) override {
+    if (!valid(device)) return Status::InvalidDevice;
+    out = SmGroups{kMultiprocessors, kSmGroupSize, kMultiprocessors / kSmGroupSize};
+    return Status::Success;
+  }
+
+  Status create_partition(int device, std::span<const uint32_t> groups,
+                          std::shared_ptr<BackendPartition>& out) override {
+    if (Status st = usable(device); st != Status::Success) return st;
+    std::vector<uint32_t> g(groups.begin(), groups.end());
+    std::sort(g.begin(), g.end());
+    if (g.empty() || g.back() >= kMultiprocessors / kSmGroupSize || std::adjacent_find(g.begin(), g.end()) != g.end())
+      return Status::InvalidValue;
+    const auto sms = static_cast<uint32_t>(g.size()) * kSmGroupSize;
+    out = std::make_shared<SimPartition>(device, std::move(g), sms);
     return Status::Success;
   }
 
@@ -570,14 +615,18 @@ class SimBackend final : public Backend {
       max_dynamic = k.settings->max_dynamic_shared;
     }
     if (d.shared_bytes > max_dynamic) return Status::InvalidValue;
+    const SimPartition* part = stream(s).partition();
+    const uint32_t sms = part != nullptr ? part->sm_count() : kMultiprocessors;
     if (d.cooperative) {
       int per_sm = 0;
       occupancy(kernel, s.device(), static_cast<uint32_t>(threads), d.shared_bytes, 0, per_sm);
-      if (uint64_t{d.grid[0]} * d.grid[1] * d.grid[2] > uint64_t(per_sm) * kMultiprocessors)
-        return Status::CooperativeLaunchTooLarge;
+      if (uint64_t{d.grid[0]} * d.grid[1] * d.grid[2] > uint64_t(per_sm) * sms) return Status::CooperativeLaunchTooLarge;
     }
     SimLaunchRecord r;
     r.kernel = k.info.name;
+    r.sms = sms;
+    r.priority = d.priority != 0 ? std::clamp(d.priority, -5, 0) : stream(s).priority();
+    if (part != nullptr) r.sm_groups = part->groups();
     std::copy(std::begin(d.grid), std::end(d.grid), r.grid);
     std::copy(std::begin(d.block), std::end(d.block), r.block);
     r.shared_bytes = d.shared_bytes;
@@ -755,6 +804,9 @@ class SimBackend final : public Backend {
                                    {"grid", {r.grid[0], r.grid[1], r.grid[2]}},
                                    {"block", {r.block[0], r.block[1], r.block[2]}},
                                    {"shared", r.shared_bytes},
+                                   {"sms", r.sms},
+                                   {"priority", r.priority},
+                                   {"sm_groups", r.sm_groups},
                                    {"params", hex(std::as_bytes(std::span(r.params)))}};
       std::lock_guard lk(log_m_);
       log_ << line.dump() << '\n';

@@ -60,6 +60,13 @@ struct Settings {
   std::vector<int> gpu_map;         // FUNNEL_GPU_MAP; empty: not set
   bool selects_gpu() const noexcept { return ranks_per_gpu_set || !gpu_map.empty(); }
   MpiHooks mpi_hooks = MpiHooks::Auto;  // FUNNEL_MPI_HOOKS (funnel-run only)
+  // FUNNEL_GPU_FRACTION (or CUDA_MPS_ACTIVE_THREAD_PERCENTAGE) in 1/10000 of a GPU's SMs;
+  // 0: the whole GPU.  The server turns it into an SM partition (a green context).
+  uint32_t gpu_share_bp = 0;
+  std::string gpu_share_from;  // the variable it came from; empty: none set
+  bool gpu_disjoint = false;   // FUNNEL_GPU_PLACEMENT=disjoint (default shared)
+  // FUNNEL_CLIENT_PRIORITY (or CUDA_MPS_CLIENT_PRIORITY) is below-normal.
+  bool below_normal_priority = false;
 
   // Where each value came from ("default", "environment"), by variable name, in table order.
   std::vector<std::pair<std::string, std::string>> sources;

@@ -18,13 +18,14 @@
 namespace funnel::ipc {
 
 inline constexpr uint64_t kChannelMagic = 0x31434e4c4e4e5546ull;  // "FUNNLNC1"
-inline constexpr uint32_t kProtocolVersion = 4;
+inline constexpr uint32_t kProtocolVersion = 5;
 inline constexpr uint32_t kRecordAlign = 64;  // ring records are multiples of this
 inline constexpr uint32_t kMaxReplySlots = 256;
 inline constexpr uint32_t kMaxEventSlots = 65536;
 inline constexpr uint32_t kMaxStagingSlots = 16;
 inline constexpr uint32_t kMaxDevices = 16;
 inline constexpr uint32_t kMaxDeviceAttributes = 256;  // > cudaDevAttrMax, CU_DEVICE_ATTRIBUTE_MAX
+inline constexpr uint32_t kAttrMultiprocessorCount = 16;  // cudaDevAttrMultiProcessorCount
 inline constexpr uint32_t kNoReply = 0xffffffffu;
 inline constexpr uint64_t kStagingStateStride = 64;
 

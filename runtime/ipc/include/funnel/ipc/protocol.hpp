@@ -33,7 +33,22 @@ struct HelloMsg {
   // FUNNEL_DEVICE_MEM_LIMIT (or CUDA_MPS_PINNED_DEVICE_MEM_LIMIT) by device: the most
   // device memory the server lets this client hold there; 0: no limit.  (Protocol 4.)
   uint64_t device_mem_limit[kMaxDevices];
+  // FUNNEL_GPU_FRACTION (or CUDA_MPS_ACTIVE_THREAD_PERCENTAGE) in 1/10000 of a GPU's SMs,
+  // for every device the client uses; 0 or 10000: the whole GPU.  (Protocol 5.)
+  uint32_t gpu_share_bp;
+  uint32_t gpu_placement;    // GpuPlacement
+  uint32_t client_priority;  // ClientPriority (CUDA_MPS_CLIENT_PRIORITY's numbers)
+  uint32_t reserved;
 };
+
+// How the SM partitions of clients with a GPU fraction are placed (FUNNEL_GPU_PLACEMENT).
+enum class GpuPlacement : uint32_t {
+  Shared = 0,    // caps that may overlap other clients' (MPS's active thread percentage)
+  Disjoint = 1,  // SMs reserved for this client alone among disjoint clients
+};
+// CUDA_MPS_CLIENT_PRIORITY: 0 normal, 1 below normal.
+enum class ClientPriority : uint32_t { Normal = 0, BelowNormal = 1 };
+inline constexpr uint32_t kGpuShareWhole = 10000;
 
 struct AttachReply {
   uint64_t magic;

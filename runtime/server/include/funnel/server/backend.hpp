@@ -35,6 +35,25 @@ class BackendEvent {
   virtual int device() const noexcept = 0;
 };
 
+// An SM partition of one device (cuda: a green context over some of its SM groups).
+// Streams made in it run their kernels on its SMs only; memory, modules and events
+// stay the device's.  Streams keep their partition alive.
+class BackendPartition {
+ public:
+  virtual ~BackendPartition() = default;
+  virtual int device() const noexcept = 0;
+  virtual uint32_t sm_count() const noexcept = 0;
+};
+
+// How a device's SMs divide into the groups partitions are made of (cuda: the split of
+// cuDevSmResourceSplitByCount at the hardware's granularity, 8 SMs on an H100).
+// groups * group_sms <= device_sms: the remainder belongs to no group.
+struct SmGroups {
+  uint32_t device_sms = 0;
+  uint32_t group_sms = 0;
+  uint32_t groups = 0;
+};
+
 // A loaded fat binary (cuLibraryLoadData): device-independent, like a CUlibrary.
 class BackendModule {
  public:
@@ -106,8 +125,17 @@ class Backend {
 
   virtual void priority_range(int device, int& least, int& greatest) = 0;
   // A stream that synchronises with no other stream (the core emulates the legacy
-  // default stream among one client's streams with events).
-  virtual Status create_stream(int device, int priority, std::unique_ptr<BackendStream>& out) = 0;
+  // default stream among one client's streams with events), in `partition` (of this
+  // device) when one is given, else on the whole device.
+  virtual Status create_stream(int device, int priority, const std::shared_ptr<BackendPartition>& partition,
+                               std::unique_ptr<BackendStream>& out) = 0;
+  Status create_stream(int device, int priority, std::unique_ptr<BackendStream>& out) {
+    return create_stream(device, priority, nullptr, out);
+  }
+  virtual Status sm_groups(int device, SmGroups& out) = 0;
+  // A partition made of the given groups (distinct indices below SmGroups::groups).
+  virtual Status create_partition(int device, std::span<const uint32_t> groups,
+                                  std::shared_ptr<BackendPartition>& out) = 0;
   virtual Status create_event(int device, bool timing, std::unique_ptr<BackendEvent>& out) = 0;
 
   virtual Status copy(BackendStream& s, const CopyDesc& c) = 0;
@@ -177,6 +205,9 @@ struct SimLaunchRecord {
   uint32_t block[3];
   uint32_t shared_bytes;
   std::vector<uint8_t> params;  // the parameter buffer as launched
+  uint32_t sms = 0;                // the SMs it could run on: its stream's partition's, or all
+  std::vector<uint32_t> sm_groups;  // the partition's SM groups; empty: the whole device
+  int priority = 0;                 // the launch's, else its stream's (as clamped)
 };
 
 struct SimOptions {

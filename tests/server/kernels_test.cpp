@@ -545,15 +545,15 @@ TEST_F(KernelTest, AGpuFractionIsTheSmCountTheClientSeesAndWhereItsKernelsRun) {
 TEST_F(KernelTest, ADisjointClientThatFindsNoFreeSmsFailsItsFirstWorkOnThatGpu) {
   start_server();
   std::vector<std::unique_ptr<TestClient>> held;
-  for (int i = 0; i < 2; ++i) {
-    held.push_back(std::make_unique<TestClient>(run_dir_, "half", std::vector<uint64_t>{},
-                                                share(5000, ipc::GpuPlacement::Disjoint)));
+  for (int i = 0; i < 2; ++i) {  // 40% of 132 SMs: 6 of the 15 groups each, 3 left
+    held.push_back(std::make_unique<TestClient>(run_dir_, "held", std::vector<uint64_t>{},
+                                                share(4000, ipc::GpuPlacement::Disjoint)));
     ASSERT_TRUE(held.back()->ok());
     auto r = launch_once(*held.back(), *backend_);
     ASSERT_TRUE(r);
-    EXPECT_EQ(r->sm_groups.size(), 8u);
+    EXPECT_EQ(r->sm_groups.size(), 6u);
   }
-  TestClient late(run_dir_, "late", {}, share(1250, ipc::GpuPlacement::Disjoint));
+  TestClient late(run_dir_, "late", {}, share(3000, ipc::GpuPlacement::Disjoint));  // 4 groups
   ASSERT_TRUE(late.ok()) << "the attach succeeds: the partition is leased at the first stream";
   ASSERT_EQ(load_module(late, 1).status, Status::Success);
   ASSERT_EQ(kernel_get(late, 2, 1, "no_params").status, Status::Success);
@@ -569,8 +569,8 @@ TEST_F(KernelTest, ADisjointClientThatFindsNoFreeSmsFailsItsFirstWorkOnThatGpu) 
   EXPECT_EQ(late.take_deferred(), 0);
   const auto records = server::sim_launch_records(*backend_);
   ASSERT_FALSE(records.empty());
-  EXPECT_EQ(records.back().sms, 16u);
-  EXPECT_EQ(records.back().sm_groups.size(), 2u);
+  EXPECT_EQ(records.back().sms, 32u);
+  EXPECT_EQ(records.back().sm_groups.size(), 4u);
 }
 
 TEST_F(KernelTest, AHelloWithAFractionAboveTheWholeGpuIsRefused) {

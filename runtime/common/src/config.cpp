@@ -48,6 +48,10 @@ const std::vector<SettingInfo>& setting_table() {
        "queue behind others'. 32 raised the small-kernel launch rate of 16 clients by 14 % on an H100 but made "
        "every synchronising round trip (event record + synchronize) about 0.7 us slower, so the default is the "
        "driver's 8; raise it for jobs of many clients that launch many tiny kernels and rarely synchronise"},
+      {"FUNNEL_SERVER_SPIN_US", "2000", "integer 0..100000",
+       "how long (microseconds) a server worker keeps polling a client's unfinished GPU work, yielding its core "
+       "past the first 20 us, before it polls every 50 us instead: longer answers synchronous copies and stream "
+       "synchronisations sooner, shorter leaves more CPU to the ranks when they fill the node's cores"},
       {"FUNNEL_SIM_LAUNCH_LOG", "(none)", "a file path",
        "sim backend only: a server that a client starts appends every kernel launch to this file as one JSON "
        "line (kernel, grid, block, shared, params as hex) for tests of argument packing"},
@@ -345,6 +349,7 @@ Settings Settings::from(const Lookup& env) {
   if (auto v = integer("FUNNEL_MAX_CLIENTS", 1, 4096)) s.max_clients = static_cast<uint32_t>(*v);
   if (auto v = integer("FUNNEL_COPY_THREADS", 1, 64)) s.copy_threads = static_cast<uint32_t>(*v);
   if (auto v = integer("FUNNEL_DEVICE_CONNECTIONS", 1, 32)) s.device_connections = static_cast<uint32_t>(*v);
+  if (auto v = integer("FUNNEL_SERVER_SPIN_US", 0, 100000)) s.server_spin_us = static_cast<uint32_t>(*v);
   if (auto p = get("FUNNEL_SIM_LAUNCH_LOG")) {
     if (p->empty()) bad("FUNNEL_SIM_LAUNCH_LOG", *p, accepted_of("FUNNEL_SIM_LAUNCH_LOG"));
     s.sim_launch_log = *p;
@@ -409,6 +414,7 @@ std::string value_text(const Settings& s, const std::string& var) {
   if (var == "FUNNEL_MAX_CLIENTS") return std::to_string(s.max_clients);
   if (var == "FUNNEL_COPY_THREADS") return std::to_string(s.copy_threads);
   if (var == "FUNNEL_DEVICE_CONNECTIONS") return std::to_string(s.device_connections);
+  if (var == "FUNNEL_SERVER_SPIN_US") return std::to_string(s.server_spin_us);
   if (var == "FUNNEL_SIM_LAUNCH_LOG") return s.sim_launch_log.empty() ? "(none)" : s.sim_launch_log.string();
   if (var == "FUNNEL_SIM_FAULT_KERNEL") return s.sim_fault_kernel.empty() ? "(none)" : s.sim_fault_kernel;
   if (var == "FUNNEL_DEVICE_MEM_LIMIT") {

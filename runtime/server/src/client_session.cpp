@@ -39,6 +39,7 @@ void ClientSession::create_channel(const ChannelSpec& spec) {
   shared_.run_dir = spec.run_dir;
   shared_.backend = spec.backend;
   shared_.totals = spec.totals;
+  shared_.pending_spin = spec.pending_spin;
   shared_.modules = spec.modules;
   shared_.health = spec.health;
   shared_.notify_fd = spec.notify_fd;

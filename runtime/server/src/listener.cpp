@@ -281,6 +281,7 @@ void Server::Impl::attach(Connection& c, const ipc::HelloMsg& hello) {
   spec.run_dir = options.run_dir;
   spec.backend = backend.get();
   spec.totals = &totals;
+  spec.pending_spin = options.pending_spin;
   spec.modules = modules.get();
   spec.health = &health;
   spec.partitions = partitions.get();

@@ -151,6 +151,7 @@ int main(int argc, char** argv) {
   uint32_t staging_slots = settings.staging_slots;
   uint64_t staging_slot_kb = settings.staging_slot_bytes / 1024;
   uint32_t device_connections = settings.device_connections;
+  uint32_t spin_us = settings.server_spin_us;
   int sim_devices = 1;
   uint64_t sim_memory_mb = 16 * 1024;
   std::string sim_launch_log = settings.sim_launch_log.string();
@@ -174,6 +175,9 @@ int main(int argc, char** argv) {
   app.add_option("--device-connections", device_connections,
                  "hardware work queues of the context on each GPU (FUNNEL_DEVICE_CONNECTIONS)")
       ->check(CLI::Range(1u, 32u));
+  app.add_option("--spin-us", spin_us,
+                 "how long a worker polls a client's pending GPU work before polling every 50 us (FUNNEL_SERVER_SPIN_US)")
+      ->check(CLI::Range(0u, 100000u));
   app.add_option("--sim-devices", sim_devices, "devices of the sim backend")->check(CLI::Range(1, 16));
   app.add_option("--sim-memory-mb", sim_memory_mb, "memory per sim device, MiB");
   app.add_option("--sim-launch-log", sim_launch_log,
@@ -232,6 +236,7 @@ int main(int argc, char** argv) {
     opt.run_dir = run_dir;
     if (idle_exit_ms) opt.idle_exit = std::chrono::milliseconds(*idle_exit_ms);
     opt.max_clients = max_clients;
+    opt.pending_spin = std::chrono::microseconds(spin_us);
     opt.staging_slots = staging_slots;
     opt.staging_slot_bytes = staging_slot_kb * 1024;
     opt.handle_signals = true;

@@ -56,6 +56,7 @@ struct SessionShared {
   std::filesystem::path run_dir;
   Backend* backend = nullptr;
   ServerTotals* totals = nullptr;
+  std::chrono::microseconds pending_spin{2000};  // ServerOptions::pending_spin
   ModuleCache* modules = nullptr;  // the server's, shared by every session
   DeviceHealth* health = nullptr;  // the server's
   // Per device: the fault generation (DeviceHealth::State::generation) whose resources

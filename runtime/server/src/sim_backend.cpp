@@ -44,7 +44,10 @@ constexpr uint64_t kSharedPerBlockOptin = 232448;
 constexpr uint64_t kSharedPerBlockDefault = 49152;
 constexpr uint64_t kReservedSharedPerBlock = 1024;
 constexpr uint32_t kMultiprocessors = 132;
-constexpr uint32_t kSmGroupSize = 8;  // an H100's green-context granularity
+// An H100 as the driver splits it (cuDevSmResourceSplitByCount at its granularity of 8,
+// co-scheduling kept): 15 groups of 8 SMs and 12 left over.
+constexpr uint32_t kSmGroupSize = 8;
+constexpr uint32_t kSmGroups = 15;
 
 struct EventState {
   std::mutex m;
@@ -422,10 +425,9 @@ class SimBackend final : public Backend {
     return Status::Success;
   }
 
-  // As an H100: 132 SMs, 16 groups of 8 (and 4 left over).
   Status sm_groups(int device, SmGroups& out) override {
     if (!valid(device)) return Status::InvalidDevice;
-    out = SmGroups{kMultiprocessors, kSmGroupSize, kMultiprocessors / kSmGroupSize};
+    out = SmGroups{kMultiprocessors, kSmGroupSize, kSmGroups};
     return Status::Success;
   }
 
@@ -434,7 +436,7 @@ class SimBackend final : public Backend {
     if (Status st = usable(device); st != Status::Success) return st;
     std::vector<uint32_t> g(groups.begin(), groups.end());
     std::sort(g.begin(), g.end());
-    if (g.empty() || g.back() >= kMultiprocessors / kSmGroupSize || std::adjacent_find(g.begin(), g.end()) != g.end())
+    if (g.empty() || g.back() >= kSmGroups || std::adjacent_find(g.begin(), g.end()) != g.end())
       return Status::InvalidValue;
     const auto sms = static_cast<uint32_t>(g.size()) * kSmGroupSize;
     out = std::make_shared<SimPartition>(device, std::move(g), sms);

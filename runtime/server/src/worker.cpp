@@ -23,13 +23,13 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kSpin = std::chrono::microseconds(50);
 constexpr auto kSleep = std::chrono::milliseconds(20);
 // While GPU work is pending, keep spinning (polling completions) until nothing has
-// progressed for kPendingSpin: a synchronous copy or a staging pipeline completes every
+// progressed for ServerOptions::pending_spin (2 ms by default): a synchronous copy or a staging pipeline completes every
 // few tens of microseconds, and a sleep there costs its whole length in latency (a
 // 200 us poll interval halved pinned-copy bandwidth at 16 MiB on the H100).  Past that,
 // the work is long (a long kernel or copy), and polling every kPendingSleep costs it
 // little.
-constexpr auto kPendingSpin = std::chrono::milliseconds(2);
 constexpr auto kPendingSleep = std::chrono::microseconds(50);
+constexpr auto kPauseSpin = std::chrono::microseconds(20);
 
 template <class T>
 T payload_as(const std::byte* p) noexcept {
@@ -64,7 +64,7 @@ std::optional<uint64_t> trailing_bytes(ipc::Opcode op, const std::byte* payload)
 
 Worker::Worker(SessionShared& shared, const ipc::ChannelView& view)
     : shared_(shared), backend_(*shared.backend), view_(view), reader_(view), counters_(shared.counters),
-      streams_(*shared.backend), record_(ipc::kMaxRecordSize) {}
+      streams_(*shared.backend, shared.placement), record_(ipc::kMaxRecordSize) {}
 
 Worker::~Worker() = default;
 
@@ -111,10 +111,18 @@ void Worker::serve() {
       case ipc::RingReader::Next::Empty:
         break;
     }
-    if (Clock::now() - idle_since < (pending_.empty() ? std::chrono::nanoseconds(kSpin) : kPendingSpin)) {
+    const auto idle = Clock::now() - idle_since;
+    if (idle < (pending_.empty() ? std::chrono::nanoseconds(kSpin) : std::chrono::nanoseconds(shared_.pending_spin))) {
+      // Past the first microseconds, poll with sched_yield: when the node's cores are all
+      // busy (16 ranks on 16 cores, each with a worker here), a pause loop would hold a
+      // core for the whole pending spin that the ranks need.
+      if (idle < kPauseSpin) {
 #if defined(__x86_64__)
-      __builtin_ia32_pause();
+        __builtin_ia32_pause();
 #endif
+      } else {
+        ipc::yield_now();
+      }
       continue;
     }
     reader_.sleep(pending_.empty() ? std::chrono::nanoseconds(kSleep) : std::chrono::nanoseconds(kPendingSleep));

@@ -24,6 +24,9 @@ struct ServerOptions {
   uint64_t staging_slot_bytes = 2u << 20;
   uint64_t ring_capacity = 1u << 20;
   uint32_t reply_slots = 64;
+  // How long a client's worker keeps polling its pending GPU work (with sched_yield past
+  // the first 20 us) before it polls every 50 us instead (FUNNEL_SERVER_SPIN_US).
+  std::chrono::microseconds pending_spin{2000};
   bool handle_signals = false;  // SIGTERM/SIGINT through a signalfd (the caller blocked them)
   // A listening socket bound to the run directory's socket, inherited from the server that
   // re-executed itself after a GPU fault (funnel-server --listen-fd); start() checks it and

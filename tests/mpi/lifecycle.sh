@@ -91,6 +91,8 @@ wait_gone() {  # at most $1 tenths of a second
   gone
 }
 
+# The server never loads the client runtime or the hooks (funnel-run preloads both).
+grep -E 'LD_PRELOAD=.*(libfunnel_mpi|libcudart)' "${logs[0]}" && fail "the server was started with funnel's libraries preloaded"
 case $scenario in
   normal|before-init|prestarted)
     [ "$rc" -eq 0 ] || fail "mpirun exited with $rc"

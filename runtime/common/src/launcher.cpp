@@ -57,8 +57,8 @@ class StartLock {
   ipc::UniqueFd fd_;  // closing the fd drops the flock
 };
 
-// The environment for the server: ours minus our own libcudart in LD_PRELOAD (the
-// server must not load the client runtime).
+// The environment for the server: ours minus our own libcudart and MPI hooks in
+// LD_PRELOAD (funnel-run preloads both into MPI programs; the server must load neither).
 std::vector<std::string> server_environment() {
   std::vector<std::string> env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
@@ -74,7 +74,7 @@ std::vector<std::string> server_environment() {
       const std::string_view item = rest.substr(0, sep);
       const auto slash = item.rfind('/');
       const std::string_view base = slash == std::string_view::npos ? item : item.substr(slash + 1);
-      if (!item.empty() && base.rfind("libcudart.so", 0) != 0) {
+      if (!item.empty() && base.rfind("libcudart.so", 0) != 0 && base.rfind("libfunnel_mpi.so", 0) != 0) {
         if (!kept.empty()) kept += ':';
         kept += item;
       }

@@ -216,6 +216,8 @@ int main(int argc, char** argv) {
     spdlog::set_default_logger(logger);
 
     std::unique_ptr<funnel::server::Backend> backend;
+    // What the server was started with matters for support: it must load no funnel library.
+    if (const char* pre = std::getenv("LD_PRELOAD"); pre != nullptr && *pre != '\0') spdlog::info("LD_PRELOAD={}", pre);
     if (backend_name == "sim") {
       funnel::server::SimOptions so;
       so.devices = sim_devices;

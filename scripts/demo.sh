@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The README's first command: install what is missing, build funnel (Release, build/),
-# and show a CUDA program running natively and through funnel.
-#   GPU present: build/bin/demo natively, through funnel-run, and 8 copies at once
-#                through one funnel-server; prints the outputs and whether they match.
-#   no GPU:      runs the demo on the sim backend (host memory stands in for the GPU).
+# and show an MPI + CUDA job running natively and through funnel.
+#   GPU present: apps/stencil under mpirun with DEMO_RANKS (16) ranks on the GPU: natively
+#                (time-sliced contexts), linked with funnel::mpi (the job starts and stops
+#                its funnel-server) and through funnel-run; ms/step and checksums side by side.
+#   no GPU:      runs build/bin/demo on the sim backend (host memory stands in for the GPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH
@@ -27,44 +28,50 @@ export FUNNEL_JOB_ID="demo-$$"
 
 if nvidia-smi -L >/dev/null 2>&1 && nvidia-smi -L | grep -q '^GPU'; then
   echo "=== GPU: $(nvidia-smi -L | head -1)"
-  native=$(build/bin/demo)
-  echo "--- native:"
-  echo "$native"
-  funneled=$(build/bin/funnel-run build/bin/demo)
-  echo "--- through funnel (build/bin/funnel-run build/bin/demo):"
-  echo "$funneled"
-  if [[ "$native" == "$funneled" ]]; then
-    echo "=== outputs match"
-  else
-    echo "=== outputs DIFFER" >&2
-    exit 1
-  fi
-
-  echo "=== 8 copies at once through one funnel-server"
+  for f in build/bin/stencil build/bin/stencil_funnel; do
+    [[ -x $f ]] || { echo "demo: $f was not built (MPI not found?)" >&2; exit 1; }
+  done
+  # apps/stencil: a 3-D heat equation on a fixed 256^3 grid split over DEMO_RANKS ranks on
+  # this one GPU (the strong-scaling case: at 16 ranks every kernel is small).
+  NP=${DEMO_RANKS:-16}
+  MPI=(mpirun --oversubscribe --bind-to none)
+  [[ $(id -u) == 0 ]] && MPI+=(--allow-run-as-root)
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
-  pids=()
-  for i in 0 1 2 3 4 5 6 7; do
-    build/bin/funnel-run build/bin/demo >"$tmp/out.$i" 2>&1 &
-    pids+=($!)
-  done
+  ARGS=(--n 256 --steps 200 --warmup 20 --reference "$tmp/reference.txt")
+  # The native runs use NVIDIA's libcudart; the linked app finds funnel's through its rpath,
+  # which LD_LIBRARY_PATH would override, so it runs without it.
+  cuda_lib=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  declare -A ms ok
+  run() {  # label, then the command after "mpirun -np N"
+    local label=$1 np=$2
+    shift 2
+    echo "--- $label: mpirun -np $np $*"
+    local out
+    out=$("$@" 2>&1 | tee /dev/stderr | grep '^{"ranks"' || true)
+    ms[$label]=$(sed -n 's/.*"ms_per_step":\([0-9.]*\).*/\1/p' <<<"$out")
+    ok[$label]=$(sed -n 's/.*"reference":"\([a-z ]*\)".*/\1/p' <<<"$out")
+  }
+  echo "=== the reference: 1 rank natively"
+  run reference 1 env LD_LIBRARY_PATH="$cuda_lib" "${MPI[@]}" -np 1 build/bin/stencil "${ARGS[@]}"
+  echo "=== $NP ranks natively: each rank its own CUDA context, time-sliced by the GPU"
+  run native "$NP" env LD_LIBRARY_PATH="$cuda_lib" "${MPI[@]}" -np "$NP" build/bin/stencil "${ARGS[@]}"
+  echo "=== $NP ranks through funnel: the app linked with funnel::mpi; MPI_Init starts one funnel-server"
+  run funnel "$NP" env -u LD_LIBRARY_PATH "${MPI[@]}" -np "$NP" build/bin/stencil_funnel "${ARGS[@]}"
+  echo "=== $NP ranks through funnel-run: the unmodified app"
+  run funnel-run "$NP" env LD_LIBRARY_PATH="$cuda_lib" "${MPI[@]}" -np "$NP" build/bin/funnel-run build/bin/stencil "${ARGS[@]}"
+  echo
+  printf '%-12s %12s  %s\n' mode ms/step "checksum vs 1 rank"
   bad=0
-  for i in 0 1 2 3 4 5 6 7; do
-    if ! wait "${pids[$i]}"; then
-      echo "copy $i failed:" >&2
-      cat "$tmp/out.$i" >&2
-      bad=1
-    elif [[ "$(cat "$tmp/out.$i")" != "$native" ]]; then
-      echo "copy $i printed something else:" >&2
-      cat "$tmp/out.$i" >&2
-      bad=1
-    fi
+  for m in native funnel funnel-run; do
+    printf '%-12s %12s  %s\n' "$m" "${ms[$m]:-?}" "${ok[$m]:-no result}"
+    [[ ${ok[$m]:-} == match ]] || bad=1
   done
   if ((bad)); then
-    echo "=== 8 concurrent copies: FAILED" >&2
+    echo "=== a run failed or its checksum differs" >&2
     exit 1
   fi
-  echo "=== 8 concurrent copies: all 8 outputs match the native run"
+  echo "=== every run matches the 1-rank checksum (bench/stencil.sh adds NVIDIA MPS and 1-16 ranks)"
 else
   cat <<'MSG'
 === No GPU is present (nvidia-smi -L lists none).
@@ -80,6 +87,6 @@ MSG
     On the sim backend the server keeps "device" memory in host memory and does the copies,
     memsets, streams and events itself, so the demo's checksums are the same as on a GPU.
     To run the tests (CPU-only; about 10-20 minutes on 2 cores):   sudo scripts/test.sh
-    On a machine with a GPU, this script also runs the demo natively and 8 copies at once.
+    On a machine with a GPU, this script runs apps/stencil under mpirun natively and through funnel.
 MSG
 fi

@@ -7,11 +7,9 @@
 # and that bad values stop funnel-run before the program runs.
 set -u
 bin=$1 prog=$2 preload=${3:-}
-dir=$(mktemp -d /tmp/funnel-fraction.XXXXXX)
-trap 'FUNNEL_RUN_DIR=$dir/run timeout 5 "$bin/funnelctl" shutdown >/dev/null 2>&1; rm -rf "$dir"' EXIT
-export FUNNEL_RUN_DIR=$dir/run FUNNEL_BACKEND=sim FUNNEL_LOG_DIR=$dir/log FUNNEL_IDLE_EXIT_MS=10000
-export FUNNEL_SIM_LAUNCH_LOG=$dir/launches.jsonl
-[ -n "$preload" ] && export LD_PRELOAD=$preload ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
+# shellcheck source=tests/client/sim_env.sh
+. "$(dirname "$0")/sim_env.sh"
+sim_env "$bin" "$preload"
 fail() { echo "FAIL: $*"; echo "--- out"; cat "$dir/out"; echo "--- err"; cat "$dir/err"; exit 1; }
 
 # run "VAR=value ..." SM_COUNT LAUNCH_JSON_FRAGMENT...

@@ -7,11 +7,9 @@
 # be longer only by trailing zero padding), and that nothing else was launched.
 set -u
 bin=$1 prog=$2 preload=${3:-}
-dir=$(mktemp -d /tmp/funnel-test.XXXXXX)
-trap 'FUNNEL_RUN_DIR=$dir/run timeout 5 "$bin/funnelctl" shutdown >/dev/null 2>&1; rm -rf "$dir"' EXIT
-export FUNNEL_RUN_DIR=$dir/run FUNNEL_BACKEND=sim FUNNEL_LOG_DIR=$dir/log FUNNEL_IDLE_EXIT_MS=10000
-export FUNNEL_SIM_LAUNCH_LOG=$dir/launches.jsonl
-[ -n "$preload" ] && export LD_PRELOAD=$preload ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
+# shellcheck source=tests/client/sim_env.sh
+. "$(dirname "$0")/sim_env.sh"
+sim_env "$bin" "$preload"
 timeout 60 "$bin/funnel-run" "$prog" > "$dir/out" 2> "$dir/err"
 rc=$?
 [ "$rc" -eq 0 ] && grep -qx done "$dir/out" || { echo "FAIL: rc=$rc"; cat "$dir/out" "$dir/err"; exit 1; }

@@ -407,6 +407,13 @@ WATCHED_TEST(Settings, GpuFractionPlacementAndClientPriority) {
   for (const char* v : {"", "2", "normal"}) expect_bad("CUDA_MPS_CLIENT_PRIORITY", v, "0 (normal) or 1 (below normal)");
 }
 
+WATCHED_TEST(Settings, ServerSpin) {
+  EXPECT_EQ(settings({}).server_spin_us, 2000u);
+  EXPECT_EQ(settings({{"FUNNEL_SERVER_SPIN_US", "0"}}).server_spin_us, 0u);
+  EXPECT_EQ(value_text(settings({{"FUNNEL_SERVER_SPIN_US", "300"}}), "FUNNEL_SERVER_SPIN_US"), "300");
+  for (const char* v : {"", "-1", "100001", "2ms"}) expect_bad("FUNNEL_SERVER_SPIN_US", v, "integer 0..100000");
+}
+
 WATCHED_TEST(Settings, ARunDirWhoseSocketPathIsTooLongIsRejected) {
   // 107 characters is the most a socket address holds: dir + "/server.sock".
   const std::string ok_dir = "/" + std::string(107 - 1 - 12, 'r');

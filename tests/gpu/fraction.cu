@@ -4,8 +4,12 @@
 //   sm_count N props N      what the program is told
 //   sms_used M              distinct SMs that 8 x 132 spinning blocks ran on (0: no kernel ran,
 //                           as on the sim backend)
+//   sm_list a b c ...       those SMs
 // tests/gpu/mpi.sh runs it on the GPU; tests/client runs it on the sim backend.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <set>
 #include <vector>
 
@@ -49,6 +53,13 @@ int main() {
   for (unsigned s : h)
     if (s != 0xffffffffu) used.insert(s);
   std::printf("sms_used %zu\n", used.size());
+  std::printf("sm_list");
+  for (unsigned s : used) std::printf(" %u", s);
+  std::printf("\n");
+  std::fflush(stdout);
   CK(cudaFree(d));
+  // FRACTION_HOLD_MS: stay attached (holding the partition) this long before exiting, so
+  // that tests/gpu/mpi.sh can run several at once.
+  if (const char* hold = std::getenv("FRACTION_HOLD_MS")) usleep(static_cast<useconds_t>(std::atoi(hold)) * 1000);
   return 0;
 }

@@ -9,7 +9,8 @@
 #    1-rank run, and the server, its run directory and its segments are gone after mpirun.
 # 3. fraction: tests/gpu/fraction.cu through funnel-run with FUNNEL_GPU_FRACTION (and MPS's
 #    CUDA_MPS_ACTIVE_THREAD_PERCENTAGE): the SM count the client sees and the SMs its kernel
-#    blocks actually ran on (%smid) stay within the share.
+#    blocks actually ran on (%smid) stay within the share; with FUNNEL_GPU_PLACEMENT=disjoint two
+#    clients at once run on disjoint SMs and a third that does not fit is refused.
 # Prints one "RESULT step name PASS|FAIL|SKIP detail" line per check; exit 1 if any failed.
 set -u -o pipefail
 BUILD=$1
@@ -104,6 +105,32 @@ if [[ -f $ROOT/tests/gpu/fraction.cu ]]; then
         result mpi "fraction-$spec" FAIL "rc $rc, GPU ${total:-?} SMs, sees ${sms:-?} (want <= $((want + 8))), ran on ${used:-?}; $(basename "$log").err"
       fi
     done
+    # Disjoint placement: two clients of 0.4 (6 of the 15 groups each) at once run on disjoint
+    # SMs; a third finds 3 free groups, not 6, and its first work fails.
+    dj=/dev/shm/funnel-gpu-disjoint-$$
+    for who in a b; do
+      env FUNNEL_GPU_FRACTION=0.4 FUNNEL_GPU_PLACEMENT=disjoint FRACTION_HOLD_MS=8000 FUNNEL_RUN_DIR=$dj \
+        FUNNEL_LOG_DIR="$OUT_DIR/logs-disjoint" timeout 120 "$BIN/funnel-run" --backend cuda "$BUILD/fraction" \
+        >"$OUT_DIR/disjoint-$who.out" 2>"$OUT_DIR/disjoint-$who.err" &
+    done
+    for _ in $(seq 300); do
+      grep -q '^sm_list' "$OUT_DIR/disjoint-a.out" 2>/dev/null && grep -q '^sm_list' "$OUT_DIR/disjoint-b.out" 2>/dev/null && break
+      sleep 0.1
+    done
+    env FUNNEL_GPU_FRACTION=0.4 FUNNEL_GPU_PLACEMENT=disjoint FUNNEL_RUN_DIR=$dj FUNNEL_LOG_DIR="$OUT_DIR/logs-disjoint" \
+      timeout 60 "$BIN/funnel-run" --backend cuda "$BUILD/fraction" >"$OUT_DIR/disjoint-c.out" 2>"$OUT_DIR/disjoint-c.err"
+    crc=$?
+    wait
+    la=$(sed -n 's/^sm_list //p' "$OUT_DIR/disjoint-a.out" | tr ' ' '\n' | sort)
+    lb=$(sed -n 's/^sm_list //p' "$OUT_DIR/disjoint-b.out" | tr ' ' '\n' | sort)
+    both=$(comm -12 <(echo "$la") <(echo "$lb") | grep -c .)
+    na=$(echo "$la" | grep -c .) nb=$(echo "$lb" | grep -c .)
+    if [[ $na -gt 0 && $na -le 48 && $nb -gt 0 && $nb -le 48 && $both == 0 && $crc != 0 ]] &&
+      grep -q 'cudaErrorDevicesUnavailable' "$OUT_DIR/disjoint-c.out"; then
+      result mpi fraction-disjoint PASS "two 0.4 clients ran on $na and $nb SMs, none shared; a third refused (cudaErrorDevicesUnavailable)"
+    else
+      result mpi fraction-disjoint FAIL "a on $na SMs, b on $nb, shared $both; third exit $crc: $(head -c 200 "$OUT_DIR/disjoint-c.out")"
+    fi
   else
     result mpi fraction FAIL "does not compile: fraction-compile.log"
   fi

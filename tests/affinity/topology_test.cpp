@@ -31,6 +31,8 @@ TEST(Topology, GpuLocalityIsItsPackage) {
   // The short form without a domain names the same device.
   ASSERT_TRUE(topo.locate_gpu("19:00.0").has_value());
   EXPECT_EQ(format_cpu_list(topo.locate_gpu("19:00.0")->cpus), "0-7,16-23");
+  // nvidia-smi writes the domain with eight digits.
+  ASSERT_TRUE(topo.locate_gpu("00000000:9B:00.0").has_value());
 }
 
 TEST(Topology, UnknownOrMalformedBusIdIsNotFound) {

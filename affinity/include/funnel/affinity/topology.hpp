@@ -27,8 +27,9 @@ struct GpuLocality {
 
 class Topology {
  public:
-  // The machine this process runs on, restricted (as hwloc does by default) to the CPUs
-  // this process may use.
+  // The machine this process runs on, restricted (hwloc's default) to what its cgroup allows,
+  // e.g. the job's Slurm allocation; not to this process's own CPU binding, which a server
+  // started by a rank inherits from that rank.
   static Topology this_machine();
   // A topology exported with `lstopo --of xml`; for tests and `funnelctl plan -i`.
   static Topology from_xml_file(const std::filesystem::path& path);

@@ -296,6 +296,12 @@ Settings Settings::from(const Lookup& env) {
     s.sources.emplace_back(var, v ? "environment" : "default");
     return v;
   };
+  // A variable that, when set, must not be empty (paths and names).
+  auto non_empty = [&](const char* var) -> std::optional<std::string> {
+    auto v = get(var);
+    if (v && v->empty()) bad(var, *v, accepted_of(var));
+    return v;
+  };
   auto integer = [&](const char* var, int64_t lo, int64_t hi) -> std::optional<int64_t> {
     auto v = get(var);
     if (!v) return std::nullopt;
@@ -323,12 +329,8 @@ Settings Settings::from(const Lookup& env) {
     else if (*b == "sim") s.backend = Backend::Sim;
     else bad("FUNNEL_BACKEND", *b, accepted_of("FUNNEL_BACKEND"));
   }
-  if (auto p = get("FUNNEL_SERVER")) {
-    if (p->empty()) bad("FUNNEL_SERVER", *p, accepted_of("FUNNEL_SERVER"));
-    s.server_binary = *p;
-  }
-  if (auto d = get("FUNNEL_LOG_DIR")) {
-    if (d->empty()) bad("FUNNEL_LOG_DIR", *d, accepted_of("FUNNEL_LOG_DIR"));
+  if (auto p = non_empty("FUNNEL_SERVER")) s.server_binary = *p;
+  if (auto d = non_empty("FUNNEL_LOG_DIR")) {
     s.log_dir = *d;
   } else {
     s.log_dir = fmt::format("/tmp/funnel-{}-logs", ::geteuid());
@@ -350,14 +352,8 @@ Settings Settings::from(const Lookup& env) {
   if (auto v = integer("FUNNEL_COPY_THREADS", 1, 64)) s.copy_threads = static_cast<uint32_t>(*v);
   if (auto v = integer("FUNNEL_DEVICE_CONNECTIONS", 1, 32)) s.device_connections = static_cast<uint32_t>(*v);
   if (auto v = integer("FUNNEL_SERVER_SPIN_US", 0, 100000)) s.server_spin_us = static_cast<uint32_t>(*v);
-  if (auto p = get("FUNNEL_SIM_LAUNCH_LOG")) {
-    if (p->empty()) bad("FUNNEL_SIM_LAUNCH_LOG", *p, accepted_of("FUNNEL_SIM_LAUNCH_LOG"));
-    s.sim_launch_log = *p;
-  }
-  if (auto k = get("FUNNEL_SIM_FAULT_KERNEL")) {
-    if (k->empty()) bad("FUNNEL_SIM_FAULT_KERNEL", *k, accepted_of("FUNNEL_SIM_FAULT_KERNEL"));
-    s.sim_fault_kernel = *k;
-  }
+  if (auto p = non_empty("FUNNEL_SIM_LAUNCH_LOG")) s.sim_launch_log = *p;
+  if (auto k = non_empty("FUNNEL_SIM_FAULT_KERNEL")) s.sim_fault_kernel = *k;
   if (auto m = get("FUNNEL_DEVICE_MEM_LIMIT")) {
     parse_device_mem_limit("FUNNEL_DEVICE_MEM_LIMIT", *m, s);
   } else if (auto mps = env("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")) {

@@ -1,0 +1,21 @@
+// The ranks' CPU bindings, read and never changed: what a process is bound to, and which CPUs
+// a set of ranks really claims (PlanRequest::rank_cpus).
+#pragma once
+#include <sys/types.h>
+
+#include <vector>
+
+#include "funnel/affinity/cpu_list.hpp"
+#include "funnel/affinity/topology.hpp"
+
+namespace funnel::affinity {
+
+// The CPUs process `pid` may run on (sched_getaffinity; 0 = this process). Throws
+// std::system_error naming the call.
+CpuList process_binding(pid_t pid);
+
+// The union of the ranks' bindings, leaving out ranks that are not bound: a rank allowed every
+// CPU of the topology claims nothing (else one unbound rank would make every core look taken).
+CpuList bound_cpus(const Topology& topology, const std::vector<CpuList>& rank_bindings);
+
+}  // namespace funnel::affinity

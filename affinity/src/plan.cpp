@@ -106,10 +106,14 @@ Plan make_plan(const Topology& topology, const PlanRequest& request) {
       gpu.worker_cpus = pus_of(cores, elsewhere);
       gpu.reason = fmt::format("ranks are bound to every core near the GPU: using {} free core{} away from it",
                                elsewhere.size(), plural(elsewhere.size()));
-    } else {
+    } else if (!gpu.local_cpus.empty()) {
       // Least harmful: the GPU's own cores, whose ranks at least share the GPU's memory locality.
       gpu.worker_cpus = gpu.local_cpus;
       gpu.reason = "ranks are bound to every core: shares the cores near the GPU with ranks";
+    } else {
+      // The job may use no CPU near this GPU (its cgroup holds other sockets only).
+      for (const CoreState& core : cores) gpu.worker_cpus = cpu_union(gpu.worker_cpus, core.pus);
+      gpu.reason = "the job has no CPU near the GPU and ranks are bound to every core: shares all the job's CPUs with ranks";
     }
     gpu.shared_with_ranks = intersects(gpu.worker_cpus, ranks);
   }
@@ -145,7 +149,8 @@ std::string to_text(const Plan& plan) {
       out += fmt::format("not found; {}\n", gpu.reason);
       continue;
     }
-    out += fmt::format("{} (CPUs {}); workers on CPUs {}{}; {}\n", gpu.where, format_cpu_list(gpu.local_cpus),
+    const std::string local = gpu.local_cpus.empty() ? "none of the job's" : format_cpu_list(gpu.local_cpus);
+    out += fmt::format("{} (CPUs {}); workers on CPUs {}{}; {}\n", gpu.where, local,
                        format_cpu_list(gpu.worker_cpus), gpu.shared_with_ranks ? " SHARED WITH RANKS" : "", gpu.reason);
   }
   if (plan.server_cpus.empty())

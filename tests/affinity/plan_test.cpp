@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+
 namespace funnel::affinity {
 namespace {
 
@@ -163,6 +166,31 @@ TEST(ThisMachine, MadeUpBusIdIsReportedNotFound) {
   EXPECT_TRUE(has(plan.gpus[0].reason, "no PCI device 0000:ee:1f.7")) << plan.gpus[0].reason;
   EXPECT_TRUE(plan.server_cpus.empty());
   EXPECT_TRUE(has(plan.server_reason, "none of the GPUs was found")) << plan.server_reason;
+}
+
+// The job's cgroup allows socket 0 only (hwloc drops the other CPUs): GPUs of socket 1 have no
+// allowed CPU near them and still get a placement among the allowed ones.
+TEST(RestrictedCgroup, GpusWithoutAllowedCpusNearThemStayOnAllowedCpus) {
+  std::ifstream in(kDir + "/two_sockets_four_gpus_each.xml");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string xml = text.str();
+  const std::string all = "allowed_cpuset=\"0xffffffff\"";
+  xml.replace(xml.find(all), all.size(), "allowed_cpuset=\"0x00ff00ff\"");
+  const Topology topo = Topology::from_xml(xml);
+
+  for (const CpuList& ranks : {CpuList{}, parse_cpu_list("0-7,16-23")}) {
+    const Plan plan = make_plan(topo, {topo.gpu_bus_ids(), ranks, 1});
+
+    for (const GpuPlacement& gpu : plan.gpus) {
+      EXPECT_FALSE(gpu.worker_cpus.empty()) << gpu.bus_id << ": " << gpu.reason;
+      EXPECT_TRUE(inside(gpu.worker_cpus, parse_cpu_list("0-7,16-23"))) << gpu.bus_id;
+    }
+    EXPECT_FALSE(plan.server_cpus.empty()) << to_text(plan);
+  }
+  const Plan all_bound = make_plan(topo, {topo.gpu_bus_ids(), parse_cpu_list("0-7,16-23"), 1});
+  EXPECT_TRUE(has(all_bound.gpus[4].reason, "no CPU near the GPU")) << all_bound.gpus[4].reason;
+  EXPECT_TRUE(has(to_text(all_bound), "(CPUs none of the job's)")) << to_text(all_bound);
 }
 
 }  // namespace

@@ -713,13 +713,10 @@ class CudaBackend final : public Backend {
   }
 
   Status write_value(BackendStream& bs, std::atomic<uint32_t>& word, uint32_t value) override {
-    CudaStream& s = enqueue_on(bs);
-    const auto dev = static_cast<size_t>(s.device());
-    if (dev >= s_->devices.size()) return Status::InvalidDevice;
-    if (!s_->devices[dev].host_pointer_is_device_pointer) return Status::NotSupported;
-    if (Status st = s_->bind(s.device()); !ok(st)) return st;
+    CudaStream* s = nullptr;
+    if (Status st = host_word_op(bs, s); !ok(st)) return st;
     // CU_STREAM_WRITE_VALUE_DEFAULT: a fence orders the earlier work's writes before it.
-    return FUNNEL_CU(s_->drv, cuStreamWriteValue32, s.handle(), reinterpret_cast<CUdeviceptr>(&word), value,
+    return FUNNEL_CU(s_->drv, cuStreamWriteValue32, s->handle(), reinterpret_cast<CUdeviceptr>(&word), value,
                      CU_STREAM_WRITE_VALUE_DEFAULT);
   }
 
@@ -933,13 +930,23 @@ class CudaBackend final : public Backend {
   }
 
   Status wait_value(BackendStream& bs, std::atomic<uint32_t>& word, uint32_t value) override {
+    CudaStream* s = nullptr;
+    if (Status st = host_word_op(bs, s); !ok(st)) return st;
+    return FUNNEL_CU(s_->drv, cuStreamWaitValue32, s->handle(), reinterpret_cast<CUdeviceptr>(&word), value,
+                     CU_STREAM_WAIT_VALUE_EQ);
+  }
+
+  // The prologue of a stream memory operation on a word of registered host memory: the
+  // stream (marked as enqueued on), its device's context current, and the device able to
+  // use the host address as is (else NotSupported: clients then ask the server instead).
+  Status host_word_op(BackendStream& bs, CudaStream*& out) {
     CudaStream& s = enqueue_on(bs);
     const auto dev = static_cast<size_t>(s.device());
     if (dev >= s_->devices.size()) return Status::InvalidDevice;
     if (!s_->devices[dev].host_pointer_is_device_pointer) return Status::NotSupported;
     if (Status st = s_->bind(s.device()); !ok(st)) return st;
-    return FUNNEL_CU(s_->drv, cuStreamWaitValue32, s.handle(), reinterpret_cast<CUdeviceptr>(&word), value,
-                     CU_STREAM_WAIT_VALUE_EQ);
+    out = &s;
+    return Status::Success;
   }
 
   Status set_limit(int device, Limit limit, uint64_t value) override {

@@ -1,6 +1,5 @@
 #include "runtime.hpp"
 
-#include <poll.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -88,9 +87,7 @@ bool Runtime::detach_and_wait(std::chrono::milliseconds wait) noexcept {
   detach_at_exit();
   const auto until = std::chrono::steady_clock::now() + wait;
   for (;;) {
-    pollfd p{sock_.get(), POLLRDHUP, 0};
-    const int rc = ::poll(&p, 1, 50);
-    if (rc > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL)) != 0) return true;
+    if (ipc::peer_hung_up(sock_.get(), std::chrono::milliseconds(50))) return true;
     if (std::chrono::steady_clock::now() >= until) return false;
   }
 }
@@ -218,13 +215,7 @@ void Runtime::start_watcher() noexcept {
   std::thread([this, fd] {
     for (;;) {
       if (dead_.load()) return;
-      pollfd p{fd, POLLRDHUP, 0};
-      const int rc = ::poll(&p, 1, 200);
-      if (rc > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL)) != 0) {
-        mark_dead();
-        return;
-      }
-      if (view_.completion().server_state.load() != 0) {
+      if (ipc::peer_hung_up(fd, std::chrono::milliseconds(200)) || view_.completion().server_state.load() != 0) {
         mark_dead();
         return;
       }

@@ -100,9 +100,9 @@ ssize_t recv_message(int fd, void* data, size_t cap, std::chrono::milliseconds t
   }
 }
 
-bool peer_hung_up(int fd) noexcept {
+bool peer_hung_up(int fd, std::chrono::milliseconds wait) noexcept {
   pollfd p{fd, POLLRDHUP, 0};
-  if (::poll(&p, 1, 0) <= 0) return false;
+  if (::poll(&p, 1, static_cast<int>(wait.count())) <= 0) return false;
   return (p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL)) != 0;
 }
 

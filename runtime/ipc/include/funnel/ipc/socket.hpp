@@ -41,8 +41,9 @@ PeerCredentials peer_credentials(int fd);
 bool send_message(int fd, const void* data, size_t len) noexcept;
 ssize_t recv_message(int fd, void* data, size_t cap, std::chrono::milliseconds timeout) noexcept;
 
-// True once the peer has hung up (POLLHUP/POLLRDHUP or EOF pending), without consuming data.
-bool peer_hung_up(int fd) noexcept;
+// True once the peer has hung up (POLLHUP/POLLRDHUP or EOF pending), without consuming data;
+// waits up to `wait` for it (0: just looks).
+bool peer_hung_up(int fd, std::chrono::milliseconds wait = std::chrono::milliseconds(0)) noexcept;
 
 // The longest path a Unix socket address can hold.
 inline constexpr size_t kMaxSocketPath = 107;

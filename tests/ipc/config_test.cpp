@@ -246,6 +246,18 @@ WATCHED_TEST(Settings, DeviceMemLimit) {
   }
 }
 
+// A ConfigError whose message names the variable, the value and `accepted`.
+void expect_bad(const std::string& var, const std::string& value, const std::string& accepted) {
+  try {
+    settings({{var, value}});
+    ADD_FAILURE() << var << "='" << value << "' was accepted";
+  } catch (const ConfigError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(var + "='" + value + "'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(accepted), std::string::npos) << msg;
+  }
+}
+
 WATCHED_TEST(Settings, GpuSelection) {
   const Settings none = settings({});
   EXPECT_FALSE(none.selects_gpu());
@@ -306,15 +318,8 @@ WATCHED_TEST(Settings, GpuSelection) {
            {"FUNNEL_RANKS_PER_GPU", ""}, {"FUNNEL_RANKS_PER_GPU", "0"}, {"FUNNEL_RANKS_PER_GPU", "4097"},
            {"FUNNEL_RANKS_PER_GPU", "Even"}, {"FUNNEL_RANKS_PER_GPU", "2x"}, {"FUNNEL_GPU_MAP", ""},
            {"FUNNEL_GPU_MAP", "0,,1"}, {"FUNNEL_GPU_MAP", "0,1,"}, {"FUNNEL_GPU_MAP", ",0"},
-           {"FUNNEL_GPU_MAP", "-1"}, {"FUNNEL_GPU_MAP", "64"}, {"FUNNEL_GPU_MAP", "0;1"}}) {
-    try {
-      settings({{var, v}});
-      ADD_FAILURE() << var << "='" << v << "' was accepted";
-    } catch (const ConfigError& e) {
-      const std::string msg = e.what();
-      EXPECT_NE(msg.find(var + "='" + v + "' is not valid: expected"), std::string::npos) << msg;
-    }
-  }
+           {"FUNNEL_GPU_MAP", "-1"}, {"FUNNEL_GPU_MAP", "64"}, {"FUNNEL_GPU_MAP", "0;1"}})
+    expect_bad(var, v, "' is not valid: expected");
 }
 
 // FUNNEL_MPI_HOOKS, and the launcher detection behind its "auto" (funnel-run).
@@ -347,18 +352,6 @@ WATCHED_TEST(Settings, MpiHooks) {
   EXPECT_EQ(launcher({{"PMI_RANK", ""}}), "") << "an empty variable shows no launcher";
   // A batch job, or a job id, is not an MPI launcher: a plain program under Slurm gets no hooks.
   EXPECT_EQ(launcher({{"SLURM_JOB_ID", "7"}, {"SLURM_PROCID", "0"}, {"OMPI_MCA_ess_base_jobid", "1"}}), "");
-}
-
-// A ConfigError whose message names the variable, the value and `accepted`.
-void expect_bad(const std::string& var, const std::string& value, const std::string& accepted) {
-  try {
-    settings({{var, value}});
-    ADD_FAILURE() << var << "='" << value << "' was accepted";
-  } catch (const ConfigError& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find(var + "='" + value + "'"), std::string::npos) << msg;
-    EXPECT_NE(msg.find(accepted), std::string::npos) << msg;
-  }
 }
 
 WATCHED_TEST(Settings, GpuFractionPlacementAndClientPriority) {

@@ -1,4 +1,4 @@
-// funnelctl [--run-dir DIR] stats [--json] | shutdown | config [--json]
+// funnelctl [--run-dir DIR] stats [--json] | shutdown | config [--json] | plan [--xml FILE] [--workers N]
 // Talks to the job's funnel-server over a control connection (doc/design/channel.md).
 // Exit codes: 0 ok, 1 no server / failed, 2 bad settings or arguments.
 #include <unistd.h>
@@ -12,6 +12,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "funnel/affinity/binding.hpp"
+#include "funnel/affinity/plan.hpp"
+#include "funnel/affinity/topology.hpp"
 #include "funnel/common/config.hpp"
 #include "funnel/common/control_client.hpp"
 
@@ -54,6 +57,27 @@ void print_config(const funnel::Settings& s, bool json) {
                 r["value"].get<std::string>().c_str());
 }
 
+// The placement plan (doc/placement.md) for the running server's GPUs and its clients'
+// bindings, on this machine or on an hwloc XML topology (`lstopo --of xml`).
+void print_plan(const std::string& stats_text, const std::string& xml, unsigned workers) {
+  namespace aff = funnel::affinity;
+  const auto j = nlohmann::json::parse(stats_text);
+  aff::PlanRequest req;
+  req.workers_per_gpu = workers;
+  for (const auto& d : j.at("devices")) req.gpu_bus_ids.push_back(d.value("pci_bus_id", ""));
+  const aff::Topology topo = xml.empty() ? aff::Topology::this_machine() : aff::Topology::from_xml_file(xml);
+  std::vector<aff::CpuList> bindings;
+  for (const auto& c : j.at("clients")) {
+    try {
+      bindings.push_back(aff::process_binding(c.at("pid").get<pid_t>()));
+    } catch (const std::exception&) {
+      // a client that just exited: it binds nothing any more
+    }
+  }
+  req.rank_cpus = aff::bound_cpus(topo, bindings);
+  std::fputs(aff::to_text(aff::make_plan(topo, req)).c_str(), stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -66,6 +90,12 @@ int main(int argc, char** argv) {
   auto* shutdown = app.add_subcommand("shutdown", "stop the server (as SIGTERM)");
   auto* config = app.add_subcommand("config", "every FUNNEL_* setting in effect here and where it came from");
   config->add_flag("--json", json, "as JSON");
+  std::string xml;
+  unsigned workers = 1;
+  auto* plan = app.add_subcommand("plan", "where the server's threads go: its GPUs' cores, away from its clients' bindings");
+  plan->add_option("--xml", xml, "plan on this hwloc XML topology (lstopo --of xml) instead of this machine")
+      ->check(CLI::ExistingFile);
+  plan->add_option("--workers", workers, "worker threads per GPU that want a core each")->check(CLI::Range(1u, 1024u));
   app.require_subcommand(1);
   try {
     app.parse(argc, argv);
@@ -87,6 +117,8 @@ int main(int argc, char** argv) {
       const std::string text = control_request(s, "stats");
       if (json) std::puts(text.c_str());
       else print_table(text);
+    } else if (*plan) {
+      print_plan(control_request(s, "stats"), xml, workers);
     } else if (*shutdown) {
       std::puts(control_request(s, "shutdown").c_str());
     }

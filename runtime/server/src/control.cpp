@@ -26,6 +26,7 @@ std::string Server::Impl::stats_json() const {
     const DeviceHealth::State h = health.state(d);
     const bool faulted = h.fault != Status::Success;
     json entry = {{"device", d},
+                  {"pci_bus_id", pci_bus_ids[static_cast<size_t>(d)]},
                   {"state", !faulted ? "ok" : reset_failed[static_cast<size_t>(d)] == h.generation ? "failed" : "faulted"},
                   {"faults", h.generation},
                   {"recoveries", health.recoveries(d)}};

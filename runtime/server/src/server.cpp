@@ -26,6 +26,11 @@ Server::Server(ServerOptions options, std::unique_ptr<Backend> backend) : impl_(
   impl_->backend = std::move(backend);
   impl_->modules = std::make_unique<ModuleCache>(*impl_->backend);
   impl_->partitions = std::make_unique<SmPartitions>(*impl_->backend);
+  for (int d = 0; d < impl_->backend->device_count(); ++d) {
+    auto rec = std::make_unique<ipc::DeviceRecord>();
+    impl_->backend->describe(d, *rec);
+    impl_->pci_bus_ids.emplace_back(rec->pci_bus_id, strnlen(rec->pci_bus_id, sizeof rec->pci_bus_id));
+  }
 }
 
 Server::~Server() {

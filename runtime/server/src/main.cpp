@@ -31,6 +31,8 @@ namespace {
 class ReadyPipe {
  public:
   explicit ReadyPipe(int fd) : fd_(fd) {}
+  int fd() const noexcept { return fd_; }
+  void reset(int fd) noexcept { fd_ = fd; }
   void ready() { finish("R"); }
   void failed(const std::string& why) { finish(why); }
 
@@ -44,10 +46,34 @@ class ReadyPipe {
   int fd_;
 };
 
-void daemonize() {
+// Detaches into the background.  When nobody passed --ready-fd (a server started by hand
+// or by a script), the command returns only once the daemon listens (exit 0) or has
+// failed (its reason on stderr, exit 1), so that `funnel-server && funnelctl stats` and a
+// client started right after it find it; the daemon reports through `ready`.
+void daemonize(ReadyPipe& ready) {
+  int pipe_fds[2] = {-1, -1};
+  if (ready.fd() < 0 && ::pipe2(pipe_fds, O_CLOEXEC) != 0)
+    throw std::system_error(errno, std::generic_category(), "pipe");
   const pid_t pid = ::fork();
   if (pid < 0) throw std::system_error(errno, std::generic_category(), "fork");
-  if (pid > 0) ::_exit(0);
+  if (pid > 0) {
+    if (pipe_fds[0] < 0) ::_exit(0);
+    ::close(pipe_fds[1]);
+    std::string text;
+    char buf[512];
+    for (ssize_t n; (n = ::read(pipe_fds[0], buf, sizeof buf)) != 0;) {
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) break;
+      text.append(buf, static_cast<size_t>(n));
+    }
+    if (text == "R") ::_exit(0);
+    std::fprintf(stderr, "funnel-server: %s\n", text.empty() ? "the daemon exited before it was ready" : text.c_str());
+    ::_exit(1);
+  }
+  if (pipe_fds[1] >= 0) {
+    ::close(pipe_fds[0]);
+    ready.reset(pipe_fds[1]);
+  }
   if (::setsid() < 0) throw std::system_error(errno, std::generic_category(), "setsid");
   // The daemon keeps no terminal: its log file is where it speaks.
   const int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -193,7 +219,7 @@ int main(int argc, char** argv) {
     if (staging_slot_kb % 4 != 0) throw std::runtime_error("--staging-slot-kb must be a multiple of 4");
     // The daemon keeps the working directory, but a relative path should not depend on that.
     if (!sim_launch_log.empty()) sim_launch_log = std::filesystem::absolute(sim_launch_log).string();
-    if (!foreground) daemonize();
+    if (!foreground) daemonize(ready);
 
     // Signals go through the server's signalfd; block them before any thread starts.
     sigset_t set;

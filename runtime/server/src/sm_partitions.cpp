@@ -2,14 +2,11 @@
 
 #include <algorithm>
 #include <array>
-#include <functional>
 #include <map>
 #include <mutex>
 #include <vector>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
-#include <spdlog/spdlog.h>
 
 namespace funnel::server {
 
@@ -30,26 +27,31 @@ struct SmPartitions::State {
   };
   explicit State(Backend& b) : backend(b) {}
   Backend& backend;
-  mutable std::mutex m;
+  std::mutex m;
   std::array<Device, ipc::kMaxDevices> devices;
 };
 
-namespace {
-
-// A lease: the partition plus the bookkeeping to undo when the last holder lets go.
-struct Lease {
-  std::weak_ptr<void> state;  // the manager may be gone first (server shutdown)
+// A lease: the partition plus its groups, given back when the last holder lets go.
+struct SmPartitions::Lease {
+  std::weak_ptr<State> state;  // the manager may be gone first (server shutdown)
   std::shared_ptr<BackendPartition> partition;
-  int device;
+  int device = 0;
   std::vector<uint32_t> groups;
-  ipc::GpuPlacement placement;
-  std::function<void(const Lease&)> release;
+  bool disjoint = false;
   ~Lease() {
-    if (release) release(*this);
+    const auto st = state.lock();
+    if (!st) return;
+    std::lock_guard lk(st->m);
+    auto& dev = st->devices[static_cast<size_t>(device)];
+    for (uint32_t g : groups) {
+      if (disjoint) {
+        dev.held[g] = false;
+      } else if (dev.shared[g] > 0) {
+        --dev.shared[g];
+      }
+    }
   }
 };
-
-}  // namespace
 
 uint32_t groups_for_share(const SmGroups& layout, uint32_t share_bp) noexcept {
   if (layout.groups == 0 || layout.group_sms == 0) return 0;
@@ -96,7 +98,7 @@ uint32_t SmPartitions::sms_for_share(int device, uint32_t share_bp) {
 
 std::shared_ptr<BackendPartition> SmPartitions::acquire(int device, uint32_t share_bp, ipc::GpuPlacement placement) {
   if (share_bp == 0 || share_bp >= ipc::kGpuShareWhole) return nullptr;
-  std::unique_lock lk(state_->m);
+  std::lock_guard lk(state_->m);
   layout_locked(device);
   auto& d = state_->devices[static_cast<size_t>(device)];
   const uint32_t n = d.layout.groups;
@@ -163,20 +165,7 @@ std::shared_ptr<BackendPartition> SmPartitions::acquire(int device, uint32_t sha
   lease->partition = part;
   lease->device = device;
   lease->groups = std::move(key);
-  lease->placement = placement;
-  lease->release = [](const Lease& l) {
-    const auto st = std::static_pointer_cast<State>(l.state.lock());
-    if (!st) return;
-    std::lock_guard g(st->m);
-    auto& dev = st->devices[static_cast<size_t>(l.device)];
-    for (uint32_t i : l.groups) {
-      if (l.placement == ipc::GpuPlacement::Disjoint) {
-        dev.held[i] = false;
-      } else if (dev.shared[i] > 0) {
-        --dev.shared[i];
-      }
-    }
-  };
+  lease->disjoint = disjoint;
   BackendPartition* raw = part.get();
   return std::shared_ptr<BackendPartition>(std::move(lease), raw);
 }

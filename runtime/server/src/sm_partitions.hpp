@@ -46,6 +46,7 @@ class SmPartitions {
 
  private:
   struct State;
+  struct Lease;
   std::shared_ptr<State> state_;
   // The device's layout, made known on first use; the caller holds the state's lock.
   const SmGroups& layout_locked(int device);

@@ -82,7 +82,7 @@ void ClientSession::create_channel(const ChannelSpec& spec) {
     view_.staging_state(i).store(static_cast<uint32_t>(ipc::StagingState::Free));
   for (uint32_t d = 0; d < h.device_count; ++d) {
     ipc::DeviceRecord& rec = view_.devices()[d];
-    spec.backend->describe(static_cast<int>(d), rec);
+    rec = spec.devices[d];
     if (sms[d] != 0) rec.attributes[ipc::kAttrMultiprocessorCount] = static_cast<int32_t>(sms[d]);
   }
   for (uint32_t i = 0; i < h.event_slots; ++i) view_.event_state(i).store(0);

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 
@@ -27,6 +28,7 @@ struct ChannelSpec {
   ModuleCache* modules = nullptr;
   DeviceHealth* health = nullptr;
   SmPartitions* partitions = nullptr;
+  std::span<const ipc::DeviceRecord> devices;  // the server's, read once at its start
   int notify_fd = -1;
 };
 

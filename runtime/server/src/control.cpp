@@ -15,6 +15,8 @@ namespace {
 
 uint64_t load(const std::atomic<uint64_t>& a) noexcept { return a.load(std::memory_order_relaxed); }
 
+std::string bus_id(const ipc::DeviceRecord& r) { return {r.pci_bus_id, strnlen(r.pci_bus_id, sizeof r.pci_bus_id)}; }
+
 }  // namespace
 
 std::string Server::Impl::stats_json() const {
@@ -26,7 +28,7 @@ std::string Server::Impl::stats_json() const {
     const DeviceHealth::State h = health.state(d);
     const bool faulted = h.fault != Status::Success;
     json entry = {{"device", d},
-                  {"pci_bus_id", pci_bus_ids[static_cast<size_t>(d)]},
+                  {"pci_bus_id", bus_id(device_records[static_cast<size_t>(d)])},
                   {"state", !faulted ? "ok" : reset_failed[static_cast<size_t>(d)] == h.generation ? "failed" : "faulted"},
                   {"faults", h.generation},
                   {"recoveries", health.recoveries(d)}};

@@ -285,6 +285,7 @@ void Server::Impl::attach(Connection& c, const ipc::HelloMsg& hello) {
   spec.modules = modules.get();
   spec.health = &health;
   spec.partitions = partitions.get();
+  spec.devices = device_records;
   spec.notify_fd = notify_fd.get();
   try {
     s->create_channel(spec);

@@ -26,11 +26,9 @@ Server::Server(ServerOptions options, std::unique_ptr<Backend> backend) : impl_(
   impl_->backend = std::move(backend);
   impl_->modules = std::make_unique<ModuleCache>(*impl_->backend);
   impl_->partitions = std::make_unique<SmPartitions>(*impl_->backend);
-  for (int d = 0; d < impl_->backend->device_count(); ++d) {
-    auto rec = std::make_unique<ipc::DeviceRecord>();
-    impl_->backend->describe(d, *rec);
-    impl_->pci_bus_ids.emplace_back(rec->pci_bus_id, strnlen(rec->pci_bus_id, sizeof rec->pci_bus_id));
-  }
+  impl_->device_records.resize(static_cast<size_t>(impl_->backend->device_count()));
+  for (size_t d = 0; d < impl_->device_records.size(); ++d)
+    impl_->backend->describe(static_cast<int>(d), impl_->device_records[d]);
 }
 
 Server::~Server() {

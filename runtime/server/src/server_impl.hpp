@@ -33,7 +33,9 @@ struct Server::Impl {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<ModuleCache> modules;  // after the backend: its modules go first
   std::unique_ptr<SmPartitions> partitions;  // before the clients: their leases go first
-  std::vector<std::string> pci_bus_ids;      // by device, for the stats (funnelctl plan)
+  // Every device's name, bus id and attributes, read once at start: each client's channel
+  // gets a copy, the stats the bus ids (funnelctl plan).
+  std::vector<ipc::DeviceRecord> device_records;
   ipc::UniqueFd listen_fd, epoll_fd, wake_fd, notify_fd, signal_fd;
   ServerTotals totals;
   DeviceHealth health;  // read by every worker

@@ -178,11 +178,7 @@ Status Runtime::attach_locked() noexcept {
     device_count_ = static_cast<int>(h.device_count);
     one_device_ = false;
     try {
-      if (const int g = select_gpu(st, launcher_local_rank([](const char* v) -> std::optional<std::string> {
-                                     const char* s = std::getenv(v);
-                                     return s ? std::optional<std::string>(s) : std::nullopt;
-                                   }),
-                                   static_cast<int>(h.device_count));
+      if (const int g = select_gpu(st, launcher_local_rank(Settings::environment), static_cast<int>(h.device_count));
           g >= 0) {
         device_base_ = g;
         device_count_ = 1;

@@ -281,13 +281,13 @@ int select_gpu(const Settings& s, const LocalRank& local, int ngpus) {
   return static_cast<int>(static_cast<int64_t>(local.rank) * ngpus / local.size);
 }
 
-Settings Settings::from_environment() {
-  return from([](const char* name) -> std::optional<std::string> {
-    const char* v = std::getenv(name);
-    if (v == nullptr) return std::nullopt;
-    return std::string(v);
-  });
+std::optional<std::string> Settings::environment(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) return std::nullopt;
+  return std::string(v);
 }
+
+Settings Settings::from_environment() { return from(environment); }
 
 Settings Settings::from(const Lookup& env) {
   Settings s;

@@ -150,10 +150,7 @@ int main(int argc, char** argv) {
   }
 
   const fs::path lib = client_library();
-  const funnel::Settings::Lookup env = [](const char* name) -> std::optional<std::string> {
-    const char* v = std::getenv(name);
-    return v != nullptr ? std::optional<std::string>(v) : std::nullopt;
-  };
+  const funnel::Settings::Lookup env = funnel::Settings::environment;
   const std::string launcher = funnel::mpi_launcher_variable(env);
   const HooksChoice hooks = choose_mpi_hooks(settings, launcher, lib.parent_path(), program_info);
   if (!hooks.problem.empty()) {

@@ -73,6 +73,8 @@ struct Settings {
   std::vector<std::pair<std::string, std::string>> sources;
 
   using Lookup = std::function<std::optional<std::string>(const char*)>;
+  // The Lookup of this process's environment (getenv).
+  static std::optional<std::string> environment(const char* name);
   static Settings from_environment();
   static Settings from(const Lookup& env);
 };

@@ -24,7 +24,7 @@ struct ChannelSpec {
   std::filesystem::path run_dir;
   Backend* backend = nullptr;
   ServerTotals* totals = nullptr;
-  std::chrono::microseconds pending_spin{2000};
+  std::chrono::microseconds pending_spin = kDefaultPendingSpin;
   ModuleCache* modules = nullptr;
   DeviceHealth* health = nullptr;
   SmPartitions* partitions = nullptr;

@@ -23,6 +23,7 @@
 #include "funnel/ipc/segment.hpp"
 #include "funnel/ipc/socket.hpp"
 #include "funnel/server/backend.hpp"
+#include "funnel/server/server.hpp"
 #include "device_health.hpp"
 #include "legacy_stream.hpp"
 
@@ -56,7 +57,7 @@ struct SessionShared {
   std::filesystem::path run_dir;
   Backend* backend = nullptr;
   ServerTotals* totals = nullptr;
-  std::chrono::microseconds pending_spin{2000};  // ServerOptions::pending_spin
+  std::chrono::microseconds pending_spin = kDefaultPendingSpin;  // ServerOptions::pending_spin
   ModuleCache* modules = nullptr;  // the server's, shared by every session
   DeviceHealth* health = nullptr;  // the server's
   // Per device: the fault generation (DeviceHealth::State::generation) whose resources

@@ -48,6 +48,9 @@ constexpr uint32_t kMultiprocessors = 132;
 // co-scheduling kept): 15 groups of 8 SMs and 12 left over.
 constexpr uint32_t kSmGroupSize = 8;
 constexpr uint32_t kSmGroups = 15;
+// Stream priorities, as an H100's: 0 (least) to -5 (greatest).
+constexpr int kLeastPriority = 0;
+constexpr int kGreatestPriority = -5;
 
 struct EventState {
   std::mutex m;
@@ -412,8 +415,8 @@ class SimBackend final : public Backend {
   Status host_unregister(void* p) override { return p == nullptr ? Status::InvalidValue : any_device(); }
 
   void priority_range(int, int& least, int& greatest) override {
-    least = 0;
-    greatest = -5;
+    least = kLeastPriority;
+    greatest = kGreatestPriority;
   }
 
   // As the driver, the priority is clamped into priority_range.
@@ -421,7 +424,7 @@ class SimBackend final : public Backend {
                        std::unique_ptr<BackendStream>& out) override {
     if (Status st = usable(device); st != Status::Success) return st;
     if (partition && partition->device() != device) return Status::InvalidDevice;
-    out = std::make_unique<SimStream>(device, std::clamp(priority, -5, 0), dying_, partition);
+    out = std::make_unique<SimStream>(device, std::clamp(priority, kGreatestPriority, kLeastPriority), dying_, partition);
     return Status::Success;
   }
 
@@ -627,7 +630,7 @@ class SimBackend final : public Backend {
     SimLaunchRecord r;
     r.kernel = k.info.name;
     r.sms = sms;
-    r.priority = d.priority != 0 ? std::clamp(d.priority, -5, 0) : stream(s).priority();
+    r.priority = d.priority != 0 ? std::clamp(d.priority, kGreatestPriority, kLeastPriority) : stream(s).priority();
     if (part != nullptr) r.sm_groups = part->groups();
     std::copy(std::begin(d.grid), std::end(d.grid), r.grid);
     std::copy(std::begin(d.block), std::end(d.block), r.block);

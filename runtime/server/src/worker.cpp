@@ -23,11 +23,11 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kSpin = std::chrono::microseconds(50);
 constexpr auto kSleep = std::chrono::milliseconds(20);
 // While GPU work is pending, keep spinning (polling completions) until nothing has
-// progressed for ServerOptions::pending_spin (2 ms by default): a synchronous copy or a staging pipeline completes every
-// few tens of microseconds, and a sleep there costs its whole length in latency (a
-// 200 us poll interval halved pinned-copy bandwidth at 16 MiB on the H100).  Past that,
-// the work is long (a long kernel or copy), and polling every kPendingSleep costs it
-// little.
+// progressed for ServerOptions::pending_spin (2 ms by default): a synchronous copy or a
+// staging pipeline completes every few tens of microseconds, and a sleep there costs its
+// whole length in latency (a 200 us poll interval halved pinned-copy bandwidth at 16 MiB
+// on the H100).  Past that, the work is long (a long kernel or copy), and polling every
+// kPendingSleep costs it little.
 constexpr auto kPendingSleep = std::chrono::microseconds(50);
 constexpr auto kPauseSpin = std::chrono::microseconds(20);
 

@@ -16,6 +16,9 @@
 
 namespace funnel::server {
 
+// FUNNEL_SERVER_SPIN_US's default (runtime/common's Settings::server_spin_us).
+inline constexpr std::chrono::microseconds kDefaultPendingSpin{2000};
+
 struct ServerOptions {
   std::filesystem::path run_dir;
   std::optional<std::chrono::milliseconds> idle_exit;  // absent: run until stopped
@@ -26,7 +29,7 @@ struct ServerOptions {
   uint32_t reply_slots = 64;
   // How long a client's worker keeps polling its pending GPU work (with sched_yield past
   // the first 20 us) before it polls every 50 us instead (FUNNEL_SERVER_SPIN_US).
-  std::chrono::microseconds pending_spin{2000};
+  std::chrono::microseconds pending_spin = kDefaultPendingSpin;
   bool handle_signals = false;  // SIGTERM/SIGINT through a signalfd (the caller blocked them)
   // A listening socket bound to the run directory's socket, inherited from the server that
   // re-executed itself after a GPU fault (funnel-server --listen-fd); start() checks it and

@@ -12,6 +12,7 @@ packages=(
   libgtest-dev libgmock-dev
   libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   python3 procps psmisc file binutils util-linux
+  slurmctld slurmd slurm-client munge  # tests/slurm: a single-node Slurm that the test starts (label slurm)
 )
 
 missing=()

@@ -13,6 +13,10 @@
 #   task-kill   --constraint=funnel: rank 1 SIGKILLs itself (srun -K ends the step)
 #   server-kill --comment=funnel, ranks holding: the server SIGKILLed (as a crash would)
 #   no-funnel   no opt-in: no server from the prolog, no variables; the hooks start their own
+#   server-stopped  --comment=funnel, the server SIGSTOPped, then scancel: the epilog's
+#               funnelctl shutdown times out, SIGTERM does nothing, SIGKILL ends it
+#   prolog-fails  the config names a prefix without funnel-server: the prolog logs it and
+#               exits 0, the job runs (the hooks start a server), the node stays idle
 # After each: no funnel process of the job, no run directory, no /dev/shm entry of the job.
 # Needs root; skips (exit 77) with the reason when not root or when a daemon cannot start.
 set -u
@@ -88,7 +92,7 @@ mode=opt-in
 log_dir=$tmp/flog
 sim_devices=2
 start_timeout=20
-stop_timeout=5
+stop_timeout=3
 EOF
 # Slurm runs Prolog=/Epilog=/TaskProlog= with an environment of its own: wrappers point the
 # scripts at the test's config.
@@ -345,6 +349,34 @@ grep -qx "4 of 4 ranks ok" "$tmp/out/no-funnel/prog" || fail "no-funnel: the pro
 assert_clean "$job" no-funnel
 echo "ok no-funnel (job $job) at $((SECONDS - start)) s"
 
+# 6. a server that does not answer (SIGSTOPped) when the job is cancelled: the epilog's
+# funnelctl shutdown times out, SIGTERM stays pending, SIGKILL ends it
+job=$(submit server-stopped hold --comment=funnel)
+wait_attached "$job" 4 60
+spid=$(sed -n 's/^server_pid //p' "$tmp/out/server-stopped/info")
+[ -n "$spid" ] || fail "server-stopped: no server pid recorded"
+kill -STOP "$spid"
+timeout 10 scancel "$job" || fail "scancel $job failed"
+wait_done "$job" 90
+assert_clean "$job" server-stopped
+grep -q "job $job: funnel processes of the job: $spid; done: SIGTERM to $spid;SIGKILL to $spid" "$tmp/flog/slurm.log" ||
+  fail "server-stopped: the epilog did not SIGTERM, then SIGKILL the server"
+echo "ok server-stopped (job $job) at $((SECONDS - start)) s"
+
+# 7. the prolog cannot start a server (no funnel-server where the config says): the job runs
+# all the same, its ranks start their own server, the node stays up
+echo "prefix=/nonexistent" >>"$tmp/funnel-slurm.conf"
+extra_env=(FUNNEL_BACKEND=sim FUNNEL_LOG_DIR="$tmp/out/prolog-fails/log")
+job=$(submit prolog-fails plain --comment=funnel)
+wait_done "$job" 60
+grep -q "job $job: no funnel-server at /nonexistent/bin/funnel-server" "$tmp/flog/slurm.log" ||
+  fail "prolog-fails: the prolog did not log why it started no server"
+grep -qx "no_server" "$tmp/out/prolog-fails/info" || fail "prolog-fails: a server ran"
+grep -qx "4 of 4 ranks ok" "$tmp/out/prolog-fails/prog" || fail "prolog-fails: the job did not run"
+[ "$(node_state)" = idle ] || fail "prolog-fails: the node is $(node_state) after the job"
+assert_clean "$job" prolog-fails
+echo "ok prolog-fails (job $job) at $((SECONDS - start)) s"
+
 echo "--- slurm.log"
 cat "$tmp/flog/slurm.log"
-echo "PASS (5 jobs, $((SECONDS - start)) s)"
+echo "PASS (7 jobs, $((SECONDS - start)) s)"

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Builds the server-command fuzz target with clang (its own build directory) and runs it.
+#   tests/fuzz/run.sh [--seconds N] [--build-dir DIR] [--jobs N] [-- libFuzzer flags...]
+# Defaults: 60 s, build-fuzz/ at the repository root, JOBS or 2 build jobs.  The corpus
+# grows in DIR/corpus (seeded from tests/fuzz/corpus); a crash, leak or timeout input
+# lands in DIR/artifacts/, and the script prints its path and exits 1.
+# doc/reliability.md ("Fuzzing") says what the target covers.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+seconds=60
+build="$root/build-fuzz"
+jobs=${JOBS:-2}
+extra=()
+while (($#)); do
+  case $1 in
+    --seconds) seconds=$2; shift 2 ;;
+    --build-dir) build=$2; shift 2 ;;
+    --jobs) jobs=$2; shift 2 ;;
+    --) shift; extra=("$@"); break ;;
+    *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+
+cxx=$(command -v clang++-14 || command -v clang++ || true)
+cc=$(command -v clang-14 || command -v clang || true)
+fuzzer_lib=$([[ -n $cxx ]] && "$cxx" -print-file-name=libclang_rt.fuzzer-x86_64.a)
+if [[ -z $cxx || ! -f $fuzzer_lib ]]; then
+  echo "run.sh: needs clang with libFuzzer (Debian: clang-14 libclang-rt-14-dev; scripts/install-deps.sh): skipped" >&2
+  exit 77
+fi
+export PATH=/usr/local/cuda/bin:$PATH
+
+t0=$SECONDS
+mkdir -p "$build"
+if ! cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE= \
+    -DCMAKE_CXX_FLAGS="-O1 -gline-tables-only" -DCMAKE_C_FLAGS="-O1 -gline-tables-only" -DCMAKE_CXX_COMPILER="$cxx" \
+    -DCMAKE_C_COMPILER="$cc" >"$build/configure.log" 2>&1; then
+  cat "$build/configure.log"
+  exit 1
+fi
+cmake --build "$build" -j "$jobs" --target server_commands_fuzzer make_corpus || exit 1
+echo "run.sh: built in $((SECONDS - t0)) s"
+
+mkdir -p "$build/corpus" "$build/artifacts"
+log="$build/fuzz.log"
+# detect_leaks: LeakSanitizer after inputs that allocated more than they freed.
+ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1} \
+  "$build/server_commands_fuzzer" -max_total_time="$seconds" -timeout=10 -max_len=8192 -rss_limit_mb=4096 \
+  -print_final_stats=1 -artifact_prefix="$build/artifacts/" "${extra[@]}" \
+  "$build/corpus" "$here/corpus" 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+if ((rc != 0)); then
+  crash=$(grep -o 'Test unit written to .*' "$log" | tail -1 | sed 's/Test unit written to //')
+  echo "run.sh: the fuzzer failed (exit $rc); input: ${crash:-none written}" >&2
+  echo "run.sh: reproduce with $build/server_commands_fuzzer ${crash:-<input>}" >&2
+  exit 1
+fi
+echo "run.sh: no crash, leak or timeout in $seconds s"

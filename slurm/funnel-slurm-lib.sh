@@ -124,14 +124,12 @@ funnel_as_user() {
 funnel_job_pids() {
   local d arg uid
   for d in /proc/[0-9]*; do
-    { IFS= read -r -d '' arg; } <"$d/cmdline" 2>/dev/null || continue
-    while :; do
+    while IFS= read -r -d '' arg; do
       if [[ $arg == "$run_dir" || $arg == "--run-dir=$run_dir" ]]; then
-        uid=$(stat -c %u "$d" 2>/dev/null) && [ "$uid" = "$job_uid" ] && echo "${d#/proc/}"
+        uid=$(stat -c %u "$d") && [ "$uid" = "$job_uid" ] && echo "${d#/proc/}"
         break
       fi
-      IFS= read -r -d '' arg || break
-    done <"$d/cmdline" 2>/dev/null
+    done 2>/dev/null <"$d/cmdline"  # (a process that is gone: no cmdline, no output)
   done
 }
 

@@ -44,29 +44,37 @@ tmp=$(mktemp -d /tmp/funnel-slurm.XXXXXX)
 chmod 755 "$tmp"
 daemons_pids=()
 cleanup() {
-  local p
-  # Jobs first (their epilogs need the daemons), then the daemons, then anything of ours.
-  [ -f "$tmp/slurm.conf" ] && SLURM_CONF=$tmp/slurm.conf timeout 5 scancel --user="$user" 2>/dev/null
+  local p f j any
+  # Jobs first, with time for their epilogs; then the daemons; then, by pid, whatever of this
+  # run is left (a step daemon of an interrupted job, a job's process, a server).
+  if [ -f "$tmp/slurmctld.pid" ]; then
+    SLURM_CONF=$tmp/slurm.conf timeout 5 scancel --user="$user" 2>/dev/null
+    for _ in $(seq 75); do
+      [ -z "$(SLURM_CONF=$tmp/slurm.conf timeout 5 squeue -h -u "$user" 2>/dev/null)" ] && break
+      sleep 0.2
+    done
+  fi
   for f in slurmd slurmctld munged; do
     [ -f "$tmp/$f.pid" ] && p=$(cat "$tmp/$f.pid") && kill -TERM "$p" 2>/dev/null && daemons_pids+=("$p")
   done
   for _ in $(seq 50); do
-    local any=0
+    any=0
     for p in "${daemons_pids[@]}"; do kill -0 "$p" 2>/dev/null && any=1; done
     [ "$any" -eq 0 ] && break
     sleep 0.1
   done
   for p in "${daemons_pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-  # A failed run must leave no server of its jobs (by pid: the test user's funnel-servers
-  # of this run's job ids).
   for j in "${jobs_run[@]}"; do
-    for p in $(pgrep -u "$uid" -f -- "--run-dir /dev/shm/funnel-$uid-$j( |$)"); do kill -KILL "$p" 2>/dev/null; done
+    for p in $(pgrep -f "^slurmstepd: \[$j\."); do kill -KILL "$p" 2>/dev/null; done
+    for p in $(pgrep -u "$uid" -f -- "/dev/shm/funnel-$uid-$j( |$)"); do kill -KILL "$p" 2>/dev/null; done
     rm -rf "/dev/shm/funnel-$uid-$j"
   done
+  for p in $(pgrep -u "$uid" -f -- "$tmp/"); do kill -KILL "$p" 2>/dev/null; done
   rm -rf "$tmp"
 }
 jobs_run=()
 trap cleanup EXIT
+trap 'echo "interrupted"; exit 1' TERM INT HUP
 fail() {
   echo "FAIL: $*"
   for f in "$tmp"/out/*/*; do [ -f "$f" ] && { echo "--- $f"; cat "$f"; }; done
@@ -211,7 +219,7 @@ esac
 EOF
 chmod 755 "$tmp/job.sh"
 
-# submit NAME MODE SBATCH_OPTION...: prints the job id; the job's environment gets extra_env.
+# submit NAME MODE SBATCH_OPTION...: sets job to the job id; the job's environment gets extra_env.
 extra_env=()
 submit() {
   local name=$1 mode=$2 id
@@ -223,9 +231,16 @@ submit() {
          setpriv --reuid="$uid" --regid="$gid" --init-groups -- \
          timeout 10 sbatch --parsable -J "$name" -n 4 -t 2 -o "$tmp/out/$name/slurm.out" "$@" \
          "$tmp/job.sh" "$tmp/out/$name" "$mode") || fail "sbatch of $name failed: $id"
-  id=${id%%;*}
-  jobs_run+=("$id")
-  echo "$id"
+  job=${id%%;*}
+  jobs_run+=("$job")
+}
+# held_job NAME: a --comment=funnel job whose 4 ranks hold (round trips until killed), once
+# they attached; sets job and spid (the prolog's server).
+held_job() {
+  submit "$1" hold --comment=funnel
+  wait_attached "$job" 4 60
+  spid=$(sed -n 's/^server_pid //p' "$tmp/out/$1/info")
+  [ -n "$spid" ] || fail "$1: no server pid recorded"
 }
 job_state() { timeout 5 scontrol -o show job "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2; }
 # Waits (at most $2 s) until job $1 ended and its epilog ran (the node is idle again).
@@ -286,7 +301,7 @@ assert_tasks_env() {  # NAME JOB
 }
 
 # 1. normal
-job=$(submit normal normal --comment=funnel)
+submit normal normal --comment=funnel
 wait_done "$job" 60
 assert_server_as_user normal "$job"
 assert_tasks_env normal "$job"
@@ -307,8 +322,7 @@ grep -q "job $job: funnel processes of the job: [0-9]*; done: funnelctl shutdown
 echo "ok normal (job $job) at $((SECONDS - start)) s"
 
 # 2. scancel of a running job
-job=$(submit scancel hold --comment=funnel)
-wait_attached "$job" 4 60
+held_job scancel
 timeout 10 scancel "$job" || fail "scancel $job failed"
 wait_done "$job" 60
 assert_server_as_user scancel "$job"
@@ -316,7 +330,7 @@ assert_clean "$job" scancel
 echo "ok scancel (job $job) at $((SECONDS - start)) s"
 
 # 3. a task SIGKILLed (opt-in through the node feature)
-job=$(submit task-kill kill --constraint=funnel)
+submit task-kill kill --constraint=funnel
 wait_done "$job" 60
 assert_server_as_user task-kill "$job"
 grep -qx "rc 0" "$tmp/out/task-kill/prog" && fail "task-kill: srun exited with 0"
@@ -325,10 +339,7 @@ assert_clean "$job" task-kill
 echo "ok task-kill (job $job) at $((SECONDS - start)) s"
 
 # 4. the server SIGKILLed under running ranks
-job=$(submit server-kill hold --comment=funnel)
-wait_attached "$job" 4 60
-spid=$(sed -n 's/^server_pid //p' "$tmp/out/server-kill/info")
-[ -n "$spid" ] || fail "server-kill: no server pid recorded"
+held_job server-kill
 kill -KILL "$spid"
 wait_done "$job" 90
 assert_server_as_user server-kill "$job"
@@ -340,7 +351,7 @@ echo "ok server-kill (job $job) at $((SECONDS - start)) s"
 
 # 5. no opt-in: nothing from the prolog or the task prolog; the hooks start and stop their own
 extra_env=(FUNNEL_BACKEND=sim FUNNEL_LOG_DIR="$tmp/out/no-funnel/log")
-job=$(submit no-funnel plain)
+submit no-funnel plain
 wait_done "$job" 60
 grep -qx "no_server" "$tmp/out/no-funnel/info" || fail "no-funnel: the prolog started a server for a job that did not ask"
 grep -qx "FUNNEL_RUN_DIR unset" "$tmp/out/no-funnel/info" || fail "no-funnel: the task prolog exported FUNNEL_RUN_DIR"
@@ -351,10 +362,7 @@ echo "ok no-funnel (job $job) at $((SECONDS - start)) s"
 
 # 6. a server that does not answer (SIGSTOPped) when the job is cancelled: the epilog's
 # funnelctl shutdown times out, SIGTERM stays pending, SIGKILL ends it
-job=$(submit server-stopped hold --comment=funnel)
-wait_attached "$job" 4 60
-spid=$(sed -n 's/^server_pid //p' "$tmp/out/server-stopped/info")
-[ -n "$spid" ] || fail "server-stopped: no server pid recorded"
+held_job server-stopped
 kill -STOP "$spid"
 timeout 10 scancel "$job" || fail "scancel $job failed"
 wait_done "$job" 90
@@ -367,7 +375,7 @@ echo "ok server-stopped (job $job) at $((SECONDS - start)) s"
 # all the same, its ranks start their own server, the node stays up
 echo "prefix=/nonexistent" >>"$tmp/funnel-slurm.conf"
 extra_env=(FUNNEL_BACKEND=sim FUNNEL_LOG_DIR="$tmp/out/prolog-fails/log")
-job=$(submit prolog-fails plain --comment=funnel)
+submit prolog-fails plain --comment=funnel
 wait_done "$job" 60
 grep -q "job $job: no funnel-server at /nonexistent/bin/funnel-server" "$tmp/flog/slurm.log" ||
   fail "prolog-fails: the prolog did not log why it started no server"

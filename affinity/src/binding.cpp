@@ -9,6 +9,31 @@
 
 namespace funnel::affinity {
 
+namespace {
+
+cpu_set_t to_set(const CpuList& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (unsigned cpu : cpus)
+    if (cpu < CPU_SETSIZE) CPU_SET(cpu, &set);
+  return set;
+}
+
+}  // namespace
+
+void bind_task(pid_t tid, const CpuList& cpus) {
+  const cpu_set_t set = to_set(cpus);
+  if (sched_setaffinity(tid, sizeof set, &set) != 0)
+    throw std::system_error(errno, std::generic_category(),
+                            "sched_setaffinity(" + std::to_string(tid) + ", CPUs " + format_cpu_list(cpus) + ") failed");
+}
+
+void bind_thread(pthread_t thread, const CpuList& cpus) {
+  const cpu_set_t set = to_set(cpus);
+  if (const int rc = pthread_setaffinity_np(thread, sizeof set, &set); rc != 0)
+    throw std::system_error(rc, std::generic_category(), "pthread_setaffinity_np(CPUs " + format_cpu_list(cpus) + ") failed");
+}
+
 CpuList process_binding(pid_t pid) {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -20,9 +45,14 @@ CpuList process_binding(pid_t pid) {
   return cpus;
 }
 
-CpuList bound_cpus(const Topology& topology, const std::vector<CpuList>& rank_bindings) {
+CpuList all_cpus(const Topology& topology) {
   CpuList all;
   for (const CpuList& core : topology.cores()) all = cpu_union(all, core);
+  return all;
+}
+
+CpuList bound_cpus(const Topology& topology, const std::vector<CpuList>& rank_bindings) {
+  const CpuList all = all_cpus(topology);
   CpuList claimed;
   for (const CpuList& rank : rank_bindings) {
     CpuList mine = rank;

@@ -83,6 +83,9 @@ Topology::~Topology() = default;
 Topology Topology::this_machine() {
   auto impl = std::make_unique<Impl>();
   impl->keep_pci();
+  // Linux's own component reads the PCI devices from sysfs; the libpciaccess one ("pci")
+  // adds nothing placement needs, costs time and leaks about 1 KB per load (seen under ASan).
+  FUNNEL_HWLOC_CHECK(hwloc_topology_set_components(impl->topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "pci"));
   impl->load();
   return Topology(std::move(impl));
 }

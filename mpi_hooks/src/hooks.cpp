@@ -18,6 +18,8 @@
 #include <exception>
 #include <string>
 
+#include "funnel/common/config.hpp"
+#include "funnel/common/control_client.hpp"
 #include "funnel/funnel.h"
 #include "node_server.hpp"
 
@@ -59,6 +61,25 @@ void start_on_node_rank0(char (&message)[kMessageBytes]) noexcept {
   }
 }
 
+// FUNNEL_PRINT_PLAN=1: node rank 0 prints the server's placement plan once every rank of
+// the node has attached (the barrier; the server has them all within milliseconds).
+void print_plan_if_asked() noexcept {
+  try {
+    const funnel::Settings s = funnel::Settings::from_environment();
+    if (!s.print_plan) return;
+    int node_size = 1;
+    PMPI_Comm_size(g_state.node, &node_size);
+    PMPI_Barrier(g_state.node);
+    if (g_state.node_rank != 0) return;
+    std::string text = funnel::server_plan_text(s, static_cast<size_t>(node_size));
+    std::fprintf(stderr, "funnel (libfunnel_mpi): placement plan of funnel-server in %s, %d rank(s) on this node:\n%s",
+                 s.run_dir.c_str(), node_size, text.c_str());
+    std::fflush(stderr);
+  } catch (const std::exception& e) {
+    warn((std::string("FUNNEL_PRINT_PLAN: ") + e.what()).c_str());
+  }
+}
+
 void after_init() noexcept {
   if (PMPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &g_state.node) != MPI_SUCCESS ||
       PMPI_Comm_rank(g_state.node, &g_state.node_rank) != MPI_SUCCESS)
@@ -77,6 +98,7 @@ void after_init() noexcept {
                   "MPI_Init: cannot attach to funnel-server (CUDA error %d; the message above says why)", e);
     abort_job(message);
   }
+  print_plan_if_asked();
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 # 4. runs 8 programs at once through ONE funnel-server and checks each against native
 # 4b. tests/gpu/compat.sh: the compatibility programs (tests/programs/compat), the same way
 # 4c. tests/gpu/mpi.sh: memory limit, the linked MPI app under mpirun, GPU fraction (issue 4)
+# 4d. tests/gpu/placement.sh: the server's threads on the planned cores, away from bound ranks
 # 5. (not with --quick) bench/membench.sh: membench natively and through funnel, ratio table
 # Logs: "${OUT:-$PWD/gpu-out}"/<step>/<file>.  Summary table last; exit 1 if anything failed.
 # Environment: JOBS (build parallelism), TIMEOUT (seconds per program run, default 120),
@@ -259,13 +260,21 @@ while read -r res name reason; do
 done < <(grep -E '^(FAIL|SKIP) ' "$OUT_DIR/compat.log")
 result compat suite "$([[ $crc == 0 ]] && echo PASS || echo FAIL)" "$(tail -n 1 "$OUT_DIR/compat.log")"
 
+# step_script STEP SCRIPT WHAT: runs tests/gpu/SCRIPT BUILD OUT_DIR/STEP, which prints
+# "RESULT step name PASS|FAIL|SKIP detail" lines, into the summary.
+step_script() {
+  local step=$1 script=$2
+  note "$3 (tests/gpu/$script, logs in $step/)"
+  "tests/gpu/$script" "$BUILD" "$OUT_DIR/$step" >"$OUT_DIR/$step.log" 2>&1
+  while read -r _ s name res detail; do
+    result "$s" "$name" "$res" "$detail"
+  done < <(grep '^RESULT ' "$OUT_DIR/$step.log")
+  grep -q '^RESULT ' "$OUT_DIR/$step.log" || result "$step" script FAIL "tests/gpu/$script printed no result ($step.log)"
+}
 # ---- 4c. issue 4: memory limit, the linked app under mpirun, GPU fraction ---------------
-note "MPI and per-rank configuration (tests/gpu/mpi.sh, logs in mpi/)"
-tests/gpu/mpi.sh "$BUILD" "$OUT_DIR/mpi" >"$OUT_DIR/mpi.log" 2>&1
-while read -r _ step name res detail; do
-  result "$step" "$name" "$res" "$detail"
-done < <(grep '^RESULT ' "$OUT_DIR/mpi.log")
-grep -q '^RESULT ' "$OUT_DIR/mpi.log" || result mpi script FAIL "tests/gpu/mpi.sh printed no result (mpi.log)"
+step_script mpi mpi.sh "MPI and per-rank configuration"
+# ---- 4d. issue 5: the server's threads on their planned cores, away from bound ranks ------
+step_script placement placement.sh "placement"
 
 # ---- 5. benchmark ---------------------------------------------------------------------
 if [[ $QUICK == 1 ]]; then

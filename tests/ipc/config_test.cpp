@@ -407,6 +407,18 @@ WATCHED_TEST(Settings, ServerSpin) {
   for (const char* v : {"", "-1", "100001", "2ms"}) expect_bad("FUNNEL_SERVER_SPIN_US", v, "integer 0..100000");
 }
 
+WATCHED_TEST(Settings, ServerAffinityAndPrintPlan) {
+  EXPECT_TRUE(settings({}).server_affinity);
+  EXPECT_FALSE(settings({}).print_plan);
+  EXPECT_FALSE(settings({{"FUNNEL_SERVER_AFFINITY", "off"}}).server_affinity);
+  EXPECT_TRUE(settings({{"FUNNEL_SERVER_AFFINITY", "auto"}}).server_affinity);
+  EXPECT_EQ(value_text(settings({{"FUNNEL_SERVER_AFFINITY", "off"}}), "FUNNEL_SERVER_AFFINITY"), "off");
+  EXPECT_TRUE(settings({{"FUNNEL_PRINT_PLAN", "1"}}).print_plan);
+  EXPECT_EQ(value_text(settings({{"FUNNEL_PRINT_PLAN", "1"}}), "FUNNEL_PRINT_PLAN"), "1");
+  for (const char* v : {"", "on", "none", "0"}) expect_bad("FUNNEL_SERVER_AFFINITY", v, "auto | off");
+  for (const char* v : {"", "yes", "2", "true"}) expect_bad("FUNNEL_PRINT_PLAN", v, "0 | 1");
+}
+
 WATCHED_TEST(Settings, ARunDirWhoseSocketPathIsTooLongIsRejected) {
   // 107 characters is the most a socket address holds: dir + "/server.sock".
   const std::string ok_dir = "/" + std::string(107 - 1 - 12, 'r');

@@ -100,6 +100,16 @@ case $scenario in
     [ "$(count ' attached: pid')" -eq "$np" ] || fail "expected $np attaches"
     [ "$(count 'detached: pid')" -eq "$np" ] || fail "expected $np clean detaches"
     [ "$(count ' died: pid')" -eq 0 ] || fail "a client died"
+    # FUNNEL_PRINT_PLAN=1 (test mpi.print_plan): node rank 0 prints the plan once, with every rank.
+    plans=$(grep -c 'placement plan of funnel-server in ' "$tmp/out")
+    if [ "${FUNNEL_PRINT_PLAN:-0}" = 1 ]; then
+      [ "$plans" -eq 1 ] || fail "FUNNEL_PRINT_PLAN=1: expected the plan printed once, found $plans"
+      [ "$(grep -cE '^rank [0-9]+ \(client [0-9]+, pid [0-9]+\): GPU 0, the whole GPU' "$tmp/out")" -eq "$np" ] ||
+        fail "FUNNEL_PRINT_PLAN=1: the plan should list the $np ranks"
+      grep -q '^server: ' "$tmp/out" || fail "FUNNEL_PRINT_PLAN=1: the plan should say where the server runs"
+    else
+      [ "$plans" -eq 0 ] || fail "the plan was printed without FUNNEL_PRINT_PLAN=1"
+    fi
     ;;
 esac
 case $scenario in

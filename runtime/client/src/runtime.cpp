@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "funnel/common/control_client.hpp"
 #include "funnel/common/launcher.hpp"
 #include "funnel/ipc/protocol.hpp"
 #include "log.hpp"
@@ -189,13 +190,22 @@ Status Runtime::attach_locked() noexcept {
       sock_.reset();
       return Status::InitializationError;
     }
-    ipc::MappedMsg mapped{rep.client_id, 0};
+    ipc::MappedMsg mapped{rep.client_id, device_base_};
     if (!ipc::send_message(sock_.get(), &mapped, sizeof mapped)) return fail(std::strerror(errno));
     writer_ = ipc::RingWriter(view_);
     for (uint32_t i = h.reply_slots; i > 0; --i) free_slots_.push_back(i - 1);
     stage_taken_.assign(h.staging_slots, false);
     start_watcher();
     attached_.store(true, std::memory_order_release);
+    // Under an MPI launcher the MPI hooks print it, once per node and with every rank in it.
+    if (st.print_plan && mpi_launcher_variable(Settings::environment).empty()) {
+      try {
+        log_error(fmt::format("funnel: placement plan of funnel-server in {}:\n{}", st.run_dir.string(),
+                              server_plan_text(st, 1)));
+      } catch (const std::exception& e) {
+        log_error(fmt::format("funnel: FUNNEL_PRINT_PLAN: {}", e.what()));
+      }
+    }
     return Status::Success;
   } catch (const std::exception& e) {
     log_error(fmt::format("funnel: attach failed: {}", e.what()));

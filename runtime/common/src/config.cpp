@@ -101,6 +101,16 @@ const std::vector<SettingInfo>& setting_table() {
        "MPI_Finalize stops it, as for a program linked with funnel::mpi. auto: when funnel-run runs under an MPI "
        "launcher (OMPI_COMM_WORLD_SIZE, PMIX_RANK or PMI_RANK set); 1: always; 0: never (funnel-run starts the "
        "server itself and it exits FUNNEL_IDLE_EXIT_MS after the last process left)"},
+      {"FUNNEL_SERVER_AFFINITY", "auto", "auto | off",
+       "auto: the server pins its worker threads to cores near the GPU each serves and away from the cores the "
+       "ranks are bound to, and its other threads to a core of their own where one is free, re-planning as "
+       "ranks attach and leave (doc/placement.md); off: its threads keep the CPU affinity they started with "
+       "(for sites that bind the server themselves, e.g. with taskset or a Slurm task prolog)"},
+      {"FUNNEL_PRINT_PLAN", "0", "0 | 1",
+       "1: print the server's placement plan (GPUs and their cores, where the server and each GPU's workers "
+       "run, which rank uses which GPU with what fraction and binding) to stderr once this process attached; "
+       "under the MPI hooks node rank 0 prints it once every rank of its node attached. The server logs every "
+       "plan it applies either way"},
   };
   return table;
 }
@@ -392,6 +402,14 @@ Settings Settings::from(const Lookup& env) {
     else if (*h == "0") s.mpi_hooks = MpiHooks::Off;
     else bad("FUNNEL_MPI_HOOKS", *h, accepted_of("FUNNEL_MPI_HOOKS"));
   }
+  if (auto a = get("FUNNEL_SERVER_AFFINITY")) {
+    if (*a == "off") s.server_affinity = false;
+    else if (*a != "auto") bad("FUNNEL_SERVER_AFFINITY", *a, accepted_of("FUNNEL_SERVER_AFFINITY"));
+  }
+  if (auto p = get("FUNNEL_PRINT_PLAN")) {
+    if (*p == "1") s.print_plan = true;
+    else if (*p != "0") bad("FUNNEL_PRINT_PLAN", *p, accepted_of("FUNNEL_PRINT_PLAN"));
+  }
   return s;
 }
 
@@ -428,6 +446,8 @@ std::string value_text(const Settings& s, const std::string& var) {
     return s.gpu_share_bp == 0 ? "(the whole GPU)" : fmt::format("{:g}%", s.gpu_share_bp / 100.0);
   if (var == "FUNNEL_GPU_PLACEMENT") return s.gpu_disjoint ? "disjoint" : "shared";
   if (var == "FUNNEL_CLIENT_PRIORITY") return s.below_normal_priority ? "below-normal" : "normal";
+  if (var == "FUNNEL_SERVER_AFFINITY") return s.server_affinity ? "auto" : "off";
+  if (var == "FUNNEL_PRINT_PLAN") return s.print_plan ? "1" : "0";
   return "";
 }
 

@@ -5,9 +5,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "funnel/common/launcher.hpp"
 #include "funnel/ipc/channel_layout.hpp"
@@ -38,6 +40,20 @@ std::string control_request(const Settings& s, const std::string& verb) {
     throw std::runtime_error(fmt::format("funnel-server in {} did not answer '{}': {}", s.run_dir.string(), verb,
                                          n == 0 ? "it hung up" : std::strerror(errno)));
   return std::string(buf.data(), static_cast<size_t>(n));
+}
+
+std::string server_plan_text(const Settings& settings, size_t min_clients) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  for (;;) {
+    const auto j = nlohmann::json::parse(control_request(settings, "plan"), nullptr, false);
+    if (j.is_discarded() || !j.is_object())
+      throw std::runtime_error(fmt::format("funnel-server in {} answered 'plan' with malformed JSON", settings.run_dir.string()));
+    if (j.contains("error"))
+      throw std::runtime_error(fmt::format("funnel-server in {}: {}", settings.run_dir.string(), j["error"].dump()));
+    if (j.value("clients", nlohmann::json::array()).size() >= min_clients || std::chrono::steady_clock::now() >= until)
+      return j.value("text", "");
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 }  // namespace funnel

@@ -1,4 +1,4 @@
-// funnelctl [--run-dir DIR] stats [--json] | shutdown | config [--json] | plan [--xml FILE] [--workers N]
+// funnelctl [--run-dir DIR] stats [--json] | shutdown | config [--json] | plan [--json] [--xml FILE [--workers N]]
 // Talks to the job's funnel-server over a control connection (doc/design/channel.md).
 // Exit codes: 0 ok, 1 no server / failed, 2 bad settings or arguments.
 #include <unistd.h>
@@ -57,15 +57,15 @@ void print_config(const funnel::Settings& s, bool json) {
                 r["value"].get<std::string>().c_str());
 }
 
-// The placement plan (doc/placement.md) for the running server's GPUs and its clients'
-// bindings, on this machine or on an hwloc XML topology (`lstopo --of xml`).
-void print_plan(const std::string& stats_text, const std::string& xml, unsigned workers) {
+// What-if: the placement plan (doc/placement.md) for the running server's GPUs and its
+// clients' bindings on an hwloc XML topology (`lstopo --of xml`) of another machine.
+void print_plan_on(const std::string& stats_text, const std::string& xml, unsigned workers) {
   namespace aff = funnel::affinity;
   const auto j = nlohmann::json::parse(stats_text);
   aff::PlanRequest req;
   req.workers_per_gpu = workers;
   for (const auto& d : j.at("devices")) req.gpu_bus_ids.push_back(d.value("pci_bus_id", ""));
-  const aff::Topology topo = xml.empty() ? aff::Topology::this_machine() : aff::Topology::from_xml_file(xml);
+  const aff::Topology topo = aff::Topology::from_xml_file(xml);
   std::vector<aff::CpuList> bindings;
   for (const auto& c : j.at("clients")) {
     try {
@@ -92,10 +92,13 @@ int main(int argc, char** argv) {
   config->add_flag("--json", json, "as JSON");
   std::string xml;
   unsigned workers = 1;
-  auto* plan = app.add_subcommand("plan", "where the server's threads go: its GPUs' cores, away from its clients' bindings");
-  plan->add_option("--xml", xml, "plan on this hwloc XML topology (lstopo --of xml) instead of this machine")
-      ->check(CLI::ExistingFile);
-  plan->add_option("--workers", workers, "worker threads per GPU that want a core each")->check(CLI::Range(1u, 1024u));
+  auto* plan = app.add_subcommand("plan", "where the server's threads run: its GPUs' cores, away from its clients' bindings");
+  plan->add_flag("--json", json, "the server's plan as JSON");
+  auto* plan_xml = plan->add_option("--xml", xml, "what if: plan on this hwloc XML topology (lstopo --of xml) instead")
+                       ->check(CLI::ExistingFile);
+  plan->add_option("--workers", workers, "with --xml: worker threads per GPU that want a core each")
+      ->check(CLI::Range(1u, 1024u))
+      ->needs(plan_xml);
   app.require_subcommand(1);
   try {
     app.parse(argc, argv);
@@ -117,8 +120,11 @@ int main(int argc, char** argv) {
       const std::string text = control_request(s, "stats");
       if (json) std::puts(text.c_str());
       else print_table(text);
+    } else if (*plan && !xml.empty()) {
+      print_plan_on(control_request(s, "stats"), xml, workers);
     } else if (*plan) {
-      print_plan(control_request(s, "stats"), xml, workers);
+      if (json) std::puts(control_request(s, "plan").c_str());
+      else std::fputs(funnel::server_plan_text(s).c_str(), stdout);
     } else if (*shutdown) {
       std::puts(control_request(s, "shutdown").c_str());
     }

@@ -97,12 +97,16 @@ void ClientSession::create_channel(const ChannelSpec& spec) {
   registered_ = true;
 }
 
-void ClientSession::start_worker() {
+void ClientSession::start_worker(int home_device) {
+  home_device_ = home_device;
   if (::unlink(channel_path_.c_str()) != 0 && errno != ENOENT)
     spdlog::warn("client {}: cannot remove {}: {}", shared_.id, channel_path_.string(), std::strerror(errno));
   phase_ = Phase::Running;
   worker_ = std::make_unique<Worker>(shared_, view_);
   thread_ = std::thread([w = worker_.get()] { w->run(); });
+  // Named for ps -L, top -H and the placement test: funnel-w<client id>.
+  const std::string name = fmt::format("funnel-w{}", shared_.id);
+  ::pthread_setname_np(thread_.native_handle(), name.substr(0, 15).c_str());
 }
 
 void ClientSession::request_stop(bool server_shutting_down) noexcept {

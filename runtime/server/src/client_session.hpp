@@ -44,8 +44,9 @@ class ClientSession {
   // Creates and fills channel.<id>.  Throws std::system_error (full /dev/shm) or
   // std::runtime_error; nothing is left behind on failure.
   void create_channel(const ChannelSpec& spec);
-  // The client mapped the channel: unlink it and start serving.
-  void start_worker();
+  // The client mapped the channel: unlink it and start serving.  home_device: the GPU it
+  // starts on (MappedMsg), whose cores its worker runs on.
+  void start_worker(int home_device);
   void request_stop(bool server_shutting_down) noexcept;
   bool finished() const noexcept { return shared_.finished.load(std::memory_order_acquire); }
   void join() noexcept;
@@ -55,6 +56,12 @@ class ClientSession {
   Phase phase() const noexcept { return phase_; }
   pid_t pid() const noexcept { return pid_; }
   int mpi_rank() const noexcept { return rank_; }
+  int home_device() const noexcept { return home_device_; }
+  // The worker thread, for placement; valid while phase() is Running and not joined.
+  std::thread::native_handle_type worker_thread() noexcept { return thread_.native_handle(); }
+  pid_t worker_tid() const noexcept { return shared_.worker_tid.load(std::memory_order_acquire); }
+  bool has_worker() const noexcept { return thread_.joinable(); }
+  const StreamPlacement& stream_placement() const noexcept { return shared_.placement; }
   const std::string& command() const noexcept { return command_; }
   const std::string& channel_file() const noexcept { return channel_file_; }
   uint64_t segment_size() const noexcept { return channel_.size(); }
@@ -75,6 +82,7 @@ class ClientSession {
   ipc::UniqueFd fd_;
   pid_t pid_;
   int rank_;
+  int home_device_ = 0;
   std::string command_;
   std::string channel_file_;
   std::filesystem::path channel_path_;

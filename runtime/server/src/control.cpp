@@ -99,12 +99,16 @@ void Server::Impl::on_control(Connection& c, const ipc::ControlRequest& req) {
   std::string text;
   if (verb == "stats" || verb == "status" || verb == "clients") {
     text = stats_json();
+  } else if (verb == "plan") {
+    // Also when FUNNEL_SERVER_AFFINITY=off: what the server would do, marked as not applied.
+    placement->replan(true);
+    text = placement->to_json().dump();
   } else if (verb == "shutdown") {
     spdlog::info("shutdown requested by pid {} (control connection)", c.peer.pid);
     text = nlohmann::json{{"ok", true}, {"pid", ::getpid()}}.dump();
     stopping = true;
   } else {
-    text = nlohmann::json{{"error", "unknown verb '" + verb + "': use stats or shutdown"}}.dump();
+    text = nlohmann::json{{"error", "unknown verb '" + verb + "': use stats, plan or shutdown"}}.dump();
   }
   if (text.size() > ipc::kMaxControlReply)
     text = nlohmann::json{{"error", "the answer is larger than kMaxControlReply"}}.dump();

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "funnel/affinity/binding.hpp"
 #include "funnel/common/run_dir.hpp"
 #include "funnel/ipc/protocol.hpp"
 #include "funnel/ipc/status.hpp"
@@ -314,9 +315,27 @@ void Server::Impl::on_client_message(ClientSession& s) {
     ipc::MappedMsg m;
     std::memcpy(&m, buf, sizeof m);
     if (m.client_id == s.id()) {
-      s.start_worker();
+      int home = m.home_device;
+      if (home < 0 || home >= backend->device_count()) {
+        spdlog::warn("client {}: home device {} out of range; its worker runs near device 0", s.id(), home);
+        home = 0;
+      }
+      s.start_worker(home);
       add(totals.clients_attached, 1);
       spdlog::info("client {} attached: pid {} rank {} command '{}'", s.id(), s.pid(), s.mpi_rank(), s.command());
+      ThreadPlacement::Client pc;
+      pc.pid = s.pid();
+      pc.mpi_rank = s.mpi_rank();
+      pc.device = home;
+      pc.share_bp = s.stream_placement().share_bp;
+      pc.disjoint = s.stream_placement().placement == ipc::GpuPlacement::Disjoint;
+      try {
+        pc.binding = affinity::process_binding(s.pid());
+      } catch (const std::exception& e) {
+        spdlog::debug("client {}: {}", s.id(), e.what());  // gone already: it binds nothing
+      }
+      placement->add_client(s.id(), std::move(pc));
+      place_threads();
       return;
     }
   }

@@ -178,6 +178,7 @@ int main(int argc, char** argv) {
   uint64_t staging_slot_kb = settings.staging_slot_bytes / 1024;
   uint32_t device_connections = settings.device_connections;
   uint32_t spin_us = settings.server_spin_us;
+  std::string affinity = settings.server_affinity ? "auto" : "off";
   int sim_devices = 1;
   uint64_t sim_memory_mb = 16 * 1024;
   std::string sim_launch_log = settings.sim_launch_log.string();
@@ -204,6 +205,10 @@ int main(int argc, char** argv) {
   app.add_option("--spin-us", spin_us,
                  "how long a worker polls a client's pending GPU work before polling every 50 us (FUNNEL_SERVER_SPIN_US)")
       ->check(CLI::Range(0u, 100000u));
+  app.add_option("--affinity", affinity,
+                 "auto: pin the server's threads near their GPUs and away from the ranks' cores; off: leave them "
+                 "(FUNNEL_SERVER_AFFINITY)")
+      ->check(CLI::IsMember({"auto", "off"}));
   app.add_option("--sim-devices", sim_devices, "devices of the sim backend")->check(CLI::Range(1, 16));
   app.add_option("--sim-memory-mb", sim_memory_mb, "memory per sim device, MiB");
   app.add_option("--sim-launch-log", sim_launch_log,
@@ -269,6 +274,7 @@ int main(int argc, char** argv) {
     opt.staging_slot_bytes = staging_slot_kb * 1024;
     opt.handle_signals = true;
     opt.inherited_listen_fd = listen_fd;
+    opt.thread_affinity = affinity == "auto";
     funnel::server::Server server(std::move(opt), std::move(backend));
     try {
       server.start();

@@ -66,6 +66,11 @@ void Server::start() {
   m.watch(m.notify_fd.get());
   m.watch(m.listen_fd.get());
   m.started_at = m.idle_since = Clock::now();
+  std::vector<std::string> bus_ids;
+  for (const auto& r : m.device_records) bus_ids.emplace_back(r.pci_bus_id, strnlen(r.pci_bus_id, sizeof r.pci_bus_id));
+  m.placement = std::make_unique<ThreadPlacement>(std::move(bus_ids), m.options.thread_affinity);
+  // At once: a server started by a rank inherited that rank's binding.
+  m.place_threads();
   spdlog::info("funnel-server {} serving {} with the {} backend ({} device(s))", ::getpid(), m.options.run_dir.string(),
                m.backend->name(), m.backend->device_count());
   if (restarted)
@@ -150,10 +155,24 @@ void Server::Impl::drop_client(uint32_t id) {
   if (it == clients.end()) return;
   client_by_fd.erase(it->second->fd());
   clients.erase(it);
+  if (placement) {
+    placement->remove_client(id);
+    if (!stopping) place_threads();
+  }
   if (clients.empty()) idle_since = Clock::now();
   if (restart_device >= 0 && !clients.empty())
     spdlog::info("the restart to recover device {} waits for {} more client(s) to leave", restart_device,
                  clients.size());
+}
+
+void Server::Impl::place_threads() {
+  placement->replan();
+  if (!placement->binds()) return;
+  std::vector<ThreadPlacement::Worker> workers;
+  for (auto& [id, s] : clients)
+    if (s->phase() == ClientSession::Phase::Running && s->has_worker() && !s->finished())
+      workers.push_back({s->worker_thread(), s->worker_tid(), s->home_device()});
+  placement->apply(workers);
 }
 
 void Server::Impl::reap_finished() {

@@ -15,6 +15,7 @@
 #include "funnel/server/server.hpp"
 #include "module_cache.hpp"
 #include "session.hpp"
+#include "thread_placement.hpp"
 
 namespace funnel::server {
 
@@ -36,6 +37,7 @@ struct Server::Impl {
   // Every device's name, bus id and attributes, read once at start: each client's channel
   // gets a copy, the stats the bus ids (funnelctl plan).
   std::vector<ipc::DeviceRecord> device_records;
+  std::unique_ptr<ThreadPlacement> placement;  // from start()
   ipc::UniqueFd listen_fd, epoll_fd, wake_fd, notify_fd, signal_fd;
   ServerTotals totals;
   DeviceHealth health;  // read by every worker
@@ -81,6 +83,8 @@ struct Server::Impl {
   void await_restart(int device, const DeviceHealth::State& s);
   bool restart_due() const noexcept { return restart_device >= 0 && clients.empty() && !stopping; }
   void drop_client(uint32_t id);
+  // Re-plans where the server's threads run and binds them (doc/placement.md).
+  void place_threads();
   void shutdown_all();
 };
 

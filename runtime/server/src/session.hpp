@@ -73,6 +73,7 @@ struct SessionShared {
   // Its FUNNEL_GPU_FRACTION, placement and FUNNEL_CLIENT_PRIORITY (from its hello), and
   // the partitions its streams run in (leases: sm_partitions.hpp).
   StreamPlacement placement;
+  std::atomic<pid_t> worker_tid{0};  // the worker thread's, once it runs (placement)
   int client_fd = -1;   // hung up by the worker when the client breaks the ring protocol
   int notify_fd = -1;   // eventfd of the main loop: a worker finished
 };

@@ -69,6 +69,7 @@ Worker::Worker(SessionShared& shared, const ipc::ChannelView& view)
 Worker::~Worker() = default;
 
 void Worker::run() noexcept {
+  shared_.worker_tid.store(::gettid(), std::memory_order_release);
   try {
     serve();
   } catch (const std::exception& e) {

@@ -32,10 +32,10 @@ def sets(cpus, nodes):
     return f'cpuset="{c}" complete_cpuset="{c}" nodeset="{n}" complete_nodeset="{n}"'
 
 
-def machine(packages, cores_per_package, gpus_per_package, extra_pci=()):
-    """gpus_per_package: for each package, the PCI bus numbers of its GPUs."""
+def machine(packages, cores_per_package, gpus_per_package, extra_pci=(), threads=2):
+    """gpus_per_package: for each package, the PCI bus numbers of its GPUs; threads: per core (1 or 2)."""
     total = packages * cores_per_package
-    all_pus = list(range(2 * total))
+    all_pus = list(range(threads * total))
     lines = ['<?xml version="1.0" encoding="UTF-8"?>',
              '<!DOCTYPE topology SYSTEM "hwloc2.dtd">',
              '<topology version="2.0">',
@@ -43,14 +43,15 @@ def machine(packages, cores_per_package, gpus_per_package, extra_pci=()):
              f'allowed_cpuset="{bitmap(all_pus)}" allowed_nodeset="{bitmap(range(packages))}" gp_index="{Gp.next()}">']
     for p in range(packages):
         first = p * cores_per_package
-        pus = [c for core in range(first, first + cores_per_package) for c in (core, core + total)]
+        pus = [c for core in range(first, first + cores_per_package) for c in (core, core + total)[:threads]]
         lines.append(f'    <object type="Package" os_index="{p}" {sets(pus, [p])} gp_index="{Gp.next()}">')
         lines.append(f'      <object type="NUMANode" os_index="{p}" {sets(pus, [p])} gp_index="{Gp.next()}" '
                      f'local_memory="68719476736"/>')
         for core in range(first, first + cores_per_package):
-            lines.append(f'      <object type="Core" os_index="{core}" {sets([core, core + total], [p])} '
+            core_pus = [core, core + total][:threads]
+            lines.append(f'      <object type="Core" os_index="{core}" {sets(core_pus, [p])} '
                          f'gp_index="{Gp.next()}">')
-            for pu in (core, core + total):
+            for pu in core_pus:
                 lines.append(f'        <object type="PU" os_index="{pu}" {sets([pu], [p])} gp_index="{Gp.next()}"/>')
             lines.append('      </object>')
         for bus in gpus_per_package[p]:
@@ -85,3 +86,7 @@ if __name__ == "__main__":
           machine(1, 32, [[0x01, 0x21, 0x41, 0x61, 0x81, 0xa1, 0xc1, 0xe1]]))
     # 1 socket x 4 cores x 2 threads, a NIC and no GPU.
     write("no_gpus.xml", machine(1, 4, [[]], extra_pci=[(0x03, "0200 [8086:1572] [8086:0000] 01")]))
+    # 1 socket x 2 cores, no hyperthreads: a CI machine (2 CPUs) with the sim backend's first
+    # two devices (bus ids 0000:00:00.0 and 0000:01:00.0) beside it, for the server's own
+    # placement test on the CPUs the machine really has (tests/client/placement.sh).
+    write("two_cpus_two_gpus.xml", machine(1, 2, [[0x00, 0x01]], threads=1))

@@ -68,6 +68,12 @@ struct Settings {
   bool gpu_disjoint = false;   // FUNNEL_GPU_PLACEMENT=disjoint (default shared)
   // FUNNEL_CLIENT_PRIORITY (or CUDA_MPS_CLIENT_PRIORITY) is below-normal.
   bool below_normal_priority = false;
+  // FUNNEL_SERVER_AFFINITY=auto (true): a server pins its threads near their GPU and away
+  // from the ranks (doc/placement.md); off: it leaves its CPU affinity alone.
+  bool server_affinity = true;
+  // FUNNEL_PRINT_PLAN=1: the placement plan is printed to stderr once the process attached
+  // (under the MPI hooks: by node rank 0, once every rank of the node attached).
+  bool print_plan = false;
 
   // Where each value came from ("default", "environment"), by variable name, in table order.
   std::vector<std::pair<std::string, std::string>> sources;

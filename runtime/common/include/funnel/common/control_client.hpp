@@ -11,4 +11,10 @@ namespace funnel {
 // answer.  Throws std::runtime_error naming the run directory when no server answers.
 std::string control_request(const Settings& settings, const std::string& verb);
 
+// The server's placement plan as text (`funnelctl plan`, FUNNEL_PRINT_PLAN), once at least
+// `min_clients` clients are in it (an attach the server has not handled yet shows up within
+// a few milliseconds) or after two seconds.  Throws as control_request does, or with the
+// server's error.
+std::string server_plan_text(const Settings& settings, size_t min_clients = 0);
+
 }  // namespace funnel

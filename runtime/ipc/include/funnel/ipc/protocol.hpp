@@ -63,7 +63,9 @@ struct AttachReply {
 
 struct MappedMsg {
   uint32_t client_id;
-  uint32_t reserved;
+  // The server's ordinal of the GPU the client starts on (FUNNEL_GPU_MAP /
+  // FUNNEL_RANKS_PER_GPU, else 0): its worker runs on that GPU's cores.  (Protocol 6.)
+  int32_t home_device;
 };
 
 struct ControlRequest {

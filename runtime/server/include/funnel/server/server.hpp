@@ -35,6 +35,10 @@ struct ServerOptions {
   // re-executed itself after a GPU fault (funnel-server --listen-fd); start() checks it and
   // takes it over.  -1: bind a new socket.
   int inherited_listen_fd = -1;
+  // Pin the server's threads near their GPUs and away from the clients' CPUs, re-planned as
+  // clients come and go (doc/placement.md; FUNNEL_SERVER_AFFINITY).  Off by default for a
+  // Server inside another program (tests); funnel-server turns it on.
+  bool thread_affinity = false;
 };
 
 // Why run() returned.

@@ -1,0 +1,85 @@
+// Where the server's threads run (doc/placement.md): the affinity library's Plan for this
+// node's topology, the server's GPUs and its clients' CPU bindings, re-made as clients
+// attach and leave, and applied to the server's threads.  Only the main-loop thread uses it.
+#pragma once
+#include <pthread.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "funnel/affinity/plan.hpp"
+#include "funnel/affinity/topology.hpp"
+
+namespace funnel::server {
+
+class ThreadPlacement {
+ public:
+  // What the plan knows of a client.
+  struct Client {
+    pid_t pid = 0;
+    int mpi_rank = -1;
+    int device = 0;             // its home device (MappedMsg::home_device)
+    affinity::CpuList binding;  // its CPU binding when it attached; empty when unreadable
+    uint32_t share_bp = 0;      // FUNNEL_GPU_FRACTION in 1/10000; 0: the whole GPU
+    bool disjoint = false;
+  };
+  // A worker thread to bind: the pthread and, once the thread has published it, its tid.
+  struct Worker {
+    pthread_t thread;
+    pid_t tid = 0;
+    int device = 0;
+  };
+
+  // enabled = false (FUNNEL_SERVER_AFFINITY=off): plans for `funnelctl plan` but binds
+  // nothing.  Loads this machine's topology (hwloc honours HWLOC_XMLFILE); when that fails
+  // it logs why and binds nothing either.
+  ThreadPlacement(std::vector<std::string> gpu_bus_ids, bool enabled);
+  ThreadPlacement(const ThreadPlacement&) = delete;
+  ThreadPlacement& operator=(const ThreadPlacement&) = delete;
+
+  void add_client(uint32_t id, Client c);
+  void remove_client(uint32_t id);
+
+  // Re-plans (when enabled, or when `even_if_off`: for funnelctl plan); logs the plan when
+  // it differs from the last one.
+  void replan(bool even_if_off = false);
+  // Binds the server's threads: every thread of the process but the workers to the
+  // server's CPUs, each worker to its device's worker CPUs.  A failed bind is logged once
+  // per plan and left as it is: placement is advice, never a reason to fail a client.
+  void apply(const std::vector<Worker>& workers);
+
+  bool binds() const noexcept { return enabled_ && topology_.has_value(); }
+  // CPUs of the current plan: a GPU's workers' (every CPU of the job when not pinned), the
+  // server's other threads'.
+  affinity::CpuList worker_cpus(int device) const;
+  affinity::CpuList server_cpus() const;
+
+  // The plan and the clients, for the control verb `plan` (funnelctl plan) and the log.
+  nlohmann::json to_json() const;
+  std::string text() const;
+
+ private:
+  // Loads the topology at the first plan: a Server that never plans (affinity off, no
+  // funnelctl plan) never runs hwloc.
+  bool load_topology();
+  bool is_bound(const Client& c) const;
+
+  std::vector<std::string> bus_ids_;
+  bool enabled_;
+  std::optional<affinity::Topology> topology_;
+  bool loaded_ = false;
+  std::string topology_error_;
+  affinity::CpuList all_;  // every CPU the job may use
+  std::map<uint32_t, Client> clients_;
+  affinity::Plan plan_;
+  std::string last_text_;
+  bool warned_ = false;
+};
+
+}  // namespace funnel::server

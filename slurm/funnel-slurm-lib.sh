@@ -23,6 +23,7 @@ funnel_script=${0##*/}
 funnel_log() {
   local level=$1 msg="job ${SLURM_JOB_ID:-?}: $2"
   logger -t funnel-slurm -p "user.$level" -- "$funnel_script: $msg" 2>/dev/null
+  [ -d "$cfg_log_dir" ] || { [ "$EUID" -eq 0 ] && mkdir -p "$cfg_log_dir"; } 2>/dev/null
   if [ -d "$cfg_log_dir" ] && [ -w "$cfg_log_dir" ]; then
     printf '%s %s %s[%d] %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "${SLURMD_NODENAME:-$(hostname -s)}" \
       "$funnel_script" "$$" "$level" "$msg" >>"$cfg_log_dir/slurm.log" 2>/dev/null

@@ -107,7 +107,8 @@ script prolog SLURM_JOB_COMMENT=funnel
 [ "$(calls)" -eq $((n + 1)) ] || fail "mode=off: a server"
 echo "ok: modes"
 
-# A bad config line: logged, no server, exit 0.
+# A bad config line: logged (into a log directory that does not exist yet), no server, exit 0.
+rm -rf "$tmp/log"
 write_conf backend=gpu
 n=$(calls)
 script prolog SLURM_JOB_COMMENT=funnel

@@ -312,6 +312,17 @@ WATCHED_TEST(Settings, GpuSelection) {
   EXPECT_EQ(local({{"MPI_LOCALRANKID", "2"}, {"MPI_LOCALNRANKS", "4"}}).rank, 2);
   EXPECT_EQ(local({{"SLURM_LOCALID", "5"}, {"SLURM_NTASKS_PER_NODE", "6"}}).size, 6);
   EXPECT_EQ(local({{"PMIX_LOCAL_RANK", "1"}, {"PMIX_LOCAL_SIZE", "2"}}).rank, 1);
+  // srun: the step's tasks on this node (SLURM_NODEID) from SLURM_STEP_TASKS_PER_NODE.
+  EXPECT_EQ(local({{"SLURM_LOCALID", "1"}, {"SLURM_STEP_TASKS_PER_NODE", "4"}}).size, 4);
+  EXPECT_EQ(local({{"SLURM_STEP_TASKS_PER_NODE", "2(x3),1"}, {"SLURM_NODEID", "2"}}).size, 2);
+  EXPECT_EQ(local({{"SLURM_STEP_TASKS_PER_NODE", "2(x3),1"}, {"SLURM_NODEID", "3"}}).size, 1);
+  EXPECT_EQ(local({{"SLURM_STEP_TASKS_PER_NODE", "3,5"}, {"SLURM_NODEID", "1"}}).size, 5);
+  EXPECT_EQ(local({{"SLURM_STEP_TASKS_PER_NODE", "2(x3),1"}, {"SLURM_NODEID", "4"}, {"SLURM_NTASKS_PER_NODE", "7"}}).size, 7)
+      << "a node past the list: the next variable";
+  for (const char* bad : {"", "x", "2(x", "2(x0)", "2(x3", "0", "2(y3)", "2(x3)z"})
+    EXPECT_EQ(local({{"SLURM_STEP_TASKS_PER_NODE", bad}}).size, 1) << bad;
+  EXPECT_EQ(local({{"OMPI_COMM_WORLD_LOCAL_SIZE", "8"}, {"SLURM_STEP_TASKS_PER_NODE", "4"}}).size, 8)
+      << "the MPI launcher's own variable first";
   EXPECT_EQ(local({{"SLURM_LOCALID", "x"}, {"PMIX_LOCAL_RANK", "1"}}).rank, 1) << "a malformed one is skipped";
 
   for (const auto& [var, v] : std::vector<std::pair<std::string, std::string>>{

@@ -73,7 +73,8 @@ const std::vector<SettingInfo>& setting_table() {
        "spreads the node's ranks evenly (GPU = local rank x GPUs / local ranks), N puts N consecutive "
        "node-local ranks on each GPU (GPU = local rank / N, modulo the GPUs). The node-local rank comes from "
        "OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID or PMIX_LOCAL_RANK, the node's rank count "
-       "from OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, SLURM_NTASKS_PER_NODE or PMIX_LOCAL_SIZE"},
+       "from OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, this node's entry of srun's SLURM_STEP_TASKS_PER_NODE "
+       "(SLURM_NODEID), SLURM_NTASKS_PER_NODE or PMIX_LOCAL_SIZE"},
       {"FUNNEL_GPU_MAP", "(not set)", "comma-separated GPU ordinals indexed by node-local rank, e.g. 0,0,1,1",
        "each process uses the GPU of its node-local rank's entry, shown to it as device 0; wins over "
        "FUNNEL_RANKS_PER_GPU. A rank without an entry, or an entry past the server's GPUs, fails the attach "
@@ -264,10 +265,38 @@ LocalRank launcher_local_rank(const Settings::Lookup& env) {
     }
     return std::nullopt;
   };
+  // srun sets SLURM_NTASKS_PER_NODE only when asked for --ntasks-per-node, but always the
+  // step's tasks per node: "2(x3),1" (3 nodes of 2 tasks, then 1), of which this node is the
+  // SLURM_NODEID-th.
+  auto slurm_step_tasks = [&]() -> std::optional<int> {
+    auto list = env("SLURM_STEP_TASKS_PER_NODE");
+    if (!list) return std::nullopt;
+    int node = first({"SLURM_NODEID"}).value_or(0);
+    std::string_view rest = *list;
+    while (!rest.empty()) {
+      const size_t comma = rest.find(',');
+      std::string_view item = rest.substr(0, comma);
+      rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+      int tasks = 0, repeat = 1;
+      auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), tasks);
+      if (ec != std::errc{} || tasks < 1) return std::nullopt;
+      const std::string_view tail(p, static_cast<size_t>(item.data() + item.size() - p));
+      if (!tail.empty()) {
+        if (tail.size() < 4 || !tail.starts_with("(x") || !tail.ends_with(")")) return std::nullopt;
+        auto [q, ec2] = std::from_chars(tail.data() + 2, tail.data() + tail.size() - 1, repeat);
+        if (ec2 != std::errc{} || q != tail.data() + tail.size() - 1 || repeat < 1) return std::nullopt;
+      }
+      if (node < repeat) return tasks;
+      node -= repeat;
+    }
+    return std::nullopt;
+  };
   LocalRank l;
   l.rank = first({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "PMIX_LOCAL_RANK"}).value_or(0);
-  l.size = std::max(1, first({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE",
-                              "PMIX_LOCAL_SIZE"}).value_or(1));
+  std::optional<int> size = first({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"});
+  if (!size) size = slurm_step_tasks();
+  if (!size) size = first({"SLURM_NTASKS_PER_NODE", "PMIX_LOCAL_SIZE"});
+  l.size = std::max(1, size.value_or(1));
   return l;
 }
 

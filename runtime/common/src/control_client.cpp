@@ -17,7 +17,9 @@
 
 namespace funnel {
 
-std::string control_request(const Settings& s, const std::string& verb) {
+std::string control_request(const Settings& s, const std::string& verb, const std::string& arg) {
+  if (verb.size() >= sizeof ipc::ControlRequest::verb || arg.size() >= sizeof ipc::ControlRequest::arg)
+    throw std::runtime_error(fmt::format("the control request '{} {}' is too long", verb, arg));
   auto fd = connect_server(s);
   if (!fd)
     throw std::runtime_error(fmt::format("no funnel-server answers in {} (FUNNEL_RUN_DIR): {}", s.run_dir.string(),
@@ -31,6 +33,7 @@ std::string control_request(const Settings& s, const std::string& verb) {
   std::snprintf(hello.command, sizeof hello.command, "funnelctl %s", verb.c_str());
   ipc::ControlRequest req{};
   std::snprintf(req.verb, sizeof req.verb, "%s", verb.c_str());
+  std::snprintf(req.arg, sizeof req.arg, "%s", arg.c_str());
   if (!ipc::send_message(fd.get(), &hello, sizeof hello) || !ipc::send_message(fd.get(), &req, sizeof req))
     throw std::runtime_error(fmt::format("cannot talk to funnel-server in {}: {}", s.run_dir.string(),
                                          std::strerror(errno)));

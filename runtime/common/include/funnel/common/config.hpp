@@ -105,7 +105,8 @@ void parse_device_mem_limit(const char* variable, const std::string& value, Sett
 
 // This process's node-local rank and the number of ranks on its node, from the launcher
 // (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID, PMIX_LOCAL_RANK; sizes from
-// OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, SLURM_NTASKS_PER_NODE, PMIX_LOCAL_SIZE);
+// OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, this node's entry (SLURM_NODEID) of srun's
+// SLURM_STEP_TASKS_PER_NODE, SLURM_NTASKS_PER_NODE, PMIX_LOCAL_SIZE);
 // rank 0 of 1 when there is no launcher.
 struct LocalRank {
   int rank = 0;

@@ -7,9 +7,10 @@
 
 namespace funnel {
 
-// Sends `verb` (stats, shutdown) to the server of settings.run_dir and returns its JSON
+// Sends `verb` (stats, status, clients, plan, terminate, defaults, shutdown) with `arg`
+// ("key=value ...", doc/funnelctl.md) to the server of settings.run_dir and returns its JSON
 // answer.  Throws std::runtime_error naming the run directory when no server answers.
-std::string control_request(const Settings& settings, const std::string& verb);
+std::string control_request(const Settings& settings, const std::string& verb, const std::string& arg = {});
 
 // The server's placement plan as text (`funnelctl plan`, FUNNEL_PRINT_PLAN), once at least
 // `min_clients` clients are in it (an attach the server has not handled yet shows up within

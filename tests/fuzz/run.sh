@@ -3,7 +3,8 @@
 #   tests/fuzz/run.sh [--seconds N] [--build-dir DIR] [--jobs N] [-- libFuzzer flags...]
 # Defaults: 60 s, build-fuzz/ at the repository root, JOBS or 2 build jobs.  The corpus
 # grows in DIR/corpus (seeded from tests/fuzz/corpus); a crash, leak or timeout input
-# lands in DIR/artifacts/, and the script prints its path and exits 1.
+# lands in DIR/artifacts/, and the script prints its path and exits 1.  First, every input
+# in tests/fuzz/crashes/ (bugs found before) is replayed and must pass.
 # doc/reliability.md ("Fuzzing") says what the target covers.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -42,11 +43,24 @@ fi
 cmake --build "$build" -j "$jobs" --target server_commands_fuzzer make_corpus || exit 1
 echo "run.sh: built in $((SECONDS - t0)) s"
 
+# detect_leaks: LeakSanitizer after inputs that allocated more than they freed.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
+
+# Every input that ever found a bug (tests/fuzz/crashes/) must pass before any fuzzing.
+shopt -s nullglob
+found=("$here"/crashes/*)
+for input in "${found[@]}"; do
+  if ! "$build/server_commands_fuzzer" -timeout=10 "$input" >"$build/replay.log" 2>&1; then
+    grep -E 'runtime error|ERROR:|funnel fuzz:|SUMMARY' "$build/replay.log" | head -5 >&2
+    echo "run.sh: a recorded crash input fails again: $input (full output: $build/replay.log)" >&2
+    exit 1
+  fi
+done
+((${#found[@]})) && echo "run.sh: ${#found[@]} recorded crash input(s) in tests/fuzz/crashes pass"
+
 mkdir -p "$build/corpus" "$build/artifacts"
 log="$build/fuzz.log"
-# detect_leaks: LeakSanitizer after inputs that allocated more than they freed.
-ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1} \
-  "$build/server_commands_fuzzer" -max_total_time="$seconds" -timeout=10 -max_len=8192 -rss_limit_mb=4096 \
+"$build/server_commands_fuzzer" -max_total_time="$seconds" -timeout=10 -max_len=8192 -rss_limit_mb=4096 \
   -print_final_stats=1 -artifact_prefix="$build/artifacts/" "${extra[@]}" \
   "$build/corpus" "$here/corpus" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}

@@ -428,6 +428,10 @@ WATCHED_TEST(Settings, ServerAffinityAndPrintPlan) {
   EXPECT_EQ(value_text(settings({{"FUNNEL_PRINT_PLAN", "1"}}), "FUNNEL_PRINT_PLAN"), "1");
   for (const char* v : {"", "on", "none", "0"}) expect_bad("FUNNEL_SERVER_AFFINITY", v, "auto | off");
   for (const char* v : {"", "yes", "2", "true"}) expect_bad("FUNNEL_PRINT_PLAN", v, "0 | 1");
+  EXPECT_TRUE(settings({}).gpu_replies);
+  EXPECT_FALSE(settings({{"FUNNEL_GPU_REPLIES", "0"}}).gpu_replies);
+  EXPECT_EQ(value_text(settings({{"FUNNEL_GPU_REPLIES", "0"}}), "FUNNEL_GPU_REPLIES"), "0");
+  for (const char* v : {"", "on", "2"}) expect_bad("FUNNEL_GPU_REPLIES", v, "1 | 0");
 }
 
 WATCHED_TEST(Settings, ARunDirWhoseSocketPathIsTooLongIsRejected) {

@@ -316,5 +316,45 @@ TEST_F(ServerTest, EventRecordStoresItsGenerationWhenTheStreamGetsThere) {
   EXPECT_EQ(word.load(), 8u);
 }
 
+// FUNNEL_GPU_REPLIES (doc/design/channel.md, "Answered by the GPU"): a synchronous copy
+// between device memory and device memory is answered by the stream itself (the sim
+// backend's stream thread stores the seq's low half in the slot's reply word; the worker
+// does not store the slot's seq); with gpu_replies off the worker answers; a copy that
+// fails is answered by the worker either way.
+TEST_F(ServerTest, SynchronousCopiesAreAnsweredByTheGpuUnlessTurnedOff) {
+  for (const bool gpu : {true, false}) {
+    SCOPED_TRACE(gpu ? "gpu_replies on" : "gpu_replies off");
+    auto o = options();
+    o.gpu_replies = gpu;
+    start_server(o);
+    TestClient c(run_dir_);
+    ASSERT_TRUE(c.ok());
+    const uint64_t a = c.alloc(4096), b = c.alloc(4096);
+    ipc::CopyCmd cp{};
+    cp.dst = {ipc::MemSpace::Device, 0, 0, a};
+    cp.src = {ipc::MemSpace::Device, 0, 0, b};
+    cp.width = cp.dst_pitch = cp.src_pitch = 4096;
+    cp.height = 1;
+    const uint32_t slot = 10;  // the client's own calls above used the first slots
+    const uint64_t seq = c.send(Opcode::Copy, &cp, sizeof cp, slot, 0, 0);
+    ASSERT_EQ(c.wait(slot, seq).status, Status::Success);
+    const auto& v = c.view();
+    if (gpu) {
+      EXPECT_EQ(v.reply_word(slot).load(), static_cast<uint32_t>(seq));
+      EXPECT_NE(v.reply(slot).seq.load(), seq) << "the worker answered, not the GPU";
+    } else {
+      EXPECT_EQ(v.reply_word(slot).load(), 0u);
+      EXPECT_EQ(v.reply(slot).seq.load(), seq);
+    }
+    cp.src.address = b + 4000;  // past the end of the allocation
+    const uint32_t bad_slot = 11;
+    const uint64_t bad_seq = c.send(Opcode::Copy, &cp, sizeof cp, bad_slot, 0, 0);
+    EXPECT_EQ(c.wait(bad_slot, bad_seq).status, Status::InvalidValue);
+    EXPECT_EQ(v.reply(bad_slot).seq.load(), bad_seq);
+    c.detach();
+    stop_server();
+  }
+}
+
 }  // namespace
 }  // namespace funnel::test

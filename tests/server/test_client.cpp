@@ -66,6 +66,9 @@ uint64_t TestClient::send(Opcode op, const void* payload, size_t payload_len, ui
   h.reply_slot = reply_slot;
   h.device = device;
   h.stream = stream;
+  // As the client runtime does when it takes a slot: a GPU answer of an earlier command
+  // there must not count for this one.
+  if (reply_slot < view_.header().reply_slots) view_.reply_word(reply_slot).store(0, std::memory_order_relaxed);
   std::memset(p, 0, size);
   std::memcpy(p, &h, sizeof h);
   if (payload_len != 0) std::memcpy(p + sizeof h, payload, std::min<size_t>(payload_len, size - sizeof h));
@@ -79,7 +82,7 @@ Reply TestClient::wait(uint32_t slot, uint64_t seq, std::chrono::milliseconds ti
   const auto deadline = Clock::now() + timeout;
   Reply out;
   const bool got = ipc::wait_until(
-      c.reply_epoch, [&] { return r.seq.load(std::memory_order_acquire) == seq; },
+      c.reply_epoch, [&] { return ipc::reply_arrived(r, view_.reply_word(slot), seq); },
       [&] {
         if (ipc::peer_hung_up(fd_.get())) {
           out.hung_up = true;

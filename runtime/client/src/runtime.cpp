@@ -233,9 +233,15 @@ void Runtime::mark_dead() noexcept {
   dead_.store(true);
   if (!dead_reported_.exchange(true)) {
     std::string dir = settings_ ? settings_->run_dir.string() : std::string("?");
-    log_error(fmt::format("funnel: the funnel-server of run directory {} (FUNNEL_RUN_DIR) is gone; CUDA calls now fail with "
-                  "cudaErrorDevicesUnavailable",
-                  dir));
+    if (view_.completion().server_state.load() == static_cast<uint32_t>(ipc::ServerState::Terminated))
+      log_error(fmt::format("funnel: this process was terminated by funnelctl terminate (funnel-server of run directory "
+                            "{}): its outstanding GPU work was dropped; CUDA calls now fail with "
+                            "cudaErrorDevicesUnavailable",
+                            dir));
+    else
+      log_error(fmt::format("funnel: the funnel-server of run directory {} (FUNNEL_RUN_DIR) is gone; CUDA calls now fail with "
+                    "cudaErrorDevicesUnavailable",
+                    dir));
   }
   // Wake this process's sleepers so that they notice at once.
   auto& c = view_.completion();
@@ -301,6 +307,8 @@ int Runtime::acquire_reply_slot() noexcept {
   }
   const uint32_t s = free_slots_.back();
   free_slots_.pop_back();
+  // Whatever the GPU last wrote there belonged to an earlier call (wait_reply).
+  view_.reply_word(s).store(0, std::memory_order_relaxed);
   return static_cast<int>(s);
 }
 
@@ -315,7 +323,9 @@ void Runtime::release_reply_slot(uint32_t s) noexcept {
 Status Runtime::wait_reply(uint32_t slot, uint64_t seq, Reply* reply) noexcept {
   auto& rs = view_.reply(slot);
   auto& c = view_.completion();
-  auto done = [&] { return rs.seq.load(std::memory_order_seq_cst) == seq; };  // seq_cst: see reply()
+  // Answered by the worker (rs.seq) or by the GPU itself (the reply word).
+  auto& word = view_.reply_word(slot);
+  auto done = [&] { return ipc::reply_arrived(rs, word, seq); };
   const bool ok = ipc::wait_until(c.reply_epoch, done, [&] { return gone(); }, {.sleepers = &c.client_waiting});
   if (!ok) return Status::DevicesUnavailable;  // the slot stays taken: a late reply may still land in it
   Reply r;

@@ -112,6 +112,11 @@ const std::vector<SettingInfo>& setting_table() {
        "run, which rank uses which GPU with what fraction and binding) to stderr once this process attached; "
        "under the MPI hooks node rank 0 prints it once every rank of its node attached. The server logs every "
        "plan it applies either way"},
+      {"FUNNEL_GPU_REPLIES", "1", "1 | 0",
+       "for a server that a client starts: 1 makes the GPU answer a synchronous copy between pinned and "
+       "device memory itself (a stream memory write into the client's reply word once the copy is done), so "
+       "the waiting process sees it done without the server's worker thread having to run; 0 leaves every "
+       "answer to the worker (as before protocol 7), e.g. to compare"},
   };
   return table;
 }
@@ -439,6 +444,10 @@ Settings Settings::from(const Lookup& env) {
     if (*p == "1") s.print_plan = true;
     else if (*p != "0") bad("FUNNEL_PRINT_PLAN", *p, accepted_of("FUNNEL_PRINT_PLAN"));
   }
+  if (auto r = get("FUNNEL_GPU_REPLIES")) {
+    if (*r == "0") s.gpu_replies = false;
+    else if (*r != "1") bad("FUNNEL_GPU_REPLIES", *r, accepted_of("FUNNEL_GPU_REPLIES"));
+  }
   return s;
 }
 
@@ -477,6 +486,7 @@ std::string value_text(const Settings& s, const std::string& var) {
   if (var == "FUNNEL_CLIENT_PRIORITY") return s.below_normal_priority ? "below-normal" : "normal";
   if (var == "FUNNEL_SERVER_AFFINITY") return s.server_affinity ? "auto" : "off";
   if (var == "FUNNEL_PRINT_PLAN") return s.print_plan ? "1" : "0";
+  if (var == "FUNNEL_GPU_REPLIES") return s.gpu_replies ? "1" : "0";
   return "";
 }
 

@@ -42,7 +42,9 @@ bool layout(const ChannelGeometry& g, ChannelHeader& h) noexcept {
   off = align_up(off + g.ring_capacity, kPage);
   h.event_states_offset = off;
   h.event_slots = g.event_slots;
-  off = align_up(off + uint64_t{g.event_slots} * sizeof(uint32_t), kPage);
+  off = align_up(off + uint64_t{g.event_slots} * sizeof(uint32_t), 64);
+  h.reply_words_offset = off;
+  off = align_up(off + uint64_t{g.reply_slots} * sizeof(uint32_t), kPage);
   h.staging_offset = off;
   h.staging_slot_size = g.staging_slot_size;
   off += uint64_t{g.staging_slots} * g.staging_slot_size;
@@ -70,7 +72,7 @@ bool validate_header(const ChannelHeader& h, uint64_t mapped_size, const char** 
     return fail("the event states and staging area must be page-aligned");
 
   struct Region { uint64_t off, len; };
-  const std::array<Region, 8> regions{{
+  const std::array<Region, 9> regions{{
       {0, sizeof(ChannelHeader)},
       {h.control_offset, sizeof(RingControl)},
       {h.completion_offset, sizeof(Completion)},
@@ -79,6 +81,7 @@ bool validate_header(const ChannelHeader& h, uint64_t mapped_size, const char** 
       {h.devices_offset, uint64_t{h.device_count} * sizeof(DeviceRecord)},
       {h.ring_offset, h.ring_capacity},
       {h.event_states_offset, uint64_t{h.event_slots} * sizeof(uint32_t)},
+      {h.reply_words_offset, uint64_t{h.reply_slots} * sizeof(uint32_t)},
   }};
   const Region staging{h.staging_offset, uint64_t{h.staging_slots} * h.staging_slot_size};
   auto inside = [&](const Region& r) { return r.off <= mapped_size && r.len <= mapped_size - r.off; };
@@ -97,6 +100,8 @@ bool validate_header(const ChannelHeader& h, uint64_t mapped_size, const char** 
       return fail("the staging area overlaps another region");
   }
   if (h.event_states_offset > h.staging_offset) return fail("the event states must lie before the staging area");
+  // Also inside the registration, which starts at the event states.
+  if (h.reply_words_offset < h.event_states_offset) return fail("the reply words must lie after the event states");
   return true;
 }
 

@@ -40,6 +40,7 @@ void ClientSession::create_channel(const ChannelSpec& spec) {
   shared_.backend = spec.backend;
   shared_.totals = spec.totals;
   shared_.pending_spin = spec.pending_spin;
+  shared_.gpu_replies = spec.gpu_replies;
   shared_.modules = spec.modules;
   shared_.health = spec.health;
   shared_.notify_fd = spec.notify_fd;
@@ -77,7 +78,10 @@ void ClientSession::create_channel(const ChannelSpec& spec) {
   c.deferred_error.store(0);
   c.sticky_error.store(0);
   c.server_state.store(static_cast<uint32_t>(ipc::ServerState::Running));
-  for (uint32_t i = 0; i < h.reply_slots; ++i) view_.reply(i).seq.store(0);
+  for (uint32_t i = 0; i < h.reply_slots; ++i) {
+    view_.reply(i).seq.store(0);
+    view_.reply_word(i).store(0);
+  }
   for (uint32_t i = 0; i < h.staging_slots; ++i)
     view_.staging_state(i).store(static_cast<uint32_t>(ipc::StagingState::Free));
   for (uint32_t d = 0; d < h.device_count; ++d) {
@@ -120,6 +124,17 @@ void ClientSession::request_stop(bool server_shutting_down) noexcept {
     view_.control().doorbell.fetch_add(1);
     ipc::futex_wake_all(view_.control().doorbell);
   }
+}
+
+void ClientSession::terminate() noexcept {
+  terminated_ = true;
+  if (channel_) {
+    // Before the stop: a client that sees the session end learns why from the channel.
+    view_.completion().sticky_error.store(static_cast<int32_t>(Status::DevicesUnavailable), std::memory_order_release);
+    view_.completion().server_state.store(static_cast<uint32_t>(ipc::ServerState::Terminated));
+  }
+  shared_.shutting_down.store(true);  // teardown answers the waiting replies
+  request_stop(false);
 }
 
 void ClientSession::join() noexcept {

@@ -25,6 +25,7 @@ struct ChannelSpec {
   Backend* backend = nullptr;
   ServerTotals* totals = nullptr;
   std::chrono::microseconds pending_spin = kDefaultPendingSpin;
+  bool gpu_replies = true;
   ModuleCache* modules = nullptr;
   DeviceHealth* health = nullptr;
   SmPartitions* partitions = nullptr;
@@ -48,6 +49,11 @@ class ClientSession {
   // starts on (MappedMsg), whose cores its worker runs on.
   void start_worker(int home_device);
   void request_stop(bool server_shutting_down) noexcept;
+  // funnelctl terminate: the worker stops without running what is still in the ring, its
+  // waiting calls are answered with DevicesUnavailable, and the channel says Terminated (the
+  // client reports it and every later call fails); teardown frees what it holds.
+  void terminate() noexcept;
+  bool terminated() const noexcept { return terminated_; }
   bool finished() const noexcept { return shared_.finished.load(std::memory_order_acquire); }
   void join() noexcept;
 
@@ -62,6 +68,9 @@ class ClientSession {
   pid_t worker_tid() const noexcept { return shared_.worker_tid.load(std::memory_order_acquire); }
   bool has_worker() const noexcept { return thread_.joinable(); }
   const StreamPlacement& stream_placement() const noexcept { return shared_.placement; }
+  // The client's device-memory limit on `device` (0: none).
+  uint64_t device_mem_limit(int device) const noexcept { return shared_.device_mem_limit[static_cast<size_t>(device)]; }
+  std::chrono::steady_clock::time_point attached_at() const noexcept { return attached_at_; }
   const std::string& command() const noexcept { return command_; }
   const std::string& channel_file() const noexcept { return channel_file_; }
   uint64_t segment_size() const noexcept { return channel_.size(); }
@@ -83,6 +92,8 @@ class ClientSession {
   pid_t pid_;
   int rank_;
   int home_device_ = 0;
+  bool terminated_ = false;
+  std::chrono::steady_clock::time_point attached_at_ = std::chrono::steady_clock::now();
   std::string command_;
   std::string channel_file_;
   std::filesystem::path channel_path_;

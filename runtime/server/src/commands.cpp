@@ -80,11 +80,22 @@ Status Worker::resolve_location(const ipc::Location& l, uint64_t pitch, uint64_t
   return Status::InvalidValue;
 }
 
-void Worker::when_complete(StreamEntry& s, uint32_t slot, uint64_t seq, std::function<Status(Status)> done) {
+void Worker::when_complete(StreamEntry& s, uint32_t slot, uint64_t seq, std::function<Status(Status)> done,
+                           bool gpu_reply) {
   Pending p;
   p.slot = slot;
   p.seq = seq;
   p.done = std::move(done);
+  // The stream answers the client: status first (the client reads it once it sees the
+  // word), then the word after the work, then the event, which completes only after the
+  // word was written (a sleeping client is woken once the event says so).  A seq whose low
+  // half is 0 would look answered to a client that cleared the word: the worker answers it.
+  if (gpu_reply && shared_.gpu_replies && slot != ipc::kNoReply && static_cast<uint32_t>(seq) != 0) {
+    auto& r = view_.reply(slot);
+    r.status = static_cast<int32_t>(Status::Success);
+    for (uint64_t& v : r.value) v = 0;
+    p.gpu_reply = backend_.write_value(*s.stream, view_.reply_word(slot), static_cast<uint32_t>(seq)) == Status::Success;
+  }
   std::unique_ptr<BackendEvent> e;
   Status st = backend_.create_event(s.device, false, e);
   if (st == Status::Success) st = backend_.record(*e, *s.stream);
@@ -193,6 +204,7 @@ Status Worker::mem_alloc(const ipc::CommandHeader& h, const ipc::MemAllocCmd& c,
   }
   remember_allocation(addr, {device, c.size});
   add(counters_.device_memory_bytes, c.size);
+  raise_peak(counters_.device_memory_peak, counters_.device_memory_bytes.load(std::memory_order_relaxed));
   add(counters_.allocations, 1);
   answer(h, {addr});
   return Status::Success;
@@ -328,10 +340,13 @@ Status Worker::copy(const ipc::CommandHeader& h, const ipc::CopyCmd& c) {
   if (src_dev && !dst_dev) bump(counters_.bytes_d2h, bytes);
   const bool staging = c.src.space == ipc::MemSpace::Staging || c.dst.space == ipc::MemSpace::Staging;
   if (!staging && one_way(h)) return Status::Success;
-  when_complete(*s, h.reply_slot, h.seq, [this, c](Status done) {
-    release_staging(c);
-    return done;
-  });
+  when_complete(
+      *s, h.reply_slot, h.seq,
+      [this, c](Status done) {
+        release_staging(c);
+        return done;
+      },
+      !staging);
   return Status::Success;
 }
 
@@ -393,6 +408,8 @@ Status Worker::stream_synchronize(const ipc::CommandHeader& h) {
     answer(h);
     return Status::Success;
   }
+  // Not answered by the GPU: measured on the H100, memcpyAsync + StreamSynchronize of 4 KiB
+  // took 0.69-0.78x native with it and 0.93-0.96x without (doc/performance.md).
   when_complete(*s, h.reply_slot, h.seq, [this](Status done) {
     if (done == Status::Success) launches_since_sync_ = 0;
     return done;

@@ -1,9 +1,14 @@
 // Control connections: one request, one JSON answer (funnelctl is the front end).
+#include <pwd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <cstring>
+#include <ctime>
+#include <map>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -17,7 +22,138 @@ uint64_t load(const std::atomic<uint64_t>& a) noexcept { return a.load(std::memo
 
 std::string bus_id(const ipc::DeviceRecord& r) { return {r.pci_bus_id, strnlen(r.pci_bus_id, sizeof r.pci_bus_id)}; }
 
+std::string user_name(uid_t uid) {
+  const passwd* pw = ::getpwuid(uid);
+  return pw != nullptr ? pw->pw_name : std::to_string(uid);
+}
+
+// A request's arg: "key=value key=value" or "key" (ControlRequest::arg).
+using Args = std::map<std::string, std::string>;
+Args parse_args(const std::string& arg) {
+  Args out;
+  size_t i = 0;
+  while (i < arg.size()) {
+    while (i < arg.size() && arg[i] == ' ') ++i;
+    const size_t end = std::min(arg.find(' ', i), arg.size());
+    if (end > i) {
+      const std::string word = arg.substr(i, end - i);
+      const size_t eq = word.find('=');
+      if (eq == std::string::npos) out[word] = "";
+      else out[word.substr(0, eq)] = word.substr(eq + 1);
+    }
+    i = end;
+  }
+  return out;
+}
+
+bool to_u64(const std::string& text, uint64_t& v) {
+  const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  return ec == std::errc() && p == text.data() + text.size() && !text.empty();
+}
+
+nlohmann::json error(const std::string& why) { return {{"error", why}}; }
+
 }  // namespace
+
+nlohmann::json Server::Impl::shutdown_verb(const Connection& c, const std::string& arg) {
+  const Args a = parse_args(arg);
+  uint64_t timeout_s = 60;
+  if (a.contains("timeout_s") && (!to_u64(a.at("timeout_s"), timeout_s) || timeout_s > 7 * 86400))
+    return error("shutdown: timeout_s='" + a.at("timeout_s") + "' is not a number of seconds up to a week");
+  const bool force = a.contains("force");
+  nlohmann::json j = {{"ok", true}, {"pid", ::getpid()}, {"clients", clients.size()}};
+  if (force || clients.empty()) {
+    spdlog::info("shutdown{} requested by pid {} (control connection){}", force ? " --force" : "", c.peer.pid,
+                 clients.empty() ? "" : fmt::format(": stopping {} client(s)", clients.size()));
+    stopping = true;
+    j["mode"] = "now";
+    return j;
+  }
+  drain_deadline = Clock::now() + std::chrono::seconds(timeout_s);
+  spdlog::info(
+      "graceful shutdown requested by pid {} (control connection): no new clients; waiting up to {} s for {} "
+      "client(s) to detach",
+      c.peer.pid, timeout_s, clients.size());
+  j["mode"] = "graceful";
+  j["timeout_s"] = timeout_s;
+  return j;
+}
+
+nlohmann::json Server::Impl::terminate_verb(const Connection& c, const std::string& arg) {
+  const Args a = parse_args(arg);
+  uint64_t want = 0;
+  const bool by_pid = a.contains("pid");
+  if (!to_u64(by_pid ? a.at("pid") : a.contains("client") ? a.at("client") : "", want))
+    return error("terminate: name the client as client=ID or pid=PID");
+  ClientSession* s = nullptr;
+  for (auto& [id, cs] : clients)
+    if ((by_pid ? static_cast<uint64_t>(cs->pid()) : id) == want && !cs->terminated()) s = cs.get();
+  if (s == nullptr)
+    return error(fmt::format("terminate: no client with {} {} (funnelctl clients lists them)", by_pid ? "pid" : "id",
+                             want));
+  const uint32_t id = s->id();
+  spdlog::warn("client {} terminated by pid {} (funnelctl): pid {} rank {} command '{}'; its work is dropped", id,
+               c.peer.pid, s->pid(), s->mpi_rank(), s->command());
+  nlohmann::json j = {{"ok", true}, {"client", id}, {"pid", s->pid()}};
+  if (s->phase() == ClientSession::Phase::AwaitMapped) {
+    // No worker yet: nothing to stop; the hang-up tells the client.
+    unwatch(s->fd());
+    add(totals.clients_terminated, 1);
+    drop_client(id);
+    return j;
+  }
+  s->terminate();
+  return j;
+}
+
+nlohmann::json Server::Impl::defaults_json() const {
+  nlohmann::json j = {{"fraction", defaults.share_bp == 0 ? nlohmann::json(nullptr)
+                                                          : nlohmann::json(defaults.share_bp / 10000.0)},
+                      {"mem_limit_bytes", defaults.mem_limit == 0 ? nlohmann::json(nullptr)
+                                                                  : nlohmann::json(defaults.mem_limit)},
+                      {"priority", defaults.below_normal ? "below-normal" : "normal"}};
+  return j;
+}
+
+nlohmann::json Server::Impl::defaults_verb(const Connection& c, const std::string& arg) {
+  const Args a = parse_args(arg);
+  ClientDefaults d = defaults;
+  for (const auto& [key, value] : a) {
+    uint64_t v = 0;
+    if (key == "fraction_bp") {
+      if (!to_u64(value, v) || v > ipc::kGpuShareWhole)
+        return error("defaults: fraction_bp='" + value + "' is not 0..10000 (1/10000 of a GPU)");
+      d.share_bp = static_cast<uint32_t>(v == ipc::kGpuShareWhole ? 0 : v);
+    } else if (key == "mem_limit") {
+      if (!to_u64(value, v)) return error("defaults: mem_limit='" + value + "' is not a number of bytes");
+      d.mem_limit = v;
+    } else if (key == "priority") {
+      if (value != "normal" && value != "below-normal")
+        return error("defaults: priority='" + value + "' is not normal or below-normal");
+      d.below_normal = value == "below-normal";
+    } else {
+      return error("defaults: unknown setting '" + key + "': use fraction_bp, mem_limit or priority");
+    }
+  }
+  if (!a.empty()) {
+    defaults = d;
+    spdlog::info("client defaults set by pid {} (funnelctl): {}", c.peer.pid, defaults_json().dump());
+  }
+  return defaults_json();
+}
+
+ipc::HelloMsg Server::Impl::with_defaults(const ipc::HelloMsg& hello) const {
+  ipc::HelloMsg h = hello;
+  if (h.gpu_share_bp == 0) h.gpu_share_bp = defaults.share_bp;
+  bool any_limit = false;
+  for (uint64_t l : h.device_mem_limit) any_limit = any_limit || l != 0;
+  if (!any_limit)
+    for (uint64_t& l : h.device_mem_limit) l = defaults.mem_limit;
+  // Normal is 0 in the hello: a client that asked for it is not told from one that did not.
+  if (h.client_priority == static_cast<uint32_t>(ipc::ClientPriority::Normal) && defaults.below_normal)
+    h.client_priority = static_cast<uint32_t>(ipc::ClientPriority::BelowNormal);
+  return h;
+}
 
 std::string Server::Impl::stats_json() const {
   using nlohmann::json;
@@ -40,11 +176,22 @@ std::string Server::Impl::stats_json() const {
   uint64_t mem = 0, allocs = 0, streams = 0, events = 0, pinned = 0, pinned_allocs = 0;
   for (const auto& [id, s] : clients) {
     const auto& c = s->counters();
+    const bool running = s->phase() == ClientSession::Phase::Running;
+    const auto& sp = s->stream_placement();
     list.push_back({{"id", id},
                     {"pid", s->pid()},
                     {"command", s->command()},
                     {"mpi_rank", s->mpi_rank()},
+                    {"state", s->terminated() ? "terminated" : running ? "running" : "attaching"},
+                    {"home_device", running ? json(s->home_device()) : json(nullptr)},
+                    {"gpu_fraction", sp.share_bp == 0 ? 1.0 : sp.share_bp / 10000.0},
+                    {"gpu_placement", sp.placement == ipc::GpuPlacement::Disjoint ? "disjoint" : "shared"},
+                    {"priority", sp.priority_offset == 0 ? "below-normal" : "normal"},
+                    {"device_mem_limit_bytes", s->device_mem_limit(running ? s->home_device() : 0)},
+                    {"attached_s", std::chrono::duration<double>(Clock::now() - s->attached_at()).count()},
                     {"device_memory_bytes", load(c.device_memory_bytes)},
+                    {"device_memory_peak_bytes", load(c.device_memory_peak)},
+                    {"gpu_busy_s", nullptr},
                     {"allocations", load(c.allocations)},
                     {"streams", load(c.streams)},
                     {"events", load(c.events)},
@@ -65,13 +212,24 @@ std::string Server::Impl::stats_json() const {
   }
   const auto cache = modules->stats();
   const double uptime = std::chrono::duration<double>(Clock::now() - started_at).count();
+  json state = "running";
+  if (stopping) state = "stopping";
+  else if (drain_deadline)
+    state = fmt::format("draining ({:.0f} s left)",
+                        std::max(0.0, std::chrono::duration<double>(*drain_deadline - Clock::now()).count()));
+  else if (restart_device >= 0) state = fmt::format("restart due (device {})", restart_device);
   json j = {{"server",
              {{"pid", ::getpid()},
+              {"uid", ::geteuid()},
+              {"user", user_name(::geteuid())},
               {"backend", backend->name()},
               {"run_dir", options.run_dir.string()},
+              {"state", state},
               {"devices", devices},
               {"uptime_s", uptime},
-              {"clients", clients.size()}}},
+              {"started_unix", static_cast<int64_t>(std::time(nullptr) - static_cast<int64_t>(uptime))},
+              {"clients", clients.size()},
+              {"defaults", defaults_json()}}},
             {"clients", list},
             {"devices", health_list},
             {"modules",
@@ -90,12 +248,14 @@ std::string Server::Impl::stats_json() const {
               {"clients_attached", load(totals.clients_attached)},
               {"clients_detached", load(totals.clients_detached)},
               {"clients_died", load(totals.clients_died)},
+              {"clients_terminated", load(totals.clients_terminated)},
               {"bad_commands", load(totals.bad_commands)}}}};
   return j.dump();
 }
 
 void Server::Impl::on_control(Connection& c, const ipc::ControlRequest& req) {
   const std::string verb = req.verb;
+  const std::string arg = req.arg;
   std::string text;
   if (verb == "stats" || verb == "status" || verb == "clients") {
     text = stats_json();
@@ -104,11 +264,13 @@ void Server::Impl::on_control(Connection& c, const ipc::ControlRequest& req) {
     placement->replan(true);
     text = placement->to_json().dump();
   } else if (verb == "shutdown") {
-    spdlog::info("shutdown requested by pid {} (control connection)", c.peer.pid);
-    text = nlohmann::json{{"ok", true}, {"pid", ::getpid()}}.dump();
-    stopping = true;
+    text = shutdown_verb(c, arg).dump();
+  } else if (verb == "terminate") {
+    text = terminate_verb(c, arg).dump();
+  } else if (verb == "defaults") {
+    text = defaults_verb(c, arg).dump();
   } else {
-    text = nlohmann::json{{"error", "unknown verb '" + verb + "': use stats, plan or shutdown"}}.dump();
+    text = error("unknown verb '" + verb + "': use stats, status, clients, plan, terminate, defaults or shutdown").dump();
   }
   if (text.size() > ipc::kMaxControlReply)
     text = nlohmann::json{{"error", "the answer is larger than kMaxControlReply"}}.dump();

@@ -220,6 +220,12 @@ void Server::Impl::on_connection(int fd) {
 }
 
 void Server::Impl::on_hello(Connection& c, const ipc::HelloMsg& hello) {
+  if (c.peer.uid == 0 && c.peer.uid != ::geteuid() && hello.role == ipc::Role::Control) {
+    // An admin (funnelctl status --job): root may look at a user's server, never attach to it.
+    spdlog::info("control connection of pid {} of uid 0 (root) accepted", c.peer.pid);
+    c.phase = Connection::Phase::AwaitRequest;
+    return;
+  }
   if (c.peer.uid != ::geteuid()) {
     spdlog::warn("pid {} of uid {} tried to attach; only uid {} may", c.peer.pid, c.peer.uid, ::geteuid());
     if (hello.role == ipc::Role::Client)
@@ -248,8 +254,12 @@ void Server::Impl::on_hello(Connection& c, const ipc::HelloMsg& hello) {
     spdlog::warn("pid {}: refused: {}", c.peer.pid, bad);
     return;
   }
-  if (stopping) {
-    send_attach_reply(c.fd.get(), Status::DevicesUnavailable, "the funnel-server is shutting down");
+  if (stopping || drain_deadline) {
+    send_attach_reply(c.fd.get(), Status::DevicesUnavailable,
+                      stopping ? "the funnel-server is shutting down"
+                               : "the funnel-server is shutting down (funnelctl shutdown): it waits for its clients to "
+                                 "leave and takes no new ones");
+    if (drain_deadline) spdlog::warn("pid {}: refused, a graceful shutdown is under way", c.peer.pid);
     return;
   }
   if (restart_device >= 0) {
@@ -267,7 +277,7 @@ void Server::Impl::on_hello(Connection& c, const ipc::HelloMsg& hello) {
     spdlog::warn("pid {}: refused, {} clients attached (--max-clients)", c.peer.pid, clients.size());
     return;
   }
-  attach(c, hello);
+  attach(c, with_defaults(hello));
 }
 
 void Server::Impl::attach(Connection& c, const ipc::HelloMsg& hello) {
@@ -283,6 +293,7 @@ void Server::Impl::attach(Connection& c, const ipc::HelloMsg& hello) {
   spec.backend = backend.get();
   spec.totals = &totals;
   spec.pending_spin = options.pending_spin;
+  spec.gpu_replies = options.gpu_replies;
   spec.modules = modules.get();
   spec.health = &health;
   spec.partitions = partitions.get();

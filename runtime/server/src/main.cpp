@@ -179,6 +179,7 @@ int main(int argc, char** argv) {
   uint32_t device_connections = settings.device_connections;
   uint32_t spin_us = settings.server_spin_us;
   std::string affinity = settings.server_affinity ? "auto" : "off";
+  bool gpu_replies = settings.gpu_replies;
   int sim_devices = 1;
   uint64_t sim_memory_mb = 16 * 1024;
   std::string sim_launch_log = settings.sim_launch_log.string();
@@ -209,6 +210,9 @@ int main(int argc, char** argv) {
                  "auto: pin the server's threads near their GPUs and away from the ranks' cores; off: leave them "
                  "(FUNNEL_SERVER_AFFINITY)")
       ->check(CLI::IsMember({"auto", "off"}));
+  app.add_option("--gpu-replies", gpu_replies,
+                 "1: the GPU answers synchronous copies and stream synchronisations itself; 0: the server's "
+                 "worker does (FUNNEL_GPU_REPLIES)");
   app.add_option("--sim-devices", sim_devices, "devices of the sim backend")->check(CLI::Range(1, 16));
   app.add_option("--sim-memory-mb", sim_memory_mb, "memory per sim device, MiB");
   app.add_option("--sim-launch-log", sim_launch_log,
@@ -275,6 +279,7 @@ int main(int argc, char** argv) {
     opt.handle_signals = true;
     opt.inherited_listen_fd = listen_fd;
     opt.thread_affinity = affinity == "auto";
+    opt.gpu_replies = gpu_replies;
     funnel::server::Server server(std::move(opt), std::move(backend));
     try {
       server.start();

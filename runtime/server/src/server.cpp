@@ -94,7 +94,18 @@ RunOutcome Server::run() {
   epoll_event events[64];
   while (!m.stopping && !m.restart_due()) {
     int timeout = -1;
-    if (m.options.idle_exit && m.clients.empty()) {
+    if (m.drain_deadline) {
+      if (m.clients.empty()) {
+        spdlog::info("graceful shutdown: every client has left");
+        break;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*m.drain_deadline - Clock::now());
+      if (left.count() <= 0) {
+        spdlog::warn("graceful shutdown: {} client(s) still attached at the deadline; stopping them", m.clients.size());
+        break;
+      }
+      timeout = static_cast<int>(left.count()) + 1;
+    } else if (m.options.idle_exit && m.clients.empty()) {
       const auto left = *m.options.idle_exit - std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - m.idle_since);
       if (left.count() <= 0) {
         spdlog::info("no client for {} ms: exiting", m.options.idle_exit->count());
@@ -184,7 +195,11 @@ void Server::Impl::reap_finished() {
     unwatch(s.fd());
     s.join();
     const auto& c = s.counters();
-    if (s.detached()) {
+    if (s.terminated()) {
+      add(totals.clients_terminated, 1);
+      spdlog::info("client {} (pid {}) terminated: its resources are freed ({} commands, {} errors)", id, s.pid(),
+                   c.commands.load(), c.errors.load());
+    } else if (s.detached()) {
       add(totals.clients_detached, 1);
       spdlog::info("client {} detached: pid {} rank {} command '{}' ({} commands, {} errors)", id, s.pid(), s.mpi_rank(),
                    s.command(), c.commands.load(), c.errors.load());
@@ -254,7 +269,8 @@ void Server::Impl::shutdown_all() {
   unwatch(listen_fd.get());
   listen_fd.reset();
   ::unlink(socket_path(options.run_dir).c_str());
-  for (auto& [id, s] : clients) s->request_stop(true);
+  for (auto& [id, s] : clients)
+    if (!s->terminated()) s->request_stop(true);
   for (auto& [id, s] : clients) s->join();
   const size_t n = clients.size();
   for (auto& [id, s] : clients) unwatch(s->fd());

@@ -7,7 +7,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "client_session.hpp"
 #include "device_health.hpp"
@@ -55,6 +58,15 @@ struct Server::Impl {
   Clock::time_point idle_since = Clock::now();
   bool listening = false;
   bool stopping = false;
+  // A graceful shutdown (funnelctl shutdown): no new clients; the server stops once the
+  // attached ones have left, or at the deadline (then as --force does).
+  std::optional<Clock::time_point> drain_deadline;
+  // funnelctl defaults: applied to clients attaching later that did not set their own.
+  struct ClientDefaults {
+    uint32_t share_bp = 0;    // FUNNEL_GPU_FRACTION in 1/10000; 0: none
+    uint64_t mem_limit = 0;   // bytes on every device; 0: none
+    bool below_normal = false;  // FUNNEL_CLIENT_PRIORITY=below-normal
+  } defaults;
 
   // listener.cpp
   void prepare_run_dir();
@@ -71,6 +83,12 @@ struct Server::Impl {
   // control.cpp
   void on_control(Connection& c, const ipc::ControlRequest& req);
   std::string stats_json() const;
+  nlohmann::json shutdown_verb(const Connection& c, const std::string& arg);
+  nlohmann::json terminate_verb(const Connection& c, const std::string& arg);
+  nlohmann::json defaults_verb(const Connection& c, const std::string& arg);
+  nlohmann::json defaults_json() const;
+  // The hello with the defaults filled in where the client set nothing.
+  ipc::HelloMsg with_defaults(const ipc::HelloMsg& hello) const;
 
   // server.cpp
   void watch(int fd);

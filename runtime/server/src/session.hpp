@@ -35,10 +35,12 @@ class ModuleCache;
 struct ClientCounters {
   std::atomic<uint64_t> device_memory_bytes{0}, allocations{0}, streams{0}, events{0}, pinned_bytes{0},
       pinned_allocations{0}, commands{0}, bytes_h2d{0}, bytes_d2h{0}, errors{0}, launches{0};
+  std::atomic<uint64_t> device_memory_peak{0};  // the most device_memory_bytes ever held (funnelctl clients)
 };
 
 struct ServerTotals {
-  std::atomic<uint64_t> clients_attached{0}, clients_detached{0}, clients_died{0}, bad_commands{0};
+  std::atomic<uint64_t> clients_attached{0}, clients_detached{0}, clients_died{0}, clients_terminated{0},
+      bad_commands{0};
 };
 
 inline void add(std::atomic<uint64_t>& c, uint64_t v) noexcept { c.fetch_add(v, std::memory_order_relaxed); }
@@ -47,6 +49,10 @@ inline void sub(std::atomic<uint64_t>& c, uint64_t v) noexcept { c.fetch_sub(v, 
 // so a load and a store keep them exact without a locked read-modify-write per command.
 inline void bump(std::atomic<uint64_t>& c, uint64_t v) noexcept {
   c.store(c.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
+}
+// A high-water mark with one writer (the session's worker).
+inline void raise_peak(std::atomic<uint64_t>& peak, uint64_t v) noexcept {
+  if (v > peak.load(std::memory_order_relaxed)) peak.store(v, std::memory_order_relaxed);
 }
 
 struct SessionShared {
@@ -58,6 +64,7 @@ struct SessionShared {
   Backend* backend = nullptr;
   ServerTotals* totals = nullptr;
   std::chrono::microseconds pending_spin = kDefaultPendingSpin;  // ServerOptions::pending_spin
+  bool gpu_replies = true;                                        // ServerOptions::gpu_replies
   ModuleCache* modules = nullptr;  // the server's, shared by every session
   DeviceHealth* health = nullptr;  // the server's
   // Per device: the fault generation (DeviceHealth::State::generation) whose resources
@@ -85,6 +92,9 @@ struct Pending {
   uint64_t seq = 0;
   std::array<uint64_t, 5> values{};
   bool answered = false;
+  // The GPU answers the client itself (ChannelHeader::reply_words_offset): on success the
+  // worker only wakes a client thread that went to sleep; on failure it replies as usual.
+  bool gpu_reply = false;
   // A device fault took some of the events: the entry completes with this status.
   Status forced = Status::Success;
   // Runs once every event completed (with the first error among them); returns the reply status.
@@ -154,6 +164,7 @@ class Worker {
   void fail(const ipc::CommandHeader& h, Status st);
   void reply(uint32_t slot, uint64_t seq, Status st, const std::array<uint64_t, 5>& values = {});
   void answer(const ipc::CommandHeader& h, const std::array<uint64_t, 5>& values = {});
+  void wake_sleeping_client();
   // Answers every completed pending entry; true if any completed.
   bool poll_pending();
   void drop_for_protocol_error(const char* why);
@@ -231,7 +242,10 @@ class Worker {
   // Runs `done` (and answers h's reply slot) once all of this client's work so far on
   // `device` (-1: every device) completed; at once when its streams are idle.
   void when_drained(int device, uint32_t slot, uint64_t seq, std::function<Status(Status)> done);
-  void when_complete(StreamEntry& s, uint32_t slot, uint64_t seq, std::function<Status(Status)> done);
+  // gpu_reply: `done` only keeps the books (nothing the client needs before it goes on), so
+  // the stream itself may answer the client (Pending::gpu_reply) where the backend can.
+  void when_complete(StreamEntry& s, uint32_t slot, uint64_t seq, std::function<Status(Status)> done,
+                     bool gpu_reply = false);
   void release_staging(const ipc::CopyCmd& c);
   void free_allocation(uint64_t address, const DeviceAllocation& a);
   // Every change of allocations_ goes through these: they keep device_used_ (what counts
@@ -262,6 +276,9 @@ class Worker {
   std::vector<HostFuncWait> host_funcs_;
   uint64_t next_pinned_id_ = 1;
   std::vector<Pending> pending_;
+  // Pending entries a client waits on that only this worker can answer (not gpu_reply),
+  // counted by poll_pending: while there are none the worker need not spin.
+  size_t urgent_pending_ = 0;
   std::vector<std::byte> record_;
   // Device faults (device_fault.cpp).
   uint64_t seen_epoch_ = 0;

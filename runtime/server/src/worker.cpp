@@ -113,7 +113,10 @@ void Worker::serve() {
         break;
     }
     const auto idle = Clock::now() - idle_since;
-    if (idle < (pending_.empty() ? std::chrono::nanoseconds(kSpin) : std::chrono::nanoseconds(shared_.pending_spin))) {
+    // Work the GPU answers itself (gpu_reply) needs this thread only to wake a client that
+    // went to sleep: it is polled every kPendingSleep, not spun on.
+    const bool urgent = !pending_.empty() && urgent_pending_ != 0;
+    if (idle < (urgent ? std::chrono::nanoseconds(shared_.pending_spin) : std::chrono::nanoseconds(kSpin))) {
       // Past the first microseconds, poll with sched_yield: when the node's cores are all
       // busy (16 ranks on 16 cores, each with a worker here), a pause loop would hold a
       // core for the whole pending spin that the ranks need.
@@ -261,12 +264,17 @@ void Worker::reply(uint32_t slot, uint64_t seq, Status st, const std::array<uint
   r.status = static_cast<int32_t>(st);
   for (size_t i = 0; i < values.size(); ++i) r.value[i] = values[i];
   r.seq.store(seq, std::memory_order_seq_cst);
+  wake_sleeping_client();
+}
+
+void Worker::wake_sleeping_client() {
   auto& c = view_.completion();
   // Only a client thread that went to sleep needs the epoch bumped and a futex wake (a
   // system call, a third of an empty cudaStreamSynchronize's round trip on the H100
-  // machine); a spinning one watches r.seq.  Dekker pairing (seq_cst): we store r.seq,
-  // then load client_waiting; the client increments client_waiting, then checks r.seq
-  // before it sleeps on the epoch.  One of us sees the other.
+  // machine); a spinning one watches r.seq (or its reply word).  Dekker pairing (seq_cst):
+  // we store r.seq (or saw the GPU's word), then load client_waiting; the client increments
+  // client_waiting, then checks r.seq and the word before it sleeps on the epoch.  One of us
+  // sees the other.
   if (c.client_waiting.load(std::memory_order_seq_cst) != 0) {
     c.reply_epoch.fetch_add(1, std::memory_order_seq_cst);
     ipc::futex_wake_all(c.reply_epoch);
@@ -283,6 +291,7 @@ bool Worker::poll_pending() {
   bool progressed = false;
   int fault_device = -1;  // reported after the loop: releasing a device edits pending_
   Status fault = Status::Success;
+  urgent_pending_ = 0;
   for (size_t i = 0; i < pending_.size();) {
     Pending& p = pending_[i];
     Status first = p.forced;
@@ -300,11 +309,20 @@ bool Worker::poll_pending() {
       if (s != Status::Success && first == Status::Success) first = s;
     }
     if (!ready) {
+      if (!p.gpu_reply) ++urgent_pending_;
       ++i;
       continue;
     }
     const Status st = p.done ? p.done(first) : first;
-    if (!p.answered && p.slot != ipc::kNoReply) {
+    if (p.gpu_reply && st == Status::Success) {
+      wake_sleeping_client();
+    } else if (p.gpu_reply && view_.reply_word(p.slot).load(std::memory_order_acquire) == static_cast<uint32_t>(p.seq)) {
+      // The GPU answered before a later fault made the event report it: the client may have
+      // reused the slot since, so it gets the fault at its next call instead.
+      ipc::CommandHeader h{};
+      h.reply_slot = ipc::kNoReply;
+      fail(h, st);
+    } else if (!p.answered && p.slot != ipc::kNoReply) {
       reply(p.slot, p.seq, st, p.values);
     } else if (st != Status::Success && p.slot == ipc::kNoReply) {
       ipc::CommandHeader h{};

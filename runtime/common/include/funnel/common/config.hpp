@@ -74,6 +74,9 @@ struct Settings {
   // FUNNEL_PRINT_PLAN=1: the placement plan is printed to stderr once the process attached
   // (under the MPI hooks: by node rank 0, once every rank of the node attached).
   bool print_plan = false;
+  // FUNNEL_GPU_REPLIES: the GPU answers a waiting client itself (a stream memory write)
+  // where the server's worker would otherwise have to notice the completion.
+  bool gpu_replies = true;
 
   // Where each value came from ("default", "environment"), by variable name, in table order.
   std::vector<std::pair<std::string, std::string>> sources;

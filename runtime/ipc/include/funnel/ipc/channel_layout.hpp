@@ -2,7 +2,8 @@
 // the server (which creates it and alone lays it out) and by one client.
 //
 //   [ChannelHeader][RingControl][Completion][ReplySlot x N][staging state x S]
-//   [DeviceRecord x D][command ring bytes][staging slot 0 .. S-1]
+//   [DeviceRecord x D][command ring bytes][event state x E][reply word x N]
+//   [staging slot 0 .. S-1]
 //
 // Everything in here is plain data: fixed-size, trivially copyable, offsets instead
 // of pointers, and only atomics that are always lock-free.  No lock lives in the
@@ -18,7 +19,7 @@
 namespace funnel::ipc {
 
 inline constexpr uint64_t kChannelMagic = 0x31434e4c4e4e5546ull;  // "FUNNLNC1"
-inline constexpr uint32_t kProtocolVersion = 6;
+inline constexpr uint32_t kProtocolVersion = 7;
 inline constexpr uint32_t kRecordAlign = 64;  // ring records are multiples of this
 inline constexpr uint32_t kMaxReplySlots = 256;
 inline constexpr uint32_t kMaxEventSlots = 65536;
@@ -58,6 +59,12 @@ struct ChannelHeader {
   uint64_t event_states_offset;
   uint32_t event_slots;
   uint32_t reserved;
+  // Reply words (std::atomic<uint32_t>[reply_slots], between the event states and the
+  // staging area, inside the same registration): for a synchronous copy or stream
+  // synchronisation the GPU itself stores the low 32 bits of the command's seq in its reply
+  // slot's word once the stream got there, so that the waiting client needs no server thread
+  // to see it done (ReplySlot::status is Success then; protocol 7).
+  uint64_t reply_words_offset;
 };
 static_assert(std::is_trivially_copyable_v<ChannelHeader>);
 
@@ -85,7 +92,8 @@ struct alignas(64) Completion {
   uint32_t reserved;
 };
 
-enum class ServerState : uint32_t { Running = 0, ShuttingDown = 1 };
+// Terminated: funnelctl terminate stopped this client alone (the server runs on).
+enum class ServerState : uint32_t { Running = 0, ShuttingDown = 1, Terminated = 2 };
 
 struct alignas(64) ReplySlot {
   std::atomic<uint64_t> seq;  // the command's seq, stored (release) once status/value are final
@@ -93,6 +101,15 @@ struct alignas(64) ReplySlot {
   uint32_t reserved;
   uint64_t value[5];
 };
+
+// Whether the reply to command `seq` is in: the server stored the slot's seq, or the GPU
+// stored seq's low half in the slot's reply word (ChannelHeader::reply_words_offset; the
+// client cleared it when it took the slot, and a low half of 0 is never GPU-answered).
+// seq_cst: the Dekker pairing with client_waiting (doc/design/channel.md, Replies).
+inline bool reply_arrived(const ReplySlot& slot, const std::atomic<uint32_t>& word, uint64_t seq) noexcept {
+  const auto low = static_cast<uint32_t>(seq);
+  return slot.seq.load(std::memory_order_seq_cst) == seq || (low != 0 && word.load(std::memory_order_seq_cst) == low);
+}
 
 enum class StagingState : uint32_t {
   Free = 0,      // the client may fill it (H2D) or hand it to the server (D2H)
@@ -139,6 +156,9 @@ class ChannelView {
   RingControl& control() const noexcept { return *at<RingControl>(h_.control_offset); }
   Completion& completion() const noexcept { return *at<Completion>(h_.completion_offset); }
   ReplySlot& reply(uint32_t i) const noexcept { return at<ReplySlot>(h_.replies_offset)[i]; }
+  std::atomic<uint32_t>& reply_word(uint32_t i) const noexcept {
+    return at<std::atomic<uint32_t>>(h_.reply_words_offset)[i];
+  }
   // One cache line per staging slot's state word (kStagingStateStride bytes apart).
   std::atomic<uint32_t>& staging_state(uint32_t i) const noexcept {
     return *at<std::atomic<uint32_t>>(h_.staging_state_offset + uint64_t{i} * kStagingStateStride);

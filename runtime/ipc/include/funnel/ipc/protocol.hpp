@@ -69,8 +69,10 @@ struct MappedMsg {
 };
 
 struct ControlRequest {
-  char verb[32];   // "status", "clients", "stats", "shutdown"
-  char arg[224];
+  char verb[32];   // stats, status, clients, plan, terminate, defaults, shutdown
+  char arg[224];   // "key=value ..." (NUL-terminated): terminate client=ID | pid=PID;
+                   // shutdown [force] [timeout_s=S]; defaults [fraction_bp=N] [mem_limit=B]
+                   // [priority=normal|below-normal] (doc/funnelctl.md)
 };
 
 static_assert(std::is_trivially_copyable_v<HelloMsg>);

@@ -30,6 +30,9 @@ struct ServerOptions {
   // How long a client's worker keeps polling its pending GPU work (with sched_yield past
   // the first 20 us) before it polls every 50 us instead (FUNNEL_SERVER_SPIN_US).
   std::chrono::microseconds pending_spin = kDefaultPendingSpin;
+  // The GPU answers synchronous copies and stream synchronisations itself, by a stream
+  // memory write into the client's reply word (FUNNEL_GPU_REPLIES).
+  bool gpu_replies = true;
   bool handle_signals = false;  // SIGTERM/SIGINT through a signalfd (the caller blocked them)
   // A listening socket bound to the run directory's socket, inherited from the server that
   // re-executed itself after a GPU fault (funnel-server --listen-fd); start() checks it and

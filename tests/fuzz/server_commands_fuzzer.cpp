@@ -11,7 +11,11 @@
 //  - the server hangs up on this client only after a record that broke the ring protocol
 //    (a size of the input's own, or a Pad), and then with the sticky IllegalState;
 // and ASan, UBSan and LeakSanitizer watch the server code itself.
+#include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <chrono>
 #include <cstdint>
@@ -22,6 +26,7 @@
 #include <iterator>
 #include <memory>
 #include <span>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -333,14 +338,27 @@ void run_input(const uint8_t* data, size_t size) {
   s.detach();
 }
 
+// A fuzzer that crashed (the point of it) never ran stop_server: remove the directories of
+// those whose process is gone (named /dev/shm/funnel-fuzz-<pid>-XXXXXX).
+void remove_stale_dirs() {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("funnel-fuzz-", 0) != 0) continue;
+    const long pid = std::strtol(name.c_str() + std::strlen("funnel-fuzz-"), nullptr, 10);
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) std::filesystem::remove_all(e.path(), ec);
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   verbose = std::getenv("FUNNEL_FUZZ_VERBOSE") != nullptr;
   spdlog::set_level(verbose ? spdlog::level::debug : spdlog::level::off);
   env = new Env;
-  char tmpl[] = "/dev/shm/funnel-fuzz-XXXXXX";
-  if (::mkdtemp(tmpl) == nullptr) broken("mkdtemp in /dev/shm failed");
+  remove_stale_dirs();
+  std::string tmpl = "/dev/shm/funnel-fuzz-" + std::to_string(::getpid()) + "-XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr) broken("mkdtemp in /dev/shm failed");
   env->dir = tmpl;
   env->run_dir = env->dir / "run";
   server::ServerOptions o;

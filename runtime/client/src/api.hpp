@@ -35,6 +35,7 @@ static_assert(int(Status::NotPermitted) == cudaErrorNotPermitted);
 static_assert(int(Status::NotSupported) == cudaErrorNotSupported);
 static_assert(int(Status::MpsMaxClientsReached) == cudaErrorMpsMaxClientsReached);
 static_assert(int(Status::Timeout) == cudaErrorTimeout);
+static_assert(int(Status::InvalidClusterSize) == cudaErrorInvalidClusterSize);
 static_assert(int(Status::Unknown) == cudaErrorUnknown);
 static_assert(int(Status::InvalidConfiguration) == cudaErrorInvalidConfiguration);
 static_assert(int(Status::InvalidDeviceFunction) == cudaErrorInvalidDeviceFunction);

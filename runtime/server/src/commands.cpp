@@ -234,7 +234,10 @@ Status Worker::mem_free(const ipc::CommandHeader& h, const ipc::AddressCmd& c, b
   // Removed now so that later commands cannot use it; freed once earlier work is done.
   forget_allocation(it);
   const uint64_t address = c.address;
-  when_drained(a.device, h.reply_slot, h.seq, [this, address, a](Status) {
+  // Every device's streams, not only a.device's: a copy or memset on another device's stream
+  // may use this memory (peer access), and freeing it under that work would hand memory that
+  // a DMA still uses to the next allocation (found by tests/fuzz).
+  when_drained(-1, h.reply_slot, h.seq, [this, address, a](Status) {
     free_allocation(address, a);
     return Status::Success;
   });
@@ -560,8 +563,9 @@ Status Worker::device_reset(const ipc::CommandHeader& h) {
       ++it;
     }
   }
-  // Collected before the streams are dropped, so the drain covers their work too.
-  when_drained(h.device, h.reply_slot, h.seq, [this, gone](Status) {
+  // Collected before the streams are dropped, so the drain covers their work too; every
+  // device's, as for MemFree: another device's stream may use this device's memory.
+  when_drained(-1, h.reply_slot, h.seq, [this, gone](Status) {
     for (const auto& [addr, a] : gone) free_allocation(addr, a);
     return Status::Success;
   });

@@ -96,6 +96,7 @@ Status to_status(CUresult r) noexcept {
     case CUDA_ERROR_NOT_PERMITTED: return Status::NotPermitted;
     case CUDA_ERROR_NOT_SUPPORTED: return Status::NotSupported;
     case CUDA_ERROR_TIMEOUT: return Status::Timeout;
+    case CUDA_ERROR_INVALID_CLUSTER_SIZE: return Status::InvalidClusterSize;
     default: return Status::Unknown;
   }
 }

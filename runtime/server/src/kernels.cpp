@@ -206,6 +206,16 @@ Status Worker::kernel_params(const ipc::CommandHeader& h, const ipc::KernelParam
 }
 
 namespace {
+// A cluster dimension past this is invalid on every GPU (16 is the non-portable maximum of a
+// whole cluster); checked before a backend multiplies the dimensions.
+constexpr uint32_t kMaxClusterDim = 16;
+
+bool cluster_shape_ok(const ipc::LaunchCmd& c) noexcept {
+  for (uint32_t d : c.cluster)
+    if (d > kMaxClusterDim) return false;
+  return true;
+}
+
 LaunchDesc launch_desc(const ipc::LaunchCmd& c) noexcept {
   LaunchDesc d{};
   std::memcpy(d.grid, c.grid, sizeof d.grid);
@@ -225,8 +235,9 @@ Status Worker::launch(const ipc::CommandHeader& h, const ipc::LaunchCmd& c, cons
   if ((c.flags & ~ipc::kLaunchCooperative) != 0) return Status::InvalidValue;
   for (int i = 0; i < 3; ++i)
     if (c.grid[i] == 0 || c.block[i] == 0) return Status::InvalidConfiguration;
+  if (!cluster_shape_ok(c)) return Status::InvalidClusterSize;
   LaunchDesc d = launch_desc(c);
-  if (d.priority != 0) d.priority += shared_.placement.priority_offset;
+  if (d.priority != 0) d.priority = shared_.placement.shifted(d.priority);
   Status st;
   StreamEntry* s = find_stream(h, st);
   if (s == nullptr) return st;
@@ -323,6 +334,7 @@ Status Worker::max_active_clusters(const ipc::CommandHeader& h, const ipc::Launc
   if (c.param_bytes != 0 || c.flags != 0) return Status::InvalidValue;
   for (int i = 0; i < 3; ++i)
     if (c.grid[i] == 0 || c.block[i] == 0) return Status::InvalidValue;
+  if (!cluster_shape_ok(c)) return Status::InvalidClusterSize;
   int clusters = 0;
   if (Status st = backend_.max_active_clusters(*k->kernel, h.device, launch_desc(c), clusters); st != Status::Success)
     return st;

@@ -24,7 +24,7 @@ Status StreamTable::make_stream(int device, int priority, std::unique_ptr<Backen
       return Status::Unknown;
     }
   }
-  return backend_.create_stream(device, priority + placement_.priority_offset, part, out);
+  return backend_.create_stream(device, placement_.shifted(priority), part, out);
 }
 
 Status StreamTable::create(uint64_t id, int device, uint32_t flags, int priority) {

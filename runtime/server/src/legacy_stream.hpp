@@ -6,6 +6,7 @@
 //   - before work on a blocking stream, it waits for the legacy stream's work so far.
 // Events are recorded only when someone has to wait, not after every command.
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <map>
@@ -43,6 +44,10 @@ struct StreamPlacement {
   ipc::GpuPlacement placement = ipc::GpuPlacement::Shared;
   std::array<std::shared_ptr<BackendPartition>, ipc::kMaxDevices> partition;
   int priority_offset = 0;
+  // A client's stream or launch priority shifted by priority_offset, without overflow: the
+  // value is clamped to a range far wider than any device's first (the backend clamps it to
+  // the device's range as CUDA does).
+  int shifted(int priority) const noexcept { return std::clamp(priority, -1024, 1024) + priority_offset; }
 };
 
 class StreamTable {

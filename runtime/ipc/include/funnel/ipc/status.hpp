@@ -42,6 +42,7 @@ enum class Status : int32_t {
   NotSupported = 801,
   MpsMaxClientsReached = 808,
   Timeout = 909,
+  InvalidClusterSize = 912,
   Unknown = 999,
 };
 

@@ -4,6 +4,7 @@
 #   many         eight programs at once; exactly one server starts
 #   kill-client  a client SIGKILLed mid-copy: stats return to baseline, others finish
 #   kill-server  the server SIGKILLed while a client copies: the client's call fails within 1 s
+#   stop-server  the server SIGSTOPped while a client copies: its call fails within 1 s, saying so
 #   static       a static-cudart program is refused with the fix
 #   bad-backend  FUNNEL_BACKEND=bogus is a clear error
 set -u
@@ -61,6 +62,25 @@ kill-server)
   grep -q "next call: cudaErrorDevicesUnavailable" "$dir/c.out" || fail "later call did not fail"
   grep -q "$FUNNEL_RUN_DIR" "$dir/c.err" || fail "no message naming the run directory"
   [ "$ms" -lt 1500 ] || fail "client noticed after $ms ms" ;;
+stop-server)
+  timeout 20 "$bin/funnel-run" "$progs/survive" > "$dir/c.out" 2> "$dir/c.err" &
+  client=$!
+  for _ in $(seq 100); do grep -q ready "$dir/c.out" 2>/dev/null && break; sleep 0.1; done
+  sleep 0.3
+  pid=$(server_pids | head -1)
+  [ -n "$pid" ] || fail "no server"
+  t0=$(date +%s%N)
+  kill -STOP "$pid"
+  wait $client
+  rc=$?
+  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  kill -CONT "$pid"
+  [ "$rc" -eq 0 ] || fail "client rc=$rc"
+  grep -q "error: cudaErrorDevicesUnavailable" "$dir/c.out" || fail "client output: $(cat "$dir/c.out")"
+  grep -q "next call: cudaErrorDevicesUnavailable" "$dir/c.out" || fail "later call did not fail"
+  grep -q "funnel-server of run directory $FUNNEL_RUN_DIR (pid $pid) is stopped" "$dir/c.err" || fail "no message that the server is stopped"
+  [ "$ms" -lt 1500 ] || fail "client noticed after $ms ms"
+  echo "the client's call failed $ms ms after the server was stopped" ;;
 static)
   "$bin/funnel-run" "$progs/memory_static" > "$dir/s.out" 2> "$dir/s.err"
   rc=$?

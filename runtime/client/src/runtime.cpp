@@ -213,15 +213,43 @@ Status Runtime::attach_locked() noexcept {
   }
 }
 
+namespace {
+
+// Whether `pid` is stopped (SIGSTOP, SIGTSTP, a debugger): state T or t in /proc/<pid>/stat.
+bool process_stopped(pid_t pid) noexcept {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  std::FILE* f = std::fopen(path, "re");
+  if (f == nullptr) return false;
+  char buf[512];
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  const char* paren = std::strrchr(buf, ')');  // the command name may contain anything
+  return paren != nullptr && paren[1] == ' ' && (paren[2] == 'T' || paren[2] == 't');
+}
+
+}  // namespace
+
 void Runtime::start_watcher() noexcept {
   // Polls the connection: its hang-up is the server's death notice.  Waiters also
   // check the socket themselves between futex slices; this thread makes sure that
-  // even a process that never waits learns it (and prints it once).
+  // even a process that never waits learns it (and prints it once).  A server that is
+  // stopped (SIGSTOP) keeps its socket open but answers nothing: stopped at three checks in
+  // a row (0.4-0.6 s) counts as gone, so that no call waits for it forever.
   const int fd = sock_.get();
-  std::thread([this, fd] {
+  const pid_t server = view_.header().server_pid;
+  std::thread([this, fd, server] {
+    int stopped = 0;
     for (;;) {
       if (dead_.load()) return;
       if (ipc::peer_hung_up(fd, std::chrono::milliseconds(200)) || view_.completion().server_state.load() != 0) {
+        mark_dead();
+        return;
+      }
+      stopped = server > 0 && process_stopped(server) ? stopped + 1 : 0;
+      if (stopped >= 3) {
+        server_stopped_.store(true);
         mark_dead();
         return;
       }
@@ -238,6 +266,11 @@ void Runtime::mark_dead() noexcept {
                             "{}): its outstanding GPU work was dropped; CUDA calls now fail with "
                             "cudaErrorDevicesUnavailable",
                             dir));
+    else if (server_stopped_.load())
+      log_error(fmt::format("funnel: the funnel-server of run directory {} (pid {}) is stopped (SIGSTOP?) and answers "
+                            "nothing; CUDA calls now fail with cudaErrorDevicesUnavailable (kill -CONT it for the "
+                            "next process)",
+                            dir, view_.header().server_pid));
     else
       log_error(fmt::format("funnel: the funnel-server of run directory {} (FUNNEL_RUN_DIR) is gone; CUDA calls now fail with "
                     "cudaErrorDevicesUnavailable",

@@ -191,6 +191,7 @@ class Runtime {
   bool one_device_ = false;  // FUNNEL_GPU_MAP / FUNNEL_RANKS_PER_GPU chose device_base_
   std::atomic<bool> dead_{false};
   std::atomic<bool> dead_reported_{false};
+  std::atomic<bool> server_stopped_{false};  // the watcher found the server stopped (SIGSTOP)
 
   std::mutex ring_mu_;
   ipc::RingWriter writer_;

@@ -96,7 +96,9 @@ void ClientSession::create_channel(const ChannelSpec& spec) {
   if (st != Status::Success) {
     ::unlink(path.c_str());
     throw std::runtime_error(fmt::format(
-        "cannot register the event states and staging area with the driver (status {})", static_cast<int>(st)));
+        "cannot register the event states and staging area with the driver (status {}); the driver pins only "
+        "shared memory: put the run directory on a tmpfs (FUNNEL_RUN_DIR=/dev/shm/...; it is {})",
+        static_cast<int>(st), spec.run_dir.string()));
   }
   registered_ = true;
 }

@@ -163,7 +163,7 @@ funnel_stop_job() {
     local ctl
     ctl=$(funnel_prefix)/bin/funnelctl
     if [ -S "$run_dir/server.sock" ] && [ -x "$ctl" ]; then
-      if funnel_as_user -- timeout "$cfg_stop_timeout" "$ctl" --run-dir "$run_dir" shutdown >/dev/null 2>&1; then
+      if funnel_as_user -- timeout "$cfg_stop_timeout" "$ctl" --run-dir "$run_dir" shutdown --force >/dev/null 2>&1; then
         done_what+=("funnelctl shutdown")
       fi
     fi

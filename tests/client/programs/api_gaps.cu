@@ -219,6 +219,10 @@ void volumes() {
   CHECK(cudaMalloc3D(&q, make_cudaExtent(W, H + 3, D)));
   Volume qmodel(W, H + 3, D);
   CHECK(cudaMemset3D(q, 0, make_cudaExtent(W, H + 3, D)));
+  // cudaMemset3D on device memory may return before it is done, and under
+  // --default-stream per-thread stream s below is not ordered after it (seen on the sim:
+  // the memset ran after the copy, api_gaps_ptds under load).
+  CHECK(cudaDeviceSynchronize());
   cudaStream_t s;
   CHECK(cudaStreamCreate(&s));
   const cudaExtent dd = make_cudaExtent(100, 6, 4);

@@ -9,6 +9,7 @@
 # 4b. tests/gpu/compat.sh: the compatibility programs (tests/programs/compat), the same way
 # 4c. tests/gpu/mpi.sh: memory limit, the linked MPI app under mpirun, GPU fraction (issue 4)
 # 4d. tests/gpu/placement.sh: the server's threads on the planned cores, away from bound ranks
+# 4e. tests/gpu/many.sh: 128 clients attached at once, each runs a kernel; client 129 refused
 # 5. (not with --quick) bench/membench.sh: membench natively and through funnel, ratio table
 # Logs: "${OUT:-$PWD/gpu-out}"/<step>/<file>.  Summary table last; exit 1 if anything failed.
 # Environment: JOBS (build parallelism), TIMEOUT (seconds per program run, default 120),
@@ -275,6 +276,8 @@ step_script() {
 step_script mpi mpi.sh "MPI and per-rank configuration"
 # ---- 4d. issue 5: the server's threads on their planned cores, away from bound ranks ------
 step_script placement placement.sh "placement"
+# ---- 4e. issue 6: 128 clients of one GPU at once, and a clear refusal past --max-clients ---
+step_script many many.sh "128 clients on one GPU"
 
 # ---- 5. benchmark ---------------------------------------------------------------------
 if [[ $QUICK == 1 ]]; then

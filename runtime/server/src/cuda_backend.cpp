@@ -933,8 +933,11 @@ class CudaBackend final : public Backend {
   Status wait_value(BackendStream& bs, std::atomic<uint32_t>& word, uint32_t value) override {
     CudaStream* s = nullptr;
     if (Status st = host_word_op(bs, s); !ok(st)) return st;
+    // GEQ ((int32_t)(*word - value) >= 0), not EQ: a slot's generations only grow, and when
+    // the server releases several waits of a gone client at once (release_host_funcs) the
+    // word jumps past all but the last of them.
     return FUNNEL_CU(s_->drv, cuStreamWaitValue32, s->handle(), reinterpret_cast<CUdeviceptr>(&word), value,
-                     CU_STREAM_WAIT_VALUE_EQ);
+                     CU_STREAM_WAIT_VALUE_GEQ);
   }
 
   // The prologue of a stream memory operation on a word of registered host memory: the

@@ -4,6 +4,7 @@
 // process where the backend can, else a restart once every client has left.
 #include "funnel/server/server.hpp"
 
+#include <malloc.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -170,7 +171,12 @@ void Server::Impl::drop_client(uint32_t id) {
     placement->remove_client(id);
     if (!stopping) place_threads();
   }
-  if (clients.empty()) idle_since = Clock::now();
+  if (clients.empty()) {
+    idle_since = Clock::now();
+    // The last client left: give the freed heap back to the system (the workers' malloc
+    // arenas keep it otherwise), so that an idle server's resident memory is its own.
+    ::malloc_trim(0);
+  }
   if (restart_device >= 0 && !clients.empty())
     spdlog::info("the restart to recover device {} waits for {} more client(s) to leave", restart_device,
                  clients.size());

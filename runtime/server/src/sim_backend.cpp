@@ -752,7 +752,8 @@ class SimBackend final : public Backend {
     if (Status f = usable(s.device()); f != Status::Success) return f;
     SimStream* st = &stream(s);
     st->enqueue([this, st, &word, value] {
-      while (word.load(std::memory_order_acquire) != value && !dying_.load() && !st->closing())
+      // As CU_STREAM_WAIT_VALUE_GEQ (cuda_backend.cpp says why not EQ).
+      while (static_cast<int32_t>(word.load(std::memory_order_acquire) - value) < 0 && !dying_.load() && !st->closing())
         std::this_thread::sleep_for(kWaitValuePoll);
     });
     return Status::Success;

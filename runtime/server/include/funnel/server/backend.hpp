@@ -179,8 +179,9 @@ class Backend {
                                         uint64_t& bytes) = 0;
   // cudaOccupancyMaxActiveClusters for a launch configuration with cluster dimensions.
   virtual Status max_active_clusters(BackendKernel& k, int device, const LaunchDesc& d, int& clusters) = 0;
-  // The stream waits (without holding the worker) until `word` equals `value` —
-  // stored by a client after a host function ran (cuStreamWaitValue32).
+  // The stream waits (without holding the worker) until `word` reaches `value` (wrapping
+  // compare: (int32_t)(word - value) >= 0) — stored by a client after a host function ran
+  // (cuStreamWaitValue32 with CU_STREAM_WAIT_VALUE_GEQ).
   virtual Status wait_value(BackendStream& s, std::atomic<uint32_t>& word, uint32_t value) = 0;
 
   virtual Status set_limit(int device, Limit limit, uint64_t value) = 0;

@@ -11,8 +11,11 @@
 # death for every attach.
 set -u
 bin=$1 progs=$2 kills=${3:-100}
-dir=$(mktemp -d /tmp/funnel-storm.XXXXXX)
-export FUNNEL_RUN_DIR=$dir/run FUNNEL_BACKEND=sim FUNNEL_LOG_DIR=$dir/log
+# STORM_TMP: where the run directory goes (the cuda backend needs a tmpfs, e.g. /dev/shm).
+dir=$(mktemp -d "${STORM_TMP:-/tmp}/funnel-storm.XXXXXX")
+# STORM_BACKEND=cuda runs the same storm on a GPU (PROGRAMS_DIR then holds the programs built
+# with nvcc and their .expected files).
+export FUNNEL_RUN_DIR=$dir/run FUNNEL_BACKEND=${STORM_BACKEND:-sim} FUNNEL_LOG_DIR=$dir/log
 steady_progs=(memory streams threads hostfunc)
 victim_progs=(survive memory kernels threads streams hostfunc symbols)
 cleanup() {

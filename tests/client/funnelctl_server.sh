@@ -163,7 +163,7 @@ shutdown)
   start_server
   start=$(date +%s%N)
   "$ctl" shutdown >"$dir/s.out" 2>&1 || fail "shutdown of an idle server exited $?"
-  [ $((($(date +%s%N) - start) / 1000000)) -lt 2000 ] || fail "shutdown without clients was not immediate"
+  [ $((($(date +%s%N) - start) / 1000000)) -lt 10000 ] || fail "shutdown without clients was not immediate (it waits for no client: far below the 60 s drain)"
   "$ctl" shutdown >"$dir/s.out" 2>&1
   [ $? -eq 1 ] || fail "shutdown without a server: not exit 1"
   grep -q "no funnel-server answers in $FUNNEL_RUN_DIR" "$dir/s.out" || fail "shutdown without a server: message"

@@ -18,6 +18,18 @@ fail() { echo "FAIL: $*"; for f in "$dir"/*.err; do [ -s "$f" ] && { echo "--- $
 server_pids() { pgrep -f "funnel-server --run-dir $FUNNEL_RUN_DIR " ; }
 stat_clients() { timeout 5 "$bin/funnelctl" stats --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["server"]["clients"], j["totals"]["allocations"], j["totals"]["pinned_allocations"])'; }
 
+# survivor_copying: tests/programs/survive copies in a loop through funnel ($client); sets
+# $pid to the server's pid and $t0 to now (ns), just before the server is signalled.
+survivor_copying() {
+  timeout 20 "$bin/funnel-run" "$progs/survive" > "$dir/c.out" 2> "$dir/c.err" &
+  client=$!
+  for _ in $(seq 100); do grep -q ready "$dir/c.out" 2>/dev/null && break; sleep 0.1; done
+  sleep 0.3
+  pid=$(server_pids | head -1)
+  [ -n "$pid" ] || fail "no server"
+  t0=$(date +%s%N)
+}
+
 case $scenario in
 many)
   for i in 1 2 3 4 5 6 7 8; do
@@ -48,13 +60,7 @@ kill-client)
   now=$(stat_clients)
   [ "$now" = "$base" ] || fail "stats did not return to baseline: '$base' -> '$now'" ;;
 kill-server)
-  timeout 20 "$bin/funnel-run" "$progs/survive" > "$dir/c.out" 2> "$dir/c.err" &
-  client=$!
-  for _ in $(seq 100); do grep -q ready "$dir/c.out" 2>/dev/null && break; sleep 0.1; done
-  sleep 0.3
-  pid=$(server_pids | head -1)
-  [ -n "$pid" ] || fail "no server"
-  t0=$(date +%s%N)
+  survivor_copying
   kill -9 "$pid"
   wait $client || fail "client rc=$?"
   ms=$(( ($(date +%s%N) - t0) / 1000000 ))
@@ -63,13 +69,7 @@ kill-server)
   grep -q "$FUNNEL_RUN_DIR" "$dir/c.err" || fail "no message naming the run directory"
   [ "$ms" -lt 1500 ] || fail "client noticed after $ms ms" ;;
 stop-server)
-  timeout 20 "$bin/funnel-run" "$progs/survive" > "$dir/c.out" 2> "$dir/c.err" &
-  client=$!
-  for _ in $(seq 100); do grep -q ready "$dir/c.out" 2>/dev/null && break; sleep 0.1; done
-  sleep 0.3
-  pid=$(server_pids | head -1)
-  [ -n "$pid" ] || fail "no server"
-  t0=$(date +%s%N)
+  survivor_copying
   kill -STOP "$pid"
   wait $client
   rc=$?

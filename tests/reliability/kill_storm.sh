@@ -25,10 +25,10 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
-fail() {
-  echo "FAIL: $*"
+fail() {  # the reason comes last: CI shows the end of the output
   for f in "$dir"/steady.*.fail; do [ -f "$f" ] && { echo "--- $f"; head -40 "$f"; }; done
   tail -30 "$dir"/log/*.log 2>/dev/null
+  echo "FAIL: $*"
   exit 1
 }
 # totals: clients allocations pinned_allocations streams events device_memory_bytes

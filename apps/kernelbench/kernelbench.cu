@@ -2,6 +2,8 @@
 // starts N at a time (natively, under NVIDIA MPS, through funnel-run).
 //
 //   kernelbench issue  [--launches N]          per-launch cost seen by the caller of <<<>>>
+//   kernelbench roundtrip [--launches N]       one launch + cudaStreamSynchronize (µs): the
+//                                              synchronisation round trip of a kernel
 //   kernelbench throughput --kernel empty|small --seconds S --barrier DIR --clients N
 //                                              launch for S seconds after all N processes are
 //                                              ready; prints this process's completed launches
@@ -70,7 +72,7 @@ struct Args {
 Args parse(int argc, char** argv) {
   Args a;
   if (argc < 2) {
-    std::fprintf(stderr, "usage: kernelbench issue|throughput|first|idle [options]\n");
+    std::fprintf(stderr, "usage: kernelbench issue|roundtrip|throughput|first|idle [options]\n");
     std::exit(2);
   }
   a.mode = argv[1];
@@ -175,6 +177,24 @@ int main(int argc, char** argv) {
     CK(cudaStreamSynchronize(s));
     std::sort(t.begin(), t.end());
     std::printf("{\"bench\":\"issue_%s\",\"us\":%.3f,\"p10_us\":%.3f,\"p90_us\":%.3f}\n", a.kernel.c_str(),
+                t[t.size() / 2], t[t.size() / 10], t[t.size() * 9 / 10]);
+    return 0;
+  }
+
+  if (a.mode == "roundtrip") {
+    // launch + synchronize, one at a time: what a step that waits for its kernel pays
+    const int iters = std::max(100, a.launches / 4);
+    std::vector<double> t;
+    t.reserve(static_cast<size_t>(iters));
+    for (int i = 0; i < iters; ++i) {
+      const auto t0 = Clock::now();
+      launch(a, s, sink);
+      CK(cudaStreamSynchronize(s));
+      t.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    }
+    CK(cudaGetLastError());
+    std::sort(t.begin(), t.end());
+    std::printf("{\"bench\":\"roundtrip_%s\",\"us\":%.3f,\"p10_us\":%.3f,\"p90_us\":%.3f}\n", a.kernel.c_str(),
                 t[t.size() / 2], t[t.size() / 10], t[t.size() * 9 / 10]);
     return 0;
   }

@@ -13,6 +13,9 @@
 #   SECONDS_PER_RUN  throughput window (default 1.5)
 #   START_NS   client counts for start-up and idle memory (default "16")
 #   MAX_N_FUNNEL extra funnel-only count that must attach and run (default 128; 0 = skip)
+#   MPS_MAX_CLIENTS  larger N are not run under MPS, recorded with a note (default 48: the
+#              client limit of Volta and later through CUDA 13.0)
+#   NATIVE_MAX_N     larger N are not run natively, recorded with a note (default: no limit)
 # Writes OUT/results.jsonl (one line per figure) and OUT/table.txt (printed last).
 set -u -o pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -25,6 +28,8 @@ NS=${NS:-1 4 8 16 32 48 64}
 SECS=${SECONDS_PER_RUN:-1.5}
 START_NS=${START_NS:-16}
 MAX_N_FUNNEL=${MAX_N_FUNNEL:-128}
+MPS_MAX_CLIENTS=${MPS_MAX_CLIENTS:-48}
+NATIVE_MAX_N=${NATIVE_MAX_N:-0}
 KB=$BUILD_DIR/bin/kernelbench
 FR=$BUILD_DIR/bin/funnel-run
 for f in "$KB" "$FR"; do
@@ -65,6 +70,19 @@ group() {
   echo "$failed"
 }
 
+# capped MODE BENCH UNIT NS...: echoes the NS this mode runs; records the others with a note
+capped() {
+  local mode=$1 bench=$2 unit=$3 cap=0 why="" n out=""
+  shift 3
+  if [[ $mode == mps ]]; then cap=$MPS_MAX_CLIENTS why="over the MPS client limit ($MPS_MAX_CLIENTS)"
+  elif [[ $mode == native ]]; then cap=$NATIVE_MAX_N why="over NATIVE_MAX_N ($NATIVE_MAX_N)"; fi
+  for n in "$@"; do
+    if ((cap > 0 && n > cap)); then emit "$mode" "$bench" "$n" null "$unit" ",\"note\":\"$why\""
+    else out="$out $n"; fi
+  done
+  echo "$out"
+}
+
 gpu_mem_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 | head -1; }
 
 for mode in $MODES; do
@@ -96,23 +114,18 @@ for mode in $MODES; do
   # (a) launch issue cost, one process
   run_one "$mode" issue --kernel empty >"$d/issue.log" 2>&1 &&
     emit "$mode" issue_empty 1 "$(grep -o '"us":[0-9.]*' "$d/issue.log" | cut -d: -f2)" us
+  # (a2) synchronisation round trip: one launch + cudaStreamSynchronize, one process
+  run_one "$mode" roundtrip --kernel empty >"$d/roundtrip.log" 2>&1 &&
+    emit "$mode" roundtrip_empty 1 "$(grep -o '"us":[0-9.]*' "$d/roundtrip.log" | cut -d: -f2)" us
 
   # (b) aggregate throughput of N processes
   ns=$NS
   [[ $mode == funnel && $MAX_N_FUNNEL != 0 ]] && ns="$NS $MAX_N_FUNNEL"
-  if [[ $mode == mps ]]; then
-    # MPS serves at most 48 client processes per GPU (Volta and later): larger N fail to
-    # attach, so they are recorded as such without running.
-    ns2=""
-    for n in $ns; do
-      if ((n > 48)); then emit mps throughput_empty "$n" null launches/s ',"note":"over the MPS client limit (48)"';
-        emit mps throughput_small "$n" null launches/s ',"note":"over the MPS client limit (48)"';
-      else ns2="$ns2 $n"; fi
-    done
-    ns=$ns2
-  fi
+  # MPS serves at most 48 client processes per GPU (Volta and later): larger N fail to
+  # attach, so they are recorded as such without running (and natively above NATIVE_MAX_N).
   for kernel in empty small; do
-    for n in $ns; do
+    # shellcheck disable=SC2086  # lists of numbers
+    for n in $(capped "$mode" "throughput_$kernel" launches/s $ns); do
       bar=$(mktemp -d /tmp/funnel-kb.XXXXXX)
       failed=$(group "$mode" "$n" "$d/tp-$kernel-$n" throughput --kernel "$kernel" --seconds "$SECS" --barrier "$bar" --clients "$n")
       rm -rf "$bar"
@@ -127,7 +140,11 @@ for mode in $MODES; do
     done
   done
 
-  for n in $START_NS; do
+  # shellcheck disable=SC2086
+  start_ns=$(capped "$mode" startup s $START_NS)
+  # shellcheck disable=SC2086
+  capped "$mode" idle_memory MiB $START_NS >/dev/null
+  for n in $start_ns; do
     # (c) start-up: N processes attach and finish a first kernel (funnel: a fresh server)
     export FUNNEL_JOB_ID=kernels-$mode-first-$n-$$
     t0=$(date +%s%N)
@@ -150,7 +167,7 @@ for mode in $MODES; do
       pids+=($!)
     done
     for _ in $(seq 600); do
-      (($(ls "$bar" | grep -c '^ready\.') >= n)) && break
+      (($(find "$bar" -maxdepth 1 -name 'ready.*' | wc -l) >= n)) && break
       sleep 0.1
     done
     sleep 1

@@ -63,7 +63,7 @@ run_one() {
     # NVIDIA's runtime would come first (local ranks inherit mpirun's environment), so it is
     # left out.
     app=$BUILD_DIR/bin/stencil_funnel
-    pre=(env -u LD_LIBRARY_PATH FUNNEL_JOB_ID=stencil-hooks-$np-$$)
+    pre=(env -u LD_LIBRARY_PATH "FUNNEL_JOB_ID=stencil-hooks-$np-$$")
     env_args=(-x FUNNEL_JOB_ID)
   elif [[ $mode == funnel ]]; then
     export FUNNEL_JOB_ID=stencil-$np-$$

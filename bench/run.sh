@@ -1,0 +1,310 @@
+#!/usr/bin/env bash
+# Issue 7's benchmark run: ONE command on a GPU node runs every benchmark natively (time-sliced
+# contexts), under NVIDIA MPS (private pipe/log directory, always quit; skipped with a note when
+# nvidia-cuda-mps-control is absent) and through funnel-run, in the same run on the same GPU.
+#   bench/run.sh [--quick] [--no-build] [--build-only]
+# Steps (each prints its elapsed time; each has a hard time limit, so nothing hangs):
+#   build    cmake -S . -B build-gpu (Release, FUNNEL_BUILD_CUDA_PROGRAMS=ON, no tests), as
+#            tests/gpu/run.sh does; incremental when build-gpu/ exists (--no-build skips it)
+#   kernels  bench/kernels.sh: launch issue cost and launch+sync round trip (one client),
+#            aggregate throughput of empty and small kernels at NS clients, start-up and GPU
+#            memory of START_NS idle clients
+#   membench bench/membench.sh (native, funnel) and membench under MPS: copies pinned/pageable
+#            both directions, synchronisation round trips
+#   stencil  bench/stencil.sh: apps/stencil ms/step at RANKS ranks under mpirun
+#   nbody    apps/nbody: NBODY_NS copies of a compute-bound n-body simulation at once,
+#            aggregate steps/s
+# Each benchmark runs REPS times (repetition r: every mode, then the next repetition).
+# --quick: REPS=1, NS="1 4 16 32", START_NS=16, RANKS="1 16", NBODY_NS="1 4 16", shorter
+#          windows: about 5 minutes on an H100 after the build (the full run: about 25).
+# Environment (defaults: full / --quick):
+#   OUT          output directory (default $PWD/bench-out)
+#   REPS         repetitions (3 / 1)          MODES     default "native mps funnel"
+#   NS           "1 2 4 8 16 32 48 64 128" / "1 4 16 32"   (kernel throughput clients)
+#   START_NS     "1 16 32 48" / "16"           (start-up and idle GPU memory)
+#   RANKS        "1 2 4 8 16" / "1 16"         (stencil ranks; STENCIL_MODES adds "hooks")
+#   NBODY_NS     "1 2 4 8 16" / "1 4 16"       (nbody copies; NBODY_BODIES 16384)
+#   SECONDS_PER_RUN 1.5 / 1.0 (throughput window)   NBODY_SECONDS 2 / 1.5
+#   STEPS, WARMUP  stencil steps 200 / 100, warm-up 20 / 10 (grid N^3, N default 256)
+#   MEMBENCH_ARGS  "--reps 20" / "--reps 5 --max-bytes 67108864 --sync-iters 3000"
+#   MPS_MAX_CLIENTS 48 (larger N are not run under MPS, recorded with a note)
+#   NATIVE_MAX_N  64 (larger N are not run natively: 128 contexts would not fit in time)
+#   BENCHES      which steps, default "kernels membench stencil nbody"
+#   BUILD_DIR    default build-gpu; JOBS build parallelism (default nproc)
+# Writes OUT/results.json (every figure: benchmark, mode, N, values of every repetition,
+# median, min, max, unit; the GPU, driver, CUDA version, date, host and commit), OUT/table.txt
+# (ratios funnel/native and funnel/MPS, and the issue's targets with PASS/MISS; printed last),
+# OUT/*.png (plots, where python3-matplotlib is installed; else render them elsewhere with
+# `bench/report.py OUT/results.json`), and each step's logs under OUT/<step>/.
+set -u -o pipefail
+
+usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; }
+QUICK=0
+DO_BUILD=1
+BUILD_ONLY=0
+for a in "$@"; do
+  case "$a" in
+    --quick) QUICK=1 ;;
+    --no-build) DO_BUILD=0 ;;
+    --build-only) BUILD_ONLY=1 ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "bench/run.sh: unknown argument '$a'" >&2; usage >&2; exit 2 ;;
+  esac
+done
+
+OUT_DIR=${OUT:-$PWD/bench-out}
+mkdir -p "$OUT_DIR" || exit 2
+OUT_DIR=$(cd "$OUT_DIR" && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT" || exit 2
+export PATH=/usr/local/cuda/bin:$PATH
+BUILD_DIR=${BUILD_DIR:-$ROOT/build-gpu}
+BIN=$BUILD_DIR/bin
+JOBS=${JOBS:-$(nproc)}
+
+if [[ $QUICK == 1 ]]; then
+  REPS=${REPS:-1}
+  NS=${NS:-1 4 16 32}
+  START_NS=${START_NS:-16}
+  RANKS=${RANKS:-1 16}
+  NBODY_NS=${NBODY_NS:-1 4 16}
+  SECONDS_PER_RUN=${SECONDS_PER_RUN:-1.0}
+  NBODY_SECONDS=${NBODY_SECONDS:-1.5}
+  STEPS=${STEPS:-100}
+  WARMUP=${WARMUP:-10}
+  MEMBENCH_ARGS=${MEMBENCH_ARGS:---reps 5 --max-bytes 67108864 --sync-iters 3000}
+  # hard limits per step and repetition (seconds); the expected times are far below them
+  T_KERNELS=240 T_MEMBENCH=150 T_STENCIL=200 T_NBODY=150
+else
+  REPS=${REPS:-3}
+  NS=${NS:-1 2 4 8 16 32 48 64 128}
+  START_NS=${START_NS:-1 16 32 48}
+  RANKS=${RANKS:-1 2 4 8 16}
+  NBODY_NS=${NBODY_NS:-1 2 4 8 16}
+  SECONDS_PER_RUN=${SECONDS_PER_RUN:-1.5}
+  NBODY_SECONDS=${NBODY_SECONDS:-2}
+  STEPS=${STEPS:-200}
+  WARMUP=${WARMUP:-20}
+  MEMBENCH_ARGS=${MEMBENCH_ARGS:---reps 20}
+  T_KERNELS=900 T_MEMBENCH=400 T_STENCIL=600 T_NBODY=400
+fi
+MODES=${MODES:-native mps funnel}
+STENCIL_MODES=${STENCIL_MODES:-$MODES}
+BENCHES=${BENCHES:-kernels membench stencil nbody}
+MPS_MAX_CLIENTS=${MPS_MAX_CLIENTS:-48}
+NATIVE_MAX_N=${NATIVE_MAX_N:-64}
+NBODY_BODIES=${NBODY_BODIES:-16384}
+export MPS_MAX_CLIENTS NATIVE_MAX_N
+[[ $REPS =~ ^[1-9][0-9]*$ ]] || { echo "bench/run.sh: REPS must be a positive integer, not '$REPS'" >&2; exit 2; }
+for v in NS START_NS RANKS NBODY_NS; do
+  [[ ${!v} =~ ^[[:space:]]*[1-9][0-9]*([[:space:]]+[1-9][0-9]*)*[[:space:]]*$ ]] ||
+    { echo "bench/run.sh: $v must be a list of positive integers, not '${!v}'" >&2; exit 2; }
+done
+for b in $BENCHES; do
+  case $b in kernels | membench | stencil | nbody) ;; *) echo "bench/run.sh: unknown benchmark '$b' in BENCHES" >&2; exit 2 ;; esac
+done
+for m in $MODES $STENCIL_MODES; do
+  case $m in native | mps | funnel | hooks | threads) ;; *) echo "bench/run.sh: unknown mode '$m'" >&2; exit 2 ;; esac
+done
+
+# MPS: bench/mps.sh's helpers.  Every daemon of this run lives under MPS_TMPDIR, so that the
+# exit trap can quit one left behind by a step that hit its time limit.
+export MPS_TMPDIR=/tmp/funnel-bench-mps.$$
+# shellcheck source=bench/mps.sh
+source "$ROOT/bench/mps.sh"
+# shellcheck disable=SC2317  # run by the EXIT trap
+cleanup() {
+  mps_stop
+  local d
+  for d in "$MPS_TMPDIR"/funnel-mps.*; do
+    [[ -d $d/pipe ]] || continue
+    echo "bench/run.sh: quitting an MPS daemon left by a step ($d)"
+    echo quit | CUDA_MPS_PIPE_DIRECTORY=$d/pipe timeout 20 "$MPS_CONTROL" >/dev/null 2>&1
+  done
+  rm -rf "$MPS_TMPDIR"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+HAVE_MPS=1
+if [[ -z $MPS_CONTROL ]]; then
+  HAVE_MPS=0
+  echo "nvidia-cuda-mps-control not found (PATH, /usr/local/nvidia/bin, /usr/bin): MPS skipped" |
+    tee "$OUT_DIR/mps-skipped.txt"
+fi
+has_mode() { [[ " $MODES " == *" $1 "* ]]; }
+
+T_ALL=$SECONDS
+STEPS_TSV=$OUT_DIR/steps.tsv
+: >"$STEPS_TSV"
+# step_done NAME T0 RC NOTE: one line per step in steps.tsv and on stdout
+step_done() {
+  local secs=$((SECONDS - $2))
+  printf '%s\t%s\t%s\t%s\n' "$1" "$secs" "$3" "${4:-}" >>"$STEPS_TSV"
+  printf '=== %-22s %4d s (rc %s)%s   [total %d s]\n' "$1" "$secs" "$3" "${4:+ $4}" $((SECONDS - T_ALL))
+}
+
+# ---- environment -----------------------------------------------------------------------
+{
+  date -u
+  uname -a
+  nvidia-smi 2>&1
+  nvcc --version 2>&1
+  git log -1 --oneline 2>&1
+  git status --short 2>&1
+} >"$OUT_DIR/env.txt"
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "bench/run.sh: no GPU visible (nvidia-smi -L failed); see $OUT_DIR/env.txt" >&2
+  exit 1
+fi
+gpu_q() { nvidia-smi --query-gpu="$1" --format=csv,noheader -i 0 2>/dev/null | head -1; }
+# every value goes to python as an argument (no quoting trouble); numbers stay numbers
+python3 - "$OUT_DIR/env.json" \
+  gpu="$(gpu_q name)" gpu_memory="$(gpu_q memory.total)" driver="$(gpu_q driver_version)" \
+  cuda_driver="$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -1)" \
+  cuda_toolkit="$(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')" \
+  date="$(date -u +%FT%TZ)" hostname="$(hostname)" cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)" \
+  cores="$(nproc)" commit="$(git rev-parse HEAD 2>/dev/null)" commit_subject="$(git log -1 --format=%s 2>/dev/null)" \
+  dirty_files="$(git status --porcelain 2>/dev/null | grep -vc '^??')" quick="$QUICK" reps="$REPS" \
+  mps="$([[ $HAVE_MPS == 1 ]] && echo "$MPS_CONTROL" || echo "absent: skipped")" \
+  modes="$MODES" stencil_modes="$STENCIL_MODES" ns="$NS" start_ns="$START_NS" ranks="$RANKS" \
+  nbody_ns="$NBODY_NS" nbody_bodies="$NBODY_BODIES" seconds_per_run="$SECONDS_PER_RUN" \
+  nbody_seconds="$NBODY_SECONDS" stencil_steps="$STEPS" stencil_warmup="$WARMUP" stencil_n="${N:-256}" \
+  membench_args="$MEMBENCH_ARGS" mps_max_clients="$MPS_MAX_CLIENTS" native_max_n="$NATIVE_MAX_N" <<'PY'
+import json, sys
+env = {}
+for kv in sys.argv[2:]:
+    k, _, v = kv.partition("=")
+    v = v.strip()
+    if k in ("cores", "dirty_files", "reps", "nbody_bodies", "stencil_steps", "stencil_warmup", "stencil_n",
+             "mps_max_clients", "native_max_n"):
+        try:
+            v = int(v)
+        except ValueError:
+            pass
+    env[k] = v
+env["quick"] = env.get("quick") == "1"
+json.dump(env, open(sys.argv[1], "w"), indent=1)
+PY
+echo "=== GPU: $(gpu_q name), driver $(gpu_q driver_version); $([[ $QUICK == 1 ]] && echo quick || echo full) run, REPS=$REPS; output in $OUT_DIR"
+
+# ---- build -----------------------------------------------------------------------------
+if [[ $DO_BUILD == 1 ]]; then
+  t0=$SECONDS
+  mkdir -p "$OUT_DIR/build"
+  if cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFUNNEL_BUILD_CUDA_PROGRAMS=ON \
+    -DFUNNEL_BUILD_TESTS=OFF >"$OUT_DIR/build/configure.log" 2>&1 &&
+    cmake --build "$BUILD_DIR" -j "$JOBS" -- -k 0 >"$OUT_DIR/build/build.log" 2>&1; then
+    step_done build "$t0" 0
+  else
+    step_done build "$t0" 1 "see build/build.log (continuing with what was built)"
+    grep -E '^FAILED|error:' "$OUT_DIR/build/build.log" | head -20
+  fi
+fi
+[[ $BUILD_ONLY == 1 ]] && exit 0
+for f in funnel-server funnel-run; do
+  [[ -x $BIN/$f ]] || { echo "bench/run.sh: $BIN/$f not built: nothing to compare" >&2; exit 1; }
+done
+export BUILD_DIR FUNNEL_BACKEND=cuda
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
+# bench_modes: MODES without mps when MPS is absent
+bench_modes() {
+  local m out=""
+  for m in $1; do
+    [[ $m == mps && $HAVE_MPS == 0 ]] && continue
+    out="$out $m"
+  done
+  echo "$out"
+}
+
+# ---- kernels ---------------------------------------------------------------------------
+run_kernels() {
+  [[ -x $BIN/kernelbench ]] || { step_done kernels "$SECONDS" 2 "SKIPPED: $BIN/kernelbench not built"; return; }
+  local r t0 rc
+  for ((r = 1; r <= REPS; r++)); do
+    t0=$SECONDS
+    mkdir -p "$OUT_DIR/kernels/rep$r"
+    OUT=$OUT_DIR/kernels/rep$r MODES="$(bench_modes "$MODES")" NS=$NS START_NS=$START_NS \
+      SECONDS_PER_RUN=$SECONDS_PER_RUN MAX_N_FUNNEL=0 \
+      timeout -k 20 "$T_KERNELS" bench/kernels.sh >"$OUT_DIR/kernels/rep$r.log" 2>&1
+    rc=$?
+    step_done "kernels rep $r/$REPS" "$t0" "$rc" "$([[ $rc == 124 ]] && echo "TIME LIMIT ${T_KERNELS}s")"
+  done
+}
+
+# ---- membench (native and funnel by membench.sh; MPS here) ------------------------------
+run_membench() {
+  [[ -x $BIN/membench ]] || { step_done membench "$SECONDS" 2 "SKIPPED: $BIN/membench not built"; return; }
+  local r t0 rc d args
+  read -r -a args <<<"$MEMBENCH_ARGS"
+  for ((r = 1; r <= REPS; r++)); do
+    t0=$SECONDS
+    d=$OUT_DIR/membench/rep$r
+    mkdir -p "$d"
+    rc=0
+    if has_mode native || has_mode funnel; then
+      OUT=$d ROUNDS=1 TIMEOUT=$((T_MEMBENCH / 3)) timeout -k 20 "$T_MEMBENCH" \
+        bench/membench.sh "${args[@]}" >"$d/membench.log" 2>&1 || rc=$?
+    fi
+    if has_mode mps && [[ $HAVE_MPS == 1 ]]; then
+      if OUT_DIR=$d mps_start; then
+        timeout -k 10 $((T_MEMBENCH / 3)) "$BIN/membench" "${args[@]}" >"$d/mps.log" 2>&1 || rc=$?
+        grep '^{' "$d/mps.log" >"$d/mps.jsonl"
+        OUT_DIR=$d mps_stop
+      else
+        echo "MPS did not start: membench under MPS skipped" | tee "$d/mps-skipped.txt"
+      fi
+    fi
+    step_done "membench rep $r/$REPS" "$t0" "$rc"
+  done
+}
+
+# ---- stencil ---------------------------------------------------------------------------
+run_stencil() {
+  [[ -x $BIN/stencil ]] || { step_done stencil "$SECONDS" 2 "SKIPPED: $BIN/stencil not built (MPI not found?)"; return; }
+  command -v "${MPIRUN:-mpirun}" >/dev/null || { step_done stencil "$SECONDS" 2 "SKIPPED: ${MPIRUN:-mpirun} not found"; return; }
+  local r t0 rc
+  for ((r = 1; r <= REPS; r++)); do
+    t0=$SECONDS
+    mkdir -p "$OUT_DIR/stencil/rep$r"
+    OUT=$OUT_DIR/stencil/rep$r MODES="$(bench_modes "$STENCIL_MODES")" RANKS=$RANKS STEPS=$STEPS WARMUP=$WARMUP \
+      timeout -k 20 "$T_STENCIL" bench/stencil.sh >"$OUT_DIR/stencil/rep$r.log" 2>&1
+    rc=$?
+    step_done "stencil rep $r/$REPS" "$t0" "$rc" "$([[ $rc == 124 ]] && echo "TIME LIMIT ${T_STENCIL}s")"
+  done
+}
+
+# ---- nbody: N copies at once, aggregate steps/s (bench/nbody.sh) -------------------------
+run_nbody() {
+  [[ -x $BIN/nbody ]] || { step_done nbody "$SECONDS" 2 "SKIPPED: $BIN/nbody not built"; return; }
+  local r t0 rc
+  for ((r = 1; r <= REPS; r++)); do
+    t0=$SECONDS
+    mkdir -p "$OUT_DIR/nbody/rep$r"
+    OUT=$OUT_DIR/nbody/rep$r MODES="$(bench_modes "$MODES")" NS=$NBODY_NS SECONDS_PER_RUN=$NBODY_SECONDS \
+      BODIES=$NBODY_BODIES timeout -k 20 "$T_NBODY" bench/nbody.sh >"$OUT_DIR/nbody/rep$r.log" 2>&1
+    rc=$?
+    step_done "nbody rep $r/$REPS" "$t0" "$rc" "$([[ $rc == 124 ]] && echo "TIME LIMIT ${T_NBODY}s")"
+  done
+}
+
+for b in $BENCHES; do
+  t_step=$SECONDS
+  case $b in
+    kernels) run_kernels ;;
+    membench) run_membench ;;
+    stencil) run_stencil ;;
+    nbody) run_nbody ;;
+  esac
+  echo "=== $b: $((SECONDS - t_step)) s"
+done
+
+# ---- results.json, table, plots --------------------------------------------------------
+t0=$SECONDS
+python3 bench/collect.py "$OUT_DIR" >"$OUT_DIR/collect.log" 2>&1
+rc=$?
+step_done collect "$t0" "$rc" "$(tail -1 "$OUT_DIR/collect.log")"
+echo "=== all steps: $((SECONDS - T_ALL)) s; per step in $OUT_DIR/steps.tsv"
+python3 bench/report.py "$OUT_DIR/results.json"
+exit $rc

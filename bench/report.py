@@ -182,8 +182,11 @@ def targets(figs):
         f, o = figs.get((bench, "funnel", n, size)), figs.get((bench, other, n, size))
         r = ratio(f, o)
         why = ""
-        if r is None:
-            why = f"no {'funnel' if not f or f.get('median') is None else other} figure"
+        have = lambda x: x is not None and x.get("median") is not None
+        if r is None and not have(f) and not have(o):
+            why = "not measured in this run"
+        elif r is None:
+            why = f"no {other if have(f) else 'funnel'} figure" + (" (MPS skipped or failed)" if other == "mps" and have(f) else "")
         return r, why
 
     for n in (16, 32):

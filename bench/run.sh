@@ -30,6 +30,11 @@
 #   MPS_MAX_CLIENTS 48 (larger N are not run under MPS, recorded with a note)
 #   NATIVE_MAX_N  64 (larger N are not run natively: 128 contexts would not fit in time)
 #   BENCHES      which steps, default "kernels membench stencil nbody"
+#   T_KERNELS, T_MEMBENCH, T_STENCIL, T_NBODY  hard limit (s) per step and repetition
+#                (quick 300/150/200/150, full 900/400/600/400)
+#   BUNDLE       a folder that gets only OUT's essentials, kept current after every step:
+#                results.json, table.txt and bench-out.tgz (all of OUT); for machines that
+#                return few files (the lent GPU machine: BUNDLE=$OUT OUT=/tmp/bench-out)
 #   BUILD_DIR    default build-gpu; JOBS build parallelism (default nproc); BUILD_ALL=1 builds
 #                every target (default: only funnel and the benchmarks' programs)
 # Writes OUT/results.json (every figure: benchmark, mode, N, values of every repetition,
@@ -39,7 +44,7 @@
 # `bench/report.py OUT/results.json`), and each step's logs under OUT/<step>/.
 set -u -o pipefail
 
-usage() { sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,43p' "$0" | sed 's/^# \{0,1\}//'; }
 QUICK=0
 DO_BUILD=1
 BUILD_ONLY=0
@@ -56,6 +61,12 @@ done
 OUT_DIR=${OUT:-$PWD/bench-out}
 mkdir -p "$OUT_DIR" || exit 2
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
+if [[ -n ${BUNDLE:-} ]]; then
+  mkdir -p "$BUNDLE" || exit 2
+  BUNDLE=$(cd "$BUNDLE" && pwd)
+  [[ $BUNDLE/ == "$OUT_DIR"/* || $OUT_DIR/ == "$BUNDLE"/* ]] &&
+    { echo "bench/run.sh: BUNDLE ($BUNDLE) and OUT ($OUT_DIR) must be apart (neither inside the other)" >&2; exit 2; }
+fi
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT" || exit 2
 export PATH=/usr/local/cuda/bin:$PATH
@@ -75,7 +86,7 @@ if [[ $QUICK == 1 ]]; then
   WARMUP=${WARMUP:-10}
   MEMBENCH_ARGS=${MEMBENCH_ARGS:---reps 5 --max-bytes 67108864 --sync-iters 3000}
   # hard limits per step and repetition (seconds); the expected times are far below them
-  T_KERNELS=300 T_MEMBENCH=150 T_STENCIL=200 T_NBODY=150
+  T_KERNELS=${T_KERNELS:-300} T_MEMBENCH=${T_MEMBENCH:-150} T_STENCIL=${T_STENCIL:-200} T_NBODY=${T_NBODY:-150}
 else
   REPS=${REPS:-3}
   NS=${NS:-1 2 4 8 16 32 48 64 128}
@@ -87,7 +98,7 @@ else
   STEPS=${STEPS:-200}
   WARMUP=${WARMUP:-20}
   MEMBENCH_ARGS=${MEMBENCH_ARGS:---reps 20}
-  T_KERNELS=900 T_MEMBENCH=400 T_STENCIL=600 T_NBODY=400
+  T_KERNELS=${T_KERNELS:-900} T_MEMBENCH=${T_MEMBENCH:-400} T_STENCIL=${T_STENCIL:-600} T_NBODY=${T_NBODY:-400}
 fi
 MODES=${MODES:-native mps funnel}
 STENCIL_MODES=${STENCIL_MODES:-$MODES}
@@ -113,15 +124,20 @@ done
 export MPS_TMPDIR=/tmp/funnel-bench-mps.$$
 # shellcheck source=bench/mps.sh
 source "$ROOT/bench/mps.sh"
+# sweep_mps: quits an MPS daemon that a killed step left behind
+sweep_mps() {
+  local d
+  for d in "$MPS_TMPDIR"/funnel-mps.*; do
+    [[ -d $d/pipe && $d != "$MPS_DIR" ]] || continue
+    echo "bench/run.sh: quitting an MPS daemon left by a step ($d)"
+    echo quit | CUDA_MPS_PIPE_DIRECTORY=$d/pipe timeout 20 "$MPS_CONTROL" >/dev/null 2>&1
+    rm -rf "$d"
+  done
+}
 # shellcheck disable=SC2317  # run by the EXIT trap
 cleanup() {
   mps_stop
-  local d
-  for d in "$MPS_TMPDIR"/funnel-mps.*; do
-    [[ -d $d/pipe ]] || continue
-    echo "bench/run.sh: quitting an MPS daemon left by a step ($d)"
-    echo quit | CUDA_MPS_PIPE_DIRECTORY=$d/pipe timeout 20 "$MPS_CONTROL" >/dev/null 2>&1
-  done
+  sweep_mps
   rm -rf "$MPS_TMPDIR"
 }
 trap cleanup EXIT
@@ -164,7 +180,7 @@ python3 - "$OUT_DIR/env.json" \
   gpu="$(gpu_q name)" gpu_memory="$(gpu_q memory.total)" driver="$(gpu_q driver_version)" \
   cuda_driver="$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -1)" \
   cuda_toolkit="$(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')" \
-  date="$(date -u +%FT%TZ)" hostname="$(hostname)" cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)" \
+  date="$(date -u +%FT%TZ)" hostname="$(hostname 2>/dev/null || cat /proc/sys/kernel/hostname)" cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)" \
   cores="$(nproc)" commit="$(git rev-parse HEAD 2>/dev/null)" commit_subject="$(git log -1 --format=%s 2>/dev/null)" \
   dirty_files="$(git status --porcelain 2>/dev/null | grep -vc '^??')" quick="$QUICK" reps="$REPS" \
   mps="$([[ $HAVE_MPS == 1 ]] && echo "$MPS_CONTROL" || echo "absent: skipped")" \
@@ -305,6 +321,18 @@ run_nbody() {
   done
 }
 
+# snapshot: results.json and table.txt of what has run so far, and BUNDLE brought up to date,
+# so that a run cut short still leaves its figures
+snapshot() {
+  python3 bench/collect.py "$OUT_DIR" >"$OUT_DIR/collect.log" 2>&1
+  python3 bench/report.py "$OUT_DIR/results.json" --no-plots >/dev/null 2>&1
+  [[ -n ${BUNDLE:-} ]] || return 0
+  mkdir -p "$BUNDLE"
+  cp "$OUT_DIR/results.json" "$OUT_DIR/table.txt" "$BUNDLE/" 2>/dev/null
+  tar -czf "$BUNDLE/bench-out.tgz.tmp" -C "$(dirname "$OUT_DIR")" "$(basename "$OUT_DIR")" 2>/dev/null &&
+    mv -f "$BUNDLE/bench-out.tgz.tmp" "$BUNDLE/bench-out.tgz"
+}
+
 for b in $BENCHES; do
   t_step=$SECONDS
   case $b in
@@ -313,6 +341,8 @@ for b in $BENCHES; do
     stencil) run_stencil ;;
     nbody) run_nbody ;;
   esac
+  sweep_mps
+  snapshot
   echo "=== $b: $((SECONDS - t_step)) s"
 done
 
@@ -322,5 +352,12 @@ python3 bench/collect.py "$OUT_DIR" >"$OUT_DIR/collect.log" 2>&1
 rc=$?
 step_done collect "$t0" "$rc" "$(tail -1 "$OUT_DIR/collect.log")"
 echo "=== all steps: $((SECONDS - T_ALL)) s; per step in $OUT_DIR/steps.tsv"
-python3 bench/report.py "$OUT_DIR/results.json"
+python3 bench/report.py "$OUT_DIR/results.json" >"$OUT_DIR/report.log" 2>&1 || rc=1
+if [[ -n ${BUNDLE:-} ]]; then
+  cp "$OUT_DIR/results.json" "$OUT_DIR/table.txt" "$BUNDLE/" 2>/dev/null
+  tar -czf "$BUNDLE/bench-out.tgz" -C "$(dirname "$OUT_DIR")" "$(basename "$OUT_DIR")"
+  echo "=== BUNDLE $BUNDLE: results.json, table.txt, bench-out.tgz (all of $OUT_DIR)"
+fi
+# the table, printed last
+cat "$OUT_DIR/table.txt"
 exit $rc

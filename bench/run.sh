@@ -240,14 +240,16 @@ done
 export BUILD_DIR FUNNEL_BACKEND=cuda
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
-# bench_modes: MODES without mps when MPS is absent
+# bench_modes LIST ALLOWED: the modes of LIST that the step knows (ALLOWED), without mps when
+# MPS is absent
 bench_modes() {
   local m out=""
   for m in $1; do
     [[ $m == mps && $HAVE_MPS == 0 ]] && continue
+    [[ " $2 " == *" $m "* ]] || continue
     out="$out $m"
   done
-  echo "$out"
+  echo "${out:- }"  # never empty: the step scripts take an empty MODES for their defaults
 }
 
 # ---- kernels ---------------------------------------------------------------------------
@@ -257,7 +259,7 @@ run_kernels() {
   for ((r = 1; r <= REPS; r++)); do
     t0=$SECONDS
     mkdir -p "$OUT_DIR/kernels/rep$r"
-    OUT=$OUT_DIR/kernels/rep$r MODES="$(bench_modes "$MODES")" NS=$NS START_NS=$START_NS \
+    OUT=$OUT_DIR/kernels/rep$r MODES="$(bench_modes "$MODES" "native mps funnel threads")" NS=$NS START_NS=$START_NS \
       SECONDS_PER_RUN=$SECONDS_PER_RUN MAX_N_FUNNEL=0 \
       timeout -k 20 "$T_KERNELS" bench/kernels.sh >"$OUT_DIR/kernels/rep$r.log" 2>&1
     rc=$?
@@ -300,7 +302,7 @@ run_stencil() {
   for ((r = 1; r <= REPS; r++)); do
     t0=$SECONDS
     mkdir -p "$OUT_DIR/stencil/rep$r"
-    OUT=$OUT_DIR/stencil/rep$r MODES="$(bench_modes "$STENCIL_MODES")" RANKS=$RANKS STEPS=$STEPS WARMUP=$WARMUP \
+    OUT=$OUT_DIR/stencil/rep$r MODES="$(bench_modes "$STENCIL_MODES" "native mps funnel hooks")" RANKS=$RANKS STEPS=$STEPS WARMUP=$WARMUP \
       timeout -k 20 "$T_STENCIL" bench/stencil.sh >"$OUT_DIR/stencil/rep$r.log" 2>&1
     rc=$?
     step_done "stencil rep $r/$REPS" "$t0" "$rc" "$([[ $rc == 124 ]] && echo "TIME LIMIT ${T_STENCIL}s")"
@@ -314,7 +316,7 @@ run_nbody() {
   for ((r = 1; r <= REPS; r++)); do
     t0=$SECONDS
     mkdir -p "$OUT_DIR/nbody/rep$r"
-    OUT=$OUT_DIR/nbody/rep$r MODES="$(bench_modes "$MODES")" NS=$NBODY_NS SECONDS_PER_RUN=$NBODY_SECONDS \
+    OUT=$OUT_DIR/nbody/rep$r MODES="$(bench_modes "$MODES" "native mps funnel")" NS=$NBODY_NS SECONDS_PER_RUN=$NBODY_SECONDS \
       BODIES=$NBODY_BODIES timeout -k 20 "$T_NBODY" bench/nbody.sh >"$OUT_DIR/nbody/rep$r.log" 2>&1
     rc=$?
     step_done "nbody rep $r/$REPS" "$t0" "$rc" "$([[ $rc == 124 ]] && echo "TIME LIMIT ${T_NBODY}s")"

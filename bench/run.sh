@@ -33,8 +33,9 @@
 #   T_KERNELS, T_MEMBENCH, T_STENCIL, T_NBODY  hard limit (s) per step and repetition
 #                (quick 300/150/200/150, full 900/400/600/400)
 #   BUNDLE       a folder that gets only OUT's essentials, kept current after every step:
-#                results.json, table.txt and bench-out.tgz (all of OUT); for machines that
-#                return few files (the lent GPU machine: BUNDLE=$OUT OUT=/tmp/bench-out)
+#                results.json, table.txt and bench-out.tgz (all of OUT), at the end also
+#                throughput.png and stencil.png; for machines that return few files (the lent
+#                GPU machine: BUNDLE=$OUT OUT=/tmp/bench-out)
 #   BUILD_DIR    default build-gpu; JOBS build parallelism (default nproc); BUILD_ALL=1 builds
 #                every target (default: only funnel and the benchmarks' programs)
 # Writes OUT/results.json (every figure: benchmark, mode, N, values of every repetition,
@@ -44,7 +45,7 @@
 # `bench/report.py OUT/results.json`), and each step's logs under OUT/<step>/.
 set -u -o pipefail
 
-usage() { sed -n '2,43p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'; }
 QUICK=0
 DO_BUILD=1
 BUILD_ONLY=0
@@ -357,8 +358,10 @@ echo "=== all steps: $((SECONDS - T_ALL)) s; per step in $OUT_DIR/steps.tsv"
 python3 bench/report.py "$OUT_DIR/results.json" >"$OUT_DIR/report.log" 2>&1 || rc=1
 if [[ -n ${BUNDLE:-} ]]; then
   cp "$OUT_DIR/results.json" "$OUT_DIR/table.txt" "$BUNDLE/" 2>/dev/null
+  # the issue's two plots beside them (all plots are in the archive): 5 files in all
+  cp "$OUT_DIR/throughput.png" "$OUT_DIR/stencil.png" "$BUNDLE/" 2>/dev/null
   tar -czf "$BUNDLE/bench-out.tgz" -C "$(dirname "$OUT_DIR")" "$(basename "$OUT_DIR")"
-  echo "=== BUNDLE $BUNDLE: results.json, table.txt, bench-out.tgz (all of $OUT_DIR)"
+  echo "=== BUNDLE $BUNDLE: $(cd "$BUNDLE" && echo *)"
 fi
 # the table, printed last
 cat "$OUT_DIR/table.txt"

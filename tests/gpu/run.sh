@@ -10,6 +10,7 @@
 # 4c. tests/gpu/mpi.sh: memory limit, the linked MPI app under mpirun, GPU fraction (issue 4)
 # 4d. tests/gpu/placement.sh: the server's threads on the planned cores, away from bound ranks
 # 4e. tests/gpu/many.sh: 128 clients attached at once, each runs a kernel; client 129 refused
+# 4f. tests/gpu/reliability.sh: GPU busy time against event time; the kill storm on the GPU
 # 5. (not with --quick) bench/membench.sh: membench natively and through funnel, ratio table
 # Logs: "${OUT:-$PWD/gpu-out}"/<step>/<file>.  Summary table last; exit 1 if anything failed.
 # Environment: JOBS (build parallelism), TIMEOUT (seconds per program run, default 120),
@@ -278,6 +279,8 @@ step_script mpi mpi.sh "MPI and per-rank configuration"
 step_script placement placement.sh "placement"
 # ---- 4e. issue 6: 128 clients of one GPU at once, and a clear refusal past --max-clients ---
 step_script many many.sh "128 clients on one GPU"
+# ---- 4f. issue 6: GPU busy time per client, and the client-kill storm on the GPU ---------
+step_script reliability reliability.sh "GPU busy accounting and the kill storm"
 
 # ---- 5. benchmark ---------------------------------------------------------------------
 if [[ $QUICK == 1 ]]; then

@@ -17,7 +17,9 @@ dir=$(mktemp -d "${STORM_TMP:-/tmp}/funnel-storm.XXXXXX")
 # with nvcc and their .expected files).
 export FUNNEL_RUN_DIR=$dir/run FUNNEL_BACKEND=${STORM_BACKEND:-sim} FUNNEL_LOG_DIR=$dir/log
 steady_progs=(memory streams threads hostfunc)
-victim_progs=(survive memory kernels threads streams hostfunc symbols)
+# STORM_VICTIMS: the programs killed (default below; on a GPU leave out kernels, whose made-up
+# pointers fault the device by design: doc/reliability.md).
+read -r -a victim_progs <<<"${STORM_VICTIMS:-survive memory kernels threads streams hostfunc symbols}"
 cleanup() {
   touch "$dir/stop"
   timeout 10 "$bin/funnelctl" shutdown --force >/dev/null 2>&1
@@ -28,6 +30,12 @@ trap cleanup EXIT
 fail() {  # the reason comes last: CI shows the end of the output
   for f in "$dir"/steady.*.fail; do [ -f "$f" ] && { echo "--- $f"; head -40 "$f"; }; done
   tail -30 "$dir"/log/*.log 2>/dev/null
+  if [ -n "${spid:-}" ] && [ -d "/proc/$spid" ]; then  # where each server thread waits
+    for t in /proc/"$spid"/task/*; do
+      echo "thread $(basename "$t") $(cat "$t/comm" 2>/dev/null): wchan $(cat "$t/wchan" 2>/dev/null)," \
+        "syscall $(cut -d' ' -f1 "$t/syscall" 2>/dev/null), state $(cut -d' ' -f3 "$t/stat" 2>/dev/null)"
+    done
+  fi
   echo "FAIL: $*"
   exit 1
 }

@@ -78,6 +78,9 @@ std::string text_of(const json& v) {
   return v.dump();
 }
 
+// GPU busy seconds to the millisecond ("-" from a server that does not measure it).
+std::string busy_text(const json& v) { return v.is_number() ? fmt::format("{:.3f}s", v.get<double>()) : "-"; }
+
 // One server's stats, or why it did not answer: the run directories funnelctl found.
 struct Answer {
   std::filesystem::path run_dir;
@@ -166,11 +169,11 @@ int print_clients(const std::vector<Answer>& answers, bool as_json) {
     any = true;
     if (answers.size() > 1)
       std::printf("%s (funnel-server %d):\n", a.run_dir.c_str(), a.stats.at("server").value("pid", 0));
-    std::printf("%-4s %-8s %-5s %-4s %-5s %-10s %-10s %-9s %-10s %-10s %-6s %-5s %-10s %s\n", "ID", "PID", "RANK", "GPU",
+    std::printf("%-4s %-8s %-5s %-4s %-5s %-10s %-10s %-9s %-10s %-10s %-6s %-9s %-10s %s\n", "ID", "PID", "RANK", "GPU",
                 "SM", "MEM", "PEAK", "LAUNCHES", "H2D", "D2H", "ERRORS", "BUSY", "STATE", "COMMAND");
     for (const auto& c : a.stats.value("clients", json::array())) {
       const int rank = c.value("mpi_rank", -1);
-      std::printf("%-4u %-8d %-5s %-4s %-5s %-10s %-10s %-9llu %-10s %-10s %-6llu %-5s %-10s %s\n", c.value("id", 0u),
+      std::printf("%-4u %-8d %-5s %-4s %-5s %-10s %-10s %-9llu %-10s %-10s %-6llu %-9s %-10s %s\n", c.value("id", 0u),
                   c.value("pid", 0), rank < 0 ? "-" : std::to_string(rank).c_str(),
                   text_of(c.value("home_device", json(nullptr))).c_str(),
                   fmt::format("{:g}%", c.value("gpu_fraction", 1.0) * 100).c_str(),
@@ -179,7 +182,7 @@ int print_clients(const std::vector<Answer>& answers, bool as_json) {
                   static_cast<unsigned long long>(c.value("launches", uint64_t{0})),
                   size_text(c.value("bytes_h2d", uint64_t{0})).c_str(), size_text(c.value("bytes_d2h", uint64_t{0})).c_str(),
                   static_cast<unsigned long long>(c.value("errors", uint64_t{0})),
-                  text_of(c.value("gpu_busy_s", json(nullptr))).c_str(), c.value("state", "?").c_str(),
+                  busy_text(c.value("gpu_busy_s", json(nullptr))).c_str(), c.value("state", "?").c_str(),
                   c.value("command", "").c_str());
     }
   }

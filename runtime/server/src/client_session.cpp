@@ -120,7 +120,11 @@ void ClientSession::request_stop(bool server_shutting_down) noexcept {
     shared_.shutting_down.store(true);
     if (channel_) view_.completion().server_state.store(static_cast<uint32_t>(ipc::ServerState::ShuttingDown));
   }
-  shared_.stop.store(true, std::memory_order_release);
+  shared_.stop.store(true);
+  // The client is gone or cut off: its host functions will not run, and a stream held by one
+  // may hold up the worker (in a synchronizing driver call) and, through the hardware queue
+  // it shares, other clients' work.  Release them now, not at the worker's teardown.
+  if (worker_) worker_->release_host_funcs();
   if (channel_) {
     // Wake a worker asleep on the doorbell so it sees the flag now, not after its slice.
     view_.control().doorbell.fetch_add(1);

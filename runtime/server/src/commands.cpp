@@ -408,13 +408,17 @@ Status Worker::stream_synchronize(const ipc::CommandHeader& h) {
   if (s == nullptr) return st;
   if (backend_.query(*s->stream) == Status::Success) {
     launches_since_sync_ = 0;
+    streams_.close_busy(*s);
     answer(h);
     return Status::Success;
   }
   // Not answered by the GPU: measured on the H100, memcpyAsync + StreamSynchronize of 4 KiB
   // took 0.69-0.78x native with it and 0.93-0.96x without (doc/performance.md).
-  when_complete(*s, h.reply_slot, h.seq, [this](Status done) {
+  when_complete(*s, h.reply_slot, h.seq, [this, h](Status done) {
     if (done == Status::Success) launches_since_sync_ = 0;
+    // The stream drained (work another thread queued meanwhile ends its span with it).
+    Status found;
+    if (StreamEntry* e = find_stream(h, found); e != nullptr) streams_.close_busy(*e);
     return done;
   });
   return Status::Success;
@@ -537,8 +541,9 @@ Status Worker::event_elapsed(const ipc::CommandHeader& h, const ipc::EventPairCm
 Status Worker::device_synchronize(const ipc::CommandHeader& h) {
   if (one_way(h)) return Status::InvalidValue;
   if (Status st = check_device(h.device); st != Status::Success) return st;
-  when_drained(h.device, h.reply_slot, h.seq, [this](Status done) {
+  when_drained(h.device, h.reply_slot, h.seq, [this, device = h.device](Status done) {
     if (done == Status::Success) launches_since_sync_ = 0;
+    streams_.sweep_busy(device, false);
     return done;
   });
   return Status::Success;

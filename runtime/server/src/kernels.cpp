@@ -347,10 +347,13 @@ Status Worker::max_active_clusters(const ipc::CommandHeader& h, const ipc::Launc
 Status Worker::host_func(const ipc::CommandHeader& h, const ipc::HostFuncCmd& c) {
   const uint32_t slots = view_.header().event_slots;
   if (c.reached_slot >= slots || c.done_slot >= slots) return Status::InvalidValue;
-  // Waits the client already released need no store at teardown.
-  std::erase_if(host_funcs_, [&](const HostFuncWait& w) {
-    return view_.event_state(w.done_slot).load(std::memory_order_acquire) == w.generation;
-  });
+  {
+    // Waits the client already released need no store at teardown.
+    const std::lock_guard lock(host_funcs_mutex_);
+    std::erase_if(host_funcs_, [&](const HostFuncWait& w) {
+      return view_.event_state(w.done_slot).load(std::memory_order_acquire) == w.generation;
+    });
+  }
   Status st;
   StreamEntry* s = find_stream(h, st);
   if (s == nullptr) return st;
@@ -358,15 +361,21 @@ Status Worker::host_func(const ipc::CommandHeader& h, const ipc::HostFuncCmd& c)
   if (st = backend_.write_value(*s->stream, view_.event_state(c.reached_slot), c.generation); st != Status::Success)
     return st;
   // Remembered before the wait is queued: from here on the stream may block on the client.
-  host_funcs_.push_back({c.done_slot, c.generation});
+  {
+    const std::lock_guard lock(host_funcs_mutex_);
+    host_funcs_.push_back({c.done_slot, c.generation});
+  }
   if (st = backend_.wait_value(*s->stream, view_.event_state(c.done_slot), c.generation); st != Status::Success)
     return st;
+  // A client that hung up before the push was released by the main thread without this wait.
+  if (shared_.stop.load()) release_host_funcs();
   streams_.after_work(*s);
   answer(h);
   return Status::Success;
 }
 
 void Worker::release_host_funcs() noexcept {
+  const std::lock_guard lock(host_funcs_mutex_);
   // In submission order, so a slot ends at its newest generation.
   for (const HostFuncWait& w : host_funcs_) {
     auto& word = view_.event_state(w.done_slot);

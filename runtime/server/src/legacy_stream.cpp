@@ -1,5 +1,7 @@
 #include "legacy_stream.hpp"
 
+#include <chrono>
+
 #include <spdlog/spdlog.h>
 
 #include "funnel/ipc/commands.hpp"
@@ -52,6 +54,7 @@ Status StreamTable::destroy(uint64_t id, std::shared_ptr<BackendStream>& out) {
                                                backend_.record(*s.mark, *s.stream) == Status::Success)
       l->orphans.push_back(s.mark);
   }
+  close_busy(s);  // its queued work still runs, unaccounted
   out = std::move(s.stream);
   streams_.erase(it);
   return Status::Success;
@@ -119,11 +122,42 @@ Status StreamTable::before_work(StreamEntry& s) {
   return Status::Success;
 }
 
+namespace {
+int64_t now_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
 void StreamTable::after_work(StreamEntry& s) noexcept {
   if (s.legacy)
     ++s.generation;
   else if (s.blocking)
     s.dirty = true;
+  if (s.busy_since_ns == 0) {
+    s.busy_since_ns = now_ns();
+    ++open_spans_;
+  }
+}
+
+void StreamTable::close_busy(StreamEntry& s) noexcept {
+  if (s.busy_since_ns == 0) return;
+  const int64_t span = now_ns() - s.busy_since_ns;
+  // One writer (this client's worker): a load and a store, no locked add.
+  if (span > 0) busy_ns_.store(busy_ns_.load(std::memory_order_relaxed) + static_cast<uint64_t>(span), std::memory_order_relaxed);
+  s.busy_since_ns = 0;
+  --open_spans_;
+}
+
+void StreamTable::sweep_busy(int device, bool drained) noexcept {
+  if (open_spans_ == 0) return;
+  const auto sweep = [&](StreamEntry& s) {
+    if (s.busy_since_ns == 0 || (device >= 0 && s.device != device)) return;
+    // Any answer but "not ready" ends the span: done, or a fault (nothing more runs).
+    if (drained || s.stream == nullptr || backend_.query(*s.stream) != Status::NotReady) close_busy(s);
+  };
+  for (auto& [d, l] : legacy_) sweep(l);
+  for (auto& [id, s] : streams_) sweep(s);
 }
 
 std::vector<StreamEntry*> StreamTable::on_device(int device) {
@@ -139,6 +173,7 @@ std::vector<std::shared_ptr<BackendStream>> StreamTable::drop_device(int device)
   std::vector<std::shared_ptr<BackendStream>> out;
   for (auto it = streams_.begin(); it != streams_.end();) {
     if (it->second.device == device) {
+      close_busy(it->second);
       out.push_back(std::move(it->second.stream));
       it = streams_.erase(it);
     } else {
@@ -156,12 +191,14 @@ bool StreamTable::has_device(int device) const noexcept {
 }
 
 size_t StreamTable::release_device(int device) {
+  sweep_busy(device, true);
   const size_t n = std::erase_if(streams_, [&](const auto& e) { return e.second.device == device; });
   legacy_.erase(device);
   return n;
 }
 
 void StreamTable::clear() noexcept {
+  sweep_busy(-1, true);
   streams_.clear();
   legacy_.clear();
 }

@@ -8,6 +8,7 @@
 #pragma once
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -29,6 +30,7 @@ struct StreamEntry {
   uint64_t generation = 0;     // legacy: bumped by every work item
   uint64_t marked_generation = 0;  // legacy: generation captured by `mark`
   std::vector<std::shared_ptr<BackendEvent>> orphans;  // legacy: last work of destroyed blocking streams
+  int64_t busy_since_ns = 0;  // GPU busy accounting: start of the open span (steady clock; 0: none)
 };
 
 class SmPartitions;
@@ -52,7 +54,9 @@ struct StreamPlacement {
 
 class StreamTable {
  public:
-  StreamTable(Backend& b, StreamPlacement& p) : backend_(b), placement_(p) {}
+  // busy_ns: the client's GPU busy counter (ClientCounters::gpu_busy_ns); the table's owner is its only writer.
+  StreamTable(Backend& b, StreamPlacement& p, std::atomic<uint64_t>& busy_ns)
+      : backend_(b), placement_(p), busy_ns_(busy_ns) {}
 
   Status create(uint64_t id, int device, uint32_t flags, int priority);
   // Removes a client stream; its pending work still completes.  The caller keeps
@@ -62,7 +66,16 @@ class StreamTable {
   StreamEntry* find(uint64_t id, int device, Status& st);
 
   Status before_work(StreamEntry& s);
+  // Also opens the stream's busy span if it has none.
   void after_work(StreamEntry& s) noexcept;
+
+  // GPU busy time (doc/accounting.md): a stream's span opens when work goes onto it while it
+  // has none open, and closes when the stream is seen idle; a closed span adds to busy_ns.
+  void close_busy(StreamEntry& s) noexcept;
+  // Closes the open spans of `device`'s streams (-1: all): every one when the caller knows
+  // they drained, else those the backend reports idle (one query per open span).
+  void sweep_busy(int device, bool drained) noexcept;
+  size_t open_spans() const noexcept { return open_spans_; }
 
   // Every stream of `device` (-1: all), the legacy ones included.
   std::vector<StreamEntry*> on_device(int device);
@@ -85,6 +98,8 @@ class StreamTable {
   StreamPlacement& placement_;
   std::map<uint64_t, StreamEntry> streams_;
   std::map<int, StreamEntry> legacy_;
+  std::atomic<uint64_t>& busy_ns_;
+  size_t open_spans_ = 0;
 };
 
 }  // namespace funnel::server

@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -36,6 +37,7 @@ struct ClientCounters {
   std::atomic<uint64_t> device_memory_bytes{0}, allocations{0}, streams{0}, events{0}, pinned_bytes{0},
       pinned_allocations{0}, commands{0}, bytes_h2d{0}, bytes_d2h{0}, errors{0}, launches{0};
   std::atomic<uint64_t> device_memory_peak{0};  // the most device_memory_bytes ever held (funnelctl clients)
+  std::atomic<uint64_t> gpu_busy_ns{0};  // GPU time of the client's work (doc/accounting.md says how it is measured)
 };
 
 struct ServerTotals {
@@ -155,6 +157,10 @@ class Worker {
 
   // The thread body: serve until stop, then tear down.  Never throws.
   void run() noexcept;
+  // Lets every stream held by one of this client's host functions go on (stores each wait's
+  // generation).  The main thread calls it the moment the client hangs up: the worker may be
+  // blocked in a synchronizing driver call behind such a wait, which only this store frees.
+  void release_host_funcs() noexcept;
 
  private:
   // worker.cpp: the loop and the dispatch
@@ -230,7 +236,6 @@ class Worker {
   // The kernel `kernel_id` for a command on h.device (InvalidDevice, InvalidResourceHandle).
   Status kernel_on_device(const ipc::CommandHeader& h, uint64_t kernel_id, KernelEntry*& out);
   // Stores every outstanding host function's done word (teardown): no stream stays held.
-  void release_host_funcs() noexcept;
 
   // Helpers shared by the commands.
   Status check_device(int device) const;
@@ -273,6 +278,7 @@ class Worker {
   std::unordered_map<uint64_t, ModuleUpload> uploads_;
   std::unordered_map<uint64_t, KernelEntry> kernels_;  // by client kernel id
   std::map<uint64_t, SymbolRange> symbols_;             // by device address
+  std::mutex host_funcs_mutex_;  // the worker and, at a hang-up, the main thread
   std::vector<HostFuncWait> host_funcs_;
   uint64_t next_pinned_id_ = 1;
   std::vector<Pending> pending_;

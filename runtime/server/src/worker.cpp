@@ -30,6 +30,9 @@ constexpr auto kSleep = std::chrono::milliseconds(20);
 // kPendingSleep costs it little.
 constexpr auto kPendingSleep = std::chrono::microseconds(50);
 constexpr auto kPauseSpin = std::chrono::microseconds(20);
+// The longest an idle worker sleeps while one of its streams has an open busy span
+// (doc/accounting.md: the bound on how late such a span closes).
+constexpr auto kBusySweep = std::chrono::milliseconds(1);
 
 template <class T>
 T payload_as(const std::byte* p) noexcept {
@@ -64,7 +67,7 @@ std::optional<uint64_t> trailing_bytes(ipc::Opcode op, const std::byte* payload)
 
 Worker::Worker(SessionShared& shared, const ipc::ChannelView& view)
     : shared_(shared), backend_(*shared.backend), view_(view), reader_(view), counters_(shared.counters),
-      streams_(*shared.backend, shared.placement), record_(ipc::kMaxRecordSize) {}
+      streams_(*shared.backend, shared.placement, shared.counters.gpu_busy_ns), record_(ipc::kMaxRecordSize) {}
 
 Worker::~Worker() = default;
 
@@ -129,7 +132,12 @@ void Worker::serve() {
       }
       continue;
     }
-    reader_.sleep(pending_.empty() ? std::chrono::nanoseconds(kSleep) : std::chrono::nanoseconds(kPendingSleep));
+    // Idle: a stream with an open busy span that has drained ends its span now.  While some
+    // stay open, sleep at most kBusySweep, so a span ends at most that late.
+    if (streams_.open_spans() != 0) streams_.sweep_busy(-1, false);
+    auto nap = pending_.empty() ? std::chrono::nanoseconds(kSleep) : std::chrono::nanoseconds(kPendingSleep);
+    if (streams_.open_spans() != 0) nap = std::min<std::chrono::nanoseconds>(nap, kBusySweep);
+    reader_.sleep(nap);
   }
   // Stopped by a hang-up: a Detach still in the ring tells a clean exit from a death.
   for (;;) {

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Issue 6 on the GPU (called by tests/gpu/run.sh; runs alone as well):
+#   tests/gpu/reliability.sh BUILD_DIR OUT_DIR
+# gpu-busy    tests/client/busy.sh with the cuda backend: a kernel spinning 2 x 300 ms on the
+#             GPU timer, with 300 ms idle after each; funnelctl's gpu_busy_s must lie within
+#             [the event time, + 5 ms] (doc/accounting.md)
+# kill-storm  tests/reliability/kill_storm.sh with the cuda backend: STORM_KILLS (default 40)
+#             clients killed at random points while 8 others run and are checked (kernels.cu
+#             is not a victim: its made-up pointers fault the device by design)
+# Prints "RESULT reliability name PASS|FAIL detail" lines; exit 1 if any failed.
+set -u -o pipefail
+BUILD=$1
+OUT_DIR=$2
+BIN=$BUILD/bin
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+mkdir -p "$OUT_DIR/progs"
+export PATH=/usr/local/cuda/bin:$PATH
+FAILED=0
+result() {
+  echo "RESULT reliability $1 $2 $3"
+  [[ $2 == FAIL ]] && FAILED=1
+  return 0
+}
+P=$OUT_DIR/progs
+compile() {  # name source
+  nvcc -arch=sm_90 -cudart shared -O1 -I"$ROOT/tests/programs" -o "$P/$1" "$2" >"$OUT_DIR/nvcc-$1.log" 2>&1
+}
+
+if compile busy "$ROOT/tests/client/programs/busy.cu"; then
+  if BUSY_BACKEND=cuda timeout 120 "$ROOT/tests/client/busy.sh" "$BIN" "$P/busy" kernel 5 >"$OUT_DIR/busy.log" 2>&1; then
+    result gpu-busy PASS "$(grep '^measured by' "$OUT_DIR/busy.log")"
+  else
+    result gpu-busy FAIL "$(grep -E '^(FAIL|measured by)' "$OUT_DIR/busy.log" | tr '\n' ' ') (busy.log)"
+  fi
+else
+  result gpu-busy FAIL "busy.cu does not compile (nvcc-busy.log)"
+fi
+
+ok=1
+for p in survive memory threads streams hostfunc symbols; do
+  compile "$p" "$ROOT/tests/programs/$p.cu" || { ok=0; result kill-storm FAIL "$p.cu does not compile (nvcc-$p.log)"; }
+  [[ -f $ROOT/tests/programs/$p.expected ]] && cp "$ROOT/tests/programs/$p.expected" "$P/"
+done
+if [[ $ok == 1 ]]; then
+  t0=$SECONDS
+  if STORM_BACKEND=cuda STORM_TMP=/dev/shm STORM_VICTIMS="survive memory threads streams hostfunc symbols" \
+    timeout 420 "$ROOT/tests/reliability/kill_storm.sh" "$BIN" "$P" "${STORM_KILLS:-40}" >"$OUT_DIR/storm.log" 2>&1; then
+    result kill-storm PASS "$(grep '^PASS' "$OUT_DIR/storm.log") in $((SECONDS - t0)) s"
+  else
+    result kill-storm FAIL "$(grep -E '^FAIL' "$OUT_DIR/storm.log" | head -1) after $((SECONDS - t0)) s (storm.log)"
+  fi
+fi
+exit "$FAILED"

@@ -434,6 +434,14 @@ WATCHED_TEST(Settings, ServerAffinityAndPrintPlan) {
   for (const char* v : {"", "on", "2"}) expect_bad("FUNNEL_GPU_REPLIES", v, "1 | 0");
 }
 
+WATCHED_TEST(Settings, JobReport) {
+  EXPECT_TRUE(settings({}).job_report);
+  EXPECT_FALSE(settings({{"FUNNEL_JOB_REPORT", "0"}}).job_report);
+  EXPECT_TRUE(settings({{"FUNNEL_JOB_REPORT", "1"}}).job_report);
+  EXPECT_EQ(value_text(settings({{"FUNNEL_JOB_REPORT", "0"}}), "FUNNEL_JOB_REPORT"), "0");
+  for (const char* v : {"", "on", "yes", "2"}) expect_bad("FUNNEL_JOB_REPORT", v, "1 | 0");
+}
+
 WATCHED_TEST(Settings, ARunDirWhoseSocketPathIsTooLongIsRejected) {
   // 107 characters is the most a socket address holds: dir + "/server.sock".
   const std::string ok_dir = "/" + std::string(107 - 1 - 12, 'r');

@@ -117,6 +117,11 @@ const std::vector<SettingInfo>& setting_table() {
        "device memory itself (a stream memory write into the client's reply word once the copy is done), so "
        "the waiting process sees it done without the server's worker thread having to run; 0 leaves every "
        "answer to the worker (as before protocol 7), e.g. to compare"},
+      {"FUNNEL_JOB_REPORT", "1", "1 | 0",
+       "1: when funnel-server stops it writes a job report to FUNNEL_LOG_DIR, one row per client that "
+       "attached during its life (MPI rank, pid, GPU, launches, bytes copied, peak memory, GPU busy time, how "
+       "it ended): funnel-report-<host>-<server pid>.txt and .json, and a chart of GPU time and memory per "
+       "rank (.png, drawn by python3-matplotlib where installed) (doc/accounting.md); 0: no report"},
   };
   return table;
 }
@@ -448,6 +453,10 @@ Settings Settings::from(const Lookup& env) {
     if (*r == "0") s.gpu_replies = false;
     else if (*r != "1") bad("FUNNEL_GPU_REPLIES", *r, accepted_of("FUNNEL_GPU_REPLIES"));
   }
+  if (auto r = get("FUNNEL_JOB_REPORT")) {
+    if (*r == "0") s.job_report = false;
+    else if (*r != "1") bad("FUNNEL_JOB_REPORT", *r, accepted_of("FUNNEL_JOB_REPORT"));
+  }
   return s;
 }
 
@@ -487,6 +496,7 @@ std::string value_text(const Settings& s, const std::string& var) {
   if (var == "FUNNEL_SERVER_AFFINITY") return s.server_affinity ? "auto" : "off";
   if (var == "FUNNEL_PRINT_PLAN") return s.print_plan ? "1" : "0";
   if (var == "FUNNEL_GPU_REPLIES") return s.gpu_replies ? "1" : "0";
+  if (var == "FUNNEL_JOB_REPORT") return s.job_report ? "1" : "0";
   return "";
 }
 

@@ -77,6 +77,8 @@ struct Settings {
   // FUNNEL_GPU_REPLIES: the GPU answers a waiting client itself (a stream memory write)
   // where the server's worker would otherwise have to notice the completion.
   bool gpu_replies = true;
+  // FUNNEL_JOB_REPORT: a stopping server writes the job report to log_dir (doc/accounting.md).
+  bool job_report = true;
 
   // Where each value came from ("default", "environment"), by variable name, in table order.
   std::vector<std::pair<std::string, std::string>> sources;

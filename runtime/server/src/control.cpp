@@ -99,6 +99,7 @@ nlohmann::json Server::Impl::terminate_verb(const Connection& c, const std::stri
     // No worker yet: nothing to stop; the hang-up tells the client.
     unwatch(s->fd());
     add(totals.clients_terminated, 1);
+    remember(*s, ClientEnd::Terminated);
     drop_client(id);
     return j;
   }
@@ -178,31 +179,21 @@ std::string Server::Impl::stats_json() const {
     const auto& c = s->counters();
     const bool running = s->phase() == ClientSession::Phase::Running;
     const auto& sp = s->stream_placement();
-    list.push_back({{"id", id},
-                    {"pid", s->pid()},
-                    {"command", s->command()},
-                    {"mpi_rank", s->mpi_rank()},
-                    {"state", s->terminated() ? "terminated" : running ? "running" : "attaching"},
-                    {"home_device", running ? json(s->home_device()) : json(nullptr)},
-                    {"gpu_fraction", sp.share_bp == 0 ? 1.0 : sp.share_bp / 10000.0},
-                    {"gpu_placement", sp.placement == ipc::GpuPlacement::Disjoint ? "disjoint" : "shared"},
-                    {"priority", sp.priority_offset == 0 ? "below-normal" : "normal"},
-                    {"device_mem_limit_bytes", s->device_mem_limit(running ? s->home_device() : 0)},
-                    {"attached_s", std::chrono::duration<double>(Clock::now() - s->attached_at()).count()},
-                    {"device_memory_bytes", load(c.device_memory_bytes)},
-                    {"device_memory_peak_bytes", load(c.device_memory_peak)},
-                    {"gpu_busy_s", nullptr},
-                    {"allocations", load(c.allocations)},
-                    {"streams", load(c.streams)},
-                    {"events", load(c.events)},
-                    {"pinned_bytes", load(c.pinned_bytes)},
-                    {"pinned_allocations", load(c.pinned_allocations)},
-                    {"commands", load(c.commands)},
-                    {"bytes_h2d", load(c.bytes_h2d)},
-                    {"bytes_d2h", load(c.bytes_d2h)},
-                    {"launches", load(c.launches)},
-                    {"errors", load(c.errors)},
-                    {"sticky_error", s->sticky_error()}});
+    // The fields the job report shows too come from one place (job_report.cpp); these are
+    // what only a live client has.
+    json entry = to_json(record_of(*s));
+    entry.update({{"state", s->terminated() ? "terminated" : running ? "running" : "attaching"},
+                  {"gpu_placement", sp.placement == ipc::GpuPlacement::Disjoint ? "disjoint" : "shared"},
+                  {"priority", sp.priority_offset == 0 ? "below-normal" : "normal"},
+                  {"device_mem_limit_bytes", s->device_mem_limit(running ? s->home_device() : 0)},
+                  {"device_memory_bytes", load(c.device_memory_bytes)},
+                  {"allocations", load(c.allocations)},
+                  {"streams", load(c.streams)},
+                  {"events", load(c.events)},
+                  {"pinned_bytes", load(c.pinned_bytes)},
+                  {"pinned_allocations", load(c.pinned_allocations)},
+                  {"sticky_error", s->sticky_error()}});
+    list.push_back(std::move(entry));
     mem += load(c.device_memory_bytes);
     allocs += load(c.allocations);
     streams += load(c.streams);

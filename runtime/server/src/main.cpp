@@ -188,6 +188,7 @@ int main(int argc, char** argv) {
   uint32_t spin_us = settings.server_spin_us;
   std::string affinity = settings.server_affinity ? "auto" : "off";
   bool gpu_replies = settings.gpu_replies;
+  bool job_report = settings.job_report;
   int sim_devices = 1;
   uint64_t sim_memory_mb = 16 * 1024;
   std::string sim_launch_log = settings.sim_launch_log.string();
@@ -221,6 +222,9 @@ int main(int argc, char** argv) {
   app.add_option("--gpu-replies", gpu_replies,
                  "1: the GPU answers synchronous copies and stream synchronisations itself; 0: the server's "
                  "worker does (FUNNEL_GPU_REPLIES)");
+  app.add_option("--job-report", job_report,
+                 "1: at its stop write a job report of every client to the log directory (text, JSON and a "
+                 "chart); 0: none (FUNNEL_JOB_REPORT)");
   app.add_option("--sim-devices", sim_devices, "devices of the sim backend")->check(CLI::Range(1, 16));
   app.add_option("--sim-memory-mb", sim_memory_mb, "memory per sim device, MiB");
   app.add_option("--sim-launch-log", sim_launch_log,
@@ -288,6 +292,12 @@ int main(int argc, char** argv) {
     opt.inherited_listen_fd = listen_fd;
     opt.thread_affinity = affinity == "auto";
     opt.gpu_replies = gpu_replies;
+    if (job_report) {
+      // The report's paths are logged and handed to the chart's script: absolute.
+      std::error_code abs_ec;
+      const auto report_dir = std::filesystem::absolute(log_dir, abs_ec);
+      opt.job_report_dir = abs_ec ? std::filesystem::path(log_dir) : report_dir;
+    }
     funnel::server::Server server(std::move(opt), std::move(backend));
     try {
       server.start();

@@ -67,6 +67,7 @@ void Server::start() {
   m.watch(m.notify_fd.get());
   m.watch(m.listen_fd.get());
   m.started_at = m.idle_since = Clock::now();
+  m.started_wall = std::chrono::system_clock::now();
   std::vector<std::string> bus_ids;
   for (const auto& r : m.device_records) bus_ids.emplace_back(r.pci_bus_id, strnlen(r.pci_bus_id, sizeof r.pci_bus_id));
   m.placement = std::make_unique<ThreadPlacement>(std::move(bus_ids), m.options.thread_affinity);
@@ -182,6 +183,32 @@ void Server::Impl::drop_client(uint32_t id) {
                  clients.size());
 }
 
+void Server::Impl::remember(const ClientSession& s, ClientEnd how) {
+  if (!options.job_report_dir.empty()) departed.add(record_of(s), how);
+}
+
+void Server::Impl::write_report() {
+  if (options.job_report_dir.empty()) return;
+  JobReport r;
+  r.server = {.pid = ::getpid(),
+              .host = {},  // write_job_report: gethostname()
+              .backend = backend->name(),
+              .devices = backend->device_count(),
+              .started = started_wall,
+              .stopped = std::chrono::system_clock::now(),
+              .attached = totals.clients_attached.load(),
+              .detached = totals.clients_detached.load(),
+              .died = totals.clients_died.load(),
+              .terminated = totals.clients_terminated.load()};
+  r.clients = departed.entries();
+  r.dropped = departed.dropped();
+  // The clients still here at the stop (joined: their counters are final); one that never
+  // mapped its channel never attached.
+  for (const auto& [id, s] : clients)
+    if (s->phase() == ClientSession::Phase::Running) r.clients.push_back({record_of(*s), ClientEnd::AttachedAtStop});
+  write_job_report(options.job_report_dir, std::move(r));
+}
+
 void Server::Impl::place_threads() {
   placement->replan();
   if (!placement->binds()) return;
@@ -201,6 +228,7 @@ void Server::Impl::reap_finished() {
     unwatch(s.fd());
     s.join();
     const auto& c = s.counters();
+    remember(s, s.terminated() ? ClientEnd::Terminated : s.detached() ? ClientEnd::Detached : ClientEnd::Died);
     if (s.terminated()) {
       add(totals.clients_terminated, 1);
       spdlog::info("client {} (pid {}) terminated: its resources are freed ({} commands, {} errors)", id, s.pid(),
@@ -278,6 +306,7 @@ void Server::Impl::shutdown_all() {
   for (auto& [id, s] : clients)
     if (!s->terminated()) s->request_stop(true);
   for (auto& [id, s] : clients) s->join();
+  write_report();
   const size_t n = clients.size();
   for (auto& [id, s] : clients) unwatch(s->fd());
   clients.clear();

@@ -16,6 +16,7 @@
 #include "device_health.hpp"
 #include "funnel/ipc/socket.hpp"
 #include "funnel/server/server.hpp"
+#include "job_report.hpp"
 #include "module_cache.hpp"
 #include "session.hpp"
 #include "thread_placement.hpp"
@@ -55,6 +56,9 @@ struct Server::Impl {
   std::map<int, uint32_t> client_by_fd;
   uint32_t next_client_id = 1;
   Clock::time_point started_at = Clock::now();
+  std::chrono::system_clock::time_point started_wall = std::chrono::system_clock::now();  // the job report's
+  // The clients that left, for the job report (only while options.job_report_dir is set).
+  ClientLedger departed;
   Clock::time_point idle_since = Clock::now();
   bool listening = false;
   bool stopping = false;
@@ -101,6 +105,10 @@ struct Server::Impl {
   void await_restart(int device, const DeviceHealth::State& s);
   bool restart_due() const noexcept { return restart_device >= 0 && clients.empty() && !stopping; }
   void drop_client(uint32_t id);
+  // Keeps the client's final record for the job report (a no-op without one).
+  void remember(const ClientSession& s, ClientEnd how);
+  // Writes the job report (shutdown_all, once every worker is joined; doc/accounting.md).
+  void write_report();
   // Re-plans where the server's threads run and binds them (doc/placement.md).
   void place_threads();
   void shutdown_all();

@@ -42,6 +42,9 @@ struct ServerOptions {
   // clients come and go (doc/placement.md; FUNNEL_SERVER_AFFINITY).  Off by default for a
   // Server inside another program (tests); funnel-server turns it on.
   bool thread_affinity = false;
+  // Where a stopping server writes its job report (doc/accounting.md; funnel-server: the log
+  // directory unless FUNNEL_JOB_REPORT=0).  Empty: no report, and no record of clients kept.
+  std::filesystem::path job_report_dir;
 };
 
 // Why run() returned.

@@ -111,8 +111,10 @@ std::string write_file(const fs::path& path, std::string_view text) noexcept {
   for (size_t done = 0; done < text.size() && why.empty();) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) why = std::strerror(errno);
-    else done += static_cast<size_t>(n);
+    if (n < 0)
+      why = std::strerror(errno);
+    else
+      done += static_cast<size_t>(n);
   }
   if (::close(fd) != 0 && why.empty()) why = std::strerror(errno);
   if (why.empty() && ::rename(tmp.c_str(), path.c_str()) != 0) why = std::strerror(errno);
@@ -131,8 +133,8 @@ struct Column {
   const char* title;
   bool left;
 };
-constexpr Column kColumns[] = {{"RANK", false},   {"PID", false},        {"GPU", false},    {"FRACTION", false},
-                               {"LAUNCHES", false}, {"MB H2D", false},   {"MB D2H", false}, {"PEAK MiB", false},
+constexpr Column kColumns[] = {{"RANK", false},       {"PID", false},    {"GPU", false},    {"FRACTION", false},
+                               {"LAUNCHES", false},   {"MB H2D", false}, {"MB D2H", false}, {"PEAK MiB", false},
                                {"GPU BUSY S", false}, {"ERRORS", false}, {"ENDED", true},   {"COMMAND", true}};
 constexpr size_t kColumnCount = std::size(kColumns);
 
@@ -166,9 +168,12 @@ std::string table(const std::vector<ClientLedger::Entry>& clients) {
     std::string line;
     for (size_t i = 0; i < kColumnCount; ++i) {
       if (i > 0) line += "  ";
-      if (i + 1 == kColumnCount) line += row[i];
-      else if (kColumns[i].left) line += fmt::format("{:<{}}", row[i], width[i]);
-      else line += fmt::format("{:>{}}", row[i], width[i]);
+      if (i + 1 == kColumnCount)
+        line += row[i];
+      else if (kColumns[i].left)
+        line += fmt::format("{:<{}}", row[i], width[i]);
+      else
+        line += fmt::format("{:>{}}", row[i], width[i]);
     }
     while (!line.empty() && line.back() == ' ') line.pop_back();
     out += line + "\n";
@@ -180,10 +185,14 @@ std::string table(const std::vector<ClientLedger::Entry>& clients) {
 
 const char* to_string(ClientEnd e) noexcept {
   switch (e) {
-    case ClientEnd::Detached: return "detached";
-    case ClientEnd::Died: return "died";
-    case ClientEnd::Terminated: return "terminated";
-    case ClientEnd::AttachedAtStop: return "attached at stop";
+    case ClientEnd::Detached:
+      return "detached";
+    case ClientEnd::Died:
+      return "died";
+    case ClientEnd::Terminated:
+      return "terminated";
+    case ClientEnd::AttachedAtStop:
+      return "attached at stop";
   }
   return "?";
 }
@@ -200,8 +209,8 @@ ClientRecord record_of(const ClientSession& s) {
   r.home_device = running ? s.home_device() : -1;
   r.gpu_fraction = share_bp == 0 ? 1.0 : share_bp / 10000.0;
   r.left = SystemClock::now();
-  r.attached = r.left - std::chrono::duration_cast<SystemClock::duration>(std::chrono::steady_clock::now() -
-                                                                           s.attached_at());
+  r.attached =
+      r.left - std::chrono::duration_cast<SystemClock::duration>(std::chrono::steady_clock::now() - s.attached_at());
   r.launches = load(c.launches);
   r.commands = load(c.commands);
   r.bytes_h2d = load(c.bytes_h2d);
@@ -302,11 +311,12 @@ void write_job_report(const fs::path& dir, JobReport report) noexcept {
     const ReportPaths paths = report_paths(dir, report.server.host, report.server.pid);
     const fs::path script = plot_script();
     const std::string unavailable = chart_unavailable(script);
-    const std::string later = fmt::format("python3 {} {} {}", script.string(), paths.json.string(), paths.chart.string());
-    const std::string chart_line =
-        unavailable.empty() ? fmt::format("{} (drawn in the background; if it is missing, draw it with: {})",
-                                          paths.chart.string(), later)
-                            : fmt::format("not drawn: {}; draw it later with: {}", unavailable, later);
+    const std::string later =
+        fmt::format("python3 {} {} {}", script.string(), paths.json.string(), paths.chart.string());
+    const std::string chart_line = unavailable.empty()
+                                       ? fmt::format("{} (drawn in the background; if it is missing, draw it with: {})",
+                                                     paths.chart.string(), later)
+                                       : fmt::format("not drawn: {}; draw it later with: {}", unavailable, later);
     std::string written;
     const auto put = [&](const fs::path& path, const std::string& text) {
       if (const std::string why = write_file(path, text); !why.empty()) {

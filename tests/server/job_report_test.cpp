@@ -1,0 +1,110 @@
+// The job report's pieces (runtime/server/src/job_report.hpp) without a server: the bounded
+// ledger of departed clients, the ordering and the table of the text, the JSON, and a report
+// that cannot be written.  tests/client/job_report.sh runs the whole of it on a sim server.
+#include "../../runtime/server/src/job_report.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace funnel::server {
+namespace {
+
+ClientRecord record(uint32_t id, int rank, const char* command) {
+  ClientRecord r;
+  r.id = id;
+  r.pid = static_cast<pid_t>(1000 + id);
+  r.mpi_rank = rank;
+  r.command = command;
+  r.home_device = 0;
+  r.left = std::chrono::system_clock::now();
+  r.attached = r.left - std::chrono::seconds(2);
+  r.launches = 10 * id;
+  r.gpu_busy_ns = 1500000000;
+  return r;
+}
+
+TEST(ClientLedger, PastItsCapacityOnlyCounts) {
+  ClientLedger ledger(2);
+  for (uint32_t id = 1; id <= 5; ++id) ledger.add(record(id, -1, "./a"), ClientEnd::Detached);
+  ASSERT_EQ(ledger.entries().size(), 2u);
+  EXPECT_EQ(ledger.entries()[1].record.id, 2u);
+  EXPECT_EQ(ledger.dropped(), 3u);
+}
+
+TEST(ClientRecord, JsonHasFunnelctlsNames) {
+  const auto j = to_json(record(3, 1, "./app --steps 1"));
+  EXPECT_EQ(j.at("id"), 3);
+  EXPECT_EQ(j.at("mpi_rank"), 1);
+  EXPECT_EQ(j.at("launches"), 30);
+  EXPECT_DOUBLE_EQ(j.at("gpu_busy_s").get<double>(), 1.5);
+  EXPECT_NEAR(j.at("attached_s").get<double>(), 2.0, 1e-6);
+  for (const char* k : {"pid", "command", "home_device", "gpu_fraction", "device_memory_peak_bytes", "commands",
+                        "bytes_h2d", "bytes_d2h", "errors"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  ClientRecord attaching = record(4, -1, "./b");
+  attaching.home_device = -1;
+  EXPECT_TRUE(to_json(attaching).at("home_device").is_null());
+}
+
+JobReport sample() {
+  JobReport r;
+  r.server.pid = 42;
+  r.server.host = "node01";
+  r.server.backend = "sim";
+  r.server.devices = 2;
+  r.server.stopped = std::chrono::system_clock::now();
+  r.server.started = r.server.stopped - std::chrono::seconds(60);
+  r.server.attached = 7;
+  r.server.detached = 4;
+  r.server.died = 1;
+  r.clients = {{record(2, 1, "./app"), ClientEnd::Died},
+               {record(1, -1, "./prep"), ClientEnd::Detached},
+               {record(3, 0, "./app"), ClientEnd::AttachedAtStop}};
+  r.dropped = 3;
+  return r;
+}
+
+TEST(JobReport, TextHasAHeaderAndOneAlignedRowPerClient) {
+  const JobReport r = sample();
+  const ReportPaths p = report_paths("/logs", "node 01", 42);
+  EXPECT_EQ(p.text, "/logs/funnel-report-node_01-42.txt");
+  EXPECT_EQ(p.chart, "/logs/funnel-report-node_01-42.png");
+  const std::string text = report_text(r, p, "not drawn: test");
+  EXPECT_NE(text.find("clients   7 attached: 4 detached, 1 died, 0 terminated, 1 attached at stop\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("dropped   3 client record(s) past the first 3 are not listed"), std::string::npos) << text;
+  EXPECT_NE(text.find("chart     not drawn: test\n"), std::string::npos) << text;
+  std::istringstream in(text.substr(text.rfind('\n', text.find("RANK")) + 1));
+  std::string header, line;
+  std::getline(in, header);
+  const size_t ended_at = header.find("ENDED");
+  int rows = 0;
+  while (std::getline(in, line)) {
+    ++rows;
+    EXPECT_EQ(line.find_first_not_of(' ', ended_at), ended_at) << line;  // every row's ENDED lines up
+  }
+  EXPECT_EQ(rows, 3);
+}
+
+TEST(JobReport, JsonHasTheServerTheClientsAndTheDropped) {
+  const auto j = report_json(sample());
+  EXPECT_EQ(j.at("server").at("pid"), 42);
+  EXPECT_EQ(j.at("server").at("devices"), nlohmann::json::array({0, 1}));
+  EXPECT_EQ(j.at("server").at("clients_attached"), 7);
+  EXPECT_NEAR(j.at("server").at("uptime_s").get<double>(), 60.0, 1e-6);
+  EXPECT_EQ(j.at("server").at("stopped").get<std::string>().back(), 'Z');
+  EXPECT_EQ(j.at("dropped_records"), 3);
+  ASSERT_EQ(j.at("clients").size(), 3u);
+  EXPECT_EQ(j.at("clients")[0].at("ended"), "died");
+  EXPECT_EQ(j.at("clients")[2].at("ended"), "attached at stop");
+}
+
+TEST(JobReport, AnUnwritableDirectoryIsNoError) { EXPECT_NO_THROW(write_job_report("/proc/no-such-dir", sample())); }
+
+}  // namespace
+}  // namespace funnel::server

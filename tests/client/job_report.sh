@@ -12,6 +12,8 @@ bin=$1 progs=$2 preload=${3:-}
 # shellcheck source=tests/client/sim_env.sh
 . "$(dirname "$0")/sim_env.sh"
 sim_env "$bin" "$preload"
+# The test command turns reports off for every other test (scripts/test.sh); here they are on.
+export FUNNEL_JOB_REPORT=1
 ctl=$bin/funnelctl
 log=$FUNNEL_LOG_DIR
 fail() {

@@ -27,15 +27,17 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
+threads() {  # where each server thread waits (a hang's first clue)
+  local t
+  for t in /proc/"$spid"/task/*; do
+    echo "thread $(basename "$t") $(cat "$t/comm" 2>/dev/null): wchan $(cat "$t/wchan" 2>/dev/null)," \
+      "syscall $(cut -d' ' -f1 "$t/syscall" 2>/dev/null), state $(cut -d' ' -f3 "$t/stat" 2>/dev/null)"
+  done
+}
 fail() {  # the reason comes last: CI shows the end of the output
   for f in "$dir"/steady.*.fail; do [ -f "$f" ] && { echo "--- $f"; head -40 "$f"; }; done
   tail -30 "$dir"/log/*.log 2>/dev/null
-  if [ -n "${spid:-}" ] && [ -d "/proc/$spid" ]; then  # where each server thread waits
-    for t in /proc/"$spid"/task/*; do
-      echo "thread $(basename "$t") $(cat "$t/comm" 2>/dev/null): wchan $(cat "$t/wchan" 2>/dev/null)," \
-        "syscall $(cut -d' ' -f1 "$t/syscall" 2>/dev/null), state $(cut -d' ' -f3 "$t/stat" 2>/dev/null)"
-    done
-  fi
+  if [ -n "${spid:-}" ] && [ -d "/proc/$spid" ]; then threads; fi
   echo "FAIL: $*"
   exit 1
 }
@@ -67,8 +69,9 @@ steady() {  # steady I: runs the programs in turn until $dir/stop, checking each
     rc=$?
     if [ "$rc" -ne 0 ] || ! diff -q "$progs/$p.expected" "$dir/steady.$i.out" >/dev/null; then
       bad=$((bad + 1))
-      { echo "run $n of $p: exit $rc"; diff "$progs/$p.expected" "$dir/steady.$i.out"; cat "$dir/steady.$i.err"; } \
-        >>"$dir/steady.$i.fail"
+      { echo "run $n of $p: exit $rc at $(date +%T.%N)"; diff "$progs/$p.expected" "$dir/steady.$i.out"
+        cat "$dir/steady.$i.err"; [ "$rc" -eq 124 ] && threads
+        [ "$rc" -eq 124 ] && timeout 5 "$bin/funnelctl" clients; } >>"$dir/steady.$i.fail" 2>&1
     fi
     n=$((n + 1))
   done

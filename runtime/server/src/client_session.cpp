@@ -31,6 +31,8 @@ ClientSession::ClientSession(uint32_t id, ipc::UniqueFd fd, const ipc::HelloMsg&
 ClientSession::~ClientSession() {
   request_stop(false);
   join();
+  // Only a session whose worker never started still holds the registration (else the
+  // worker undid it on its own thread: SessionShared::registered).
   if (registered_ && channel_) shared_.backend->host_unregister(registered_base());
   if (phase_ == Phase::AwaitMapped && !channel_path_.empty()) ::unlink(channel_path_.c_str());
 }
@@ -108,6 +110,10 @@ void ClientSession::start_worker(int home_device) {
   if (::unlink(channel_path_.c_str()) != 0 && errno != ENOENT)
     spdlog::warn("client {}: cannot remove {}: {}", shared_.id, channel_path_.string(), std::strerror(errno));
   phase_ = Phase::Running;
+  if (registered_) {
+    shared_.registered = registered_base();
+    registered_ = false;
+  }
   worker_ = std::make_unique<Worker>(shared_, view_);
   thread_ = std::thread([w = worker_.get()] { w->run(); });
   // Named for ps -L, top -H and the placement test: funnel-w<client id>.

@@ -77,6 +77,11 @@ struct SessionShared {
   std::atomic<bool> shutting_down{false};  // the server stops: answer waiting replies with DevicesUnavailable
   std::atomic<bool> detached{false};
   std::atomic<bool> finished{false};
+  // The channel's driver registration, handed to the worker when it starts: undoing it is
+  // its last step, on its own thread, because cuMemHostUnregister may wait for the GPU, and
+  // the main loop must never wait on the GPU (a gone client's held streams are released only
+  // when the main loop sees its hang-up).
+  void* registered = nullptr;
   // The client's FUNNEL_DEVICE_MEM_LIMIT by device (from its hello); 0: no limit.
   std::array<uint64_t, ipc::kMaxDevices> device_mem_limit{};
   // Its FUNNEL_GPU_FRACTION, placement and FUNNEL_CLIENT_PRIORITY (from its hello), and

@@ -81,6 +81,10 @@ void Worker::run() noexcept {
     ::shutdown(shared_.client_fd, SHUT_RDWR);
   }
   teardown();
+  if (shared_.registered != nullptr) {
+    backend_.host_unregister(shared_.registered);
+    shared_.registered = nullptr;
+  }
   shared_.finished.store(true, std::memory_order_release);
   const uint64_t one = 1;
   // The main loop reaps finished sessions when its eventfd fires; a lost wake-up would

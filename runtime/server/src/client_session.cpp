@@ -46,6 +46,7 @@ void ClientSession::create_channel(const ChannelSpec& spec) {
   shared_.modules = spec.modules;
   shared_.health = spec.health;
   shared_.notify_fd = spec.notify_fd;
+  hangups_ = spec.hangups;
   ipc::ChannelHeader h{};
   if (!ipc::layout(spec.geometry, h))
     throw std::runtime_error("the channel geometry is out of range (check --staging-slots and --staging-slot-kb)");
@@ -115,6 +116,8 @@ void ClientSession::start_worker(int home_device) {
     registered_ = false;
   }
   worker_ = std::make_unique<Worker>(shared_, view_);
+  // Before the thread: a hang-up from the first instruction on is seen.
+  if (hangups_ != nullptr) hangups_->add(fd(), worker_.get());
   thread_ = std::thread([w = worker_.get()] { w->run(); });
   // Named for ps -L, top -H and the placement test: funnel-w<client id>.
   const std::string name = fmt::format("funnel-w{}", shared_.id);
@@ -150,6 +153,7 @@ void ClientSession::terminate() noexcept {
 }
 
 void ClientSession::join() noexcept {
+  if (hangups_ != nullptr && worker_) hangups_->remove(fd());
   if (thread_.joinable()) thread_.join();
   worker_.reset();
 }

@@ -14,6 +14,7 @@
 #include "funnel/ipc/protocol.hpp"
 #include "funnel/ipc/segment.hpp"
 #include "funnel/ipc/socket.hpp"
+#include "hangup_watcher.hpp"
 #include "session.hpp"
 #include "sm_partitions.hpp"
 
@@ -31,6 +32,7 @@ struct ChannelSpec {
   SmPartitions* partitions = nullptr;
   std::span<const ipc::DeviceRecord> devices;  // the server's, read once at its start
   int notify_fd = -1;
+  HangupWatcher* hangups = nullptr;  // the server's; it outlives every session
 };
 
 class ClientSession {
@@ -100,6 +102,7 @@ class ClientSession {
   ipc::MappedFile channel_;
   ipc::ChannelView view_;
   bool registered_ = false;
+  HangupWatcher* hangups_ = nullptr;
   // Start of the driver-registered part of the channel: event states, then staging.
   void* registered_base() const noexcept { return view_.base() + view_.header().event_states_offset; }
   Phase phase_ = Phase::AwaitMapped;

@@ -367,8 +367,13 @@ Status Worker::host_func(const ipc::CommandHeader& h, const ipc::HostFuncCmd& c)
   }
   if (st = backend_.wait_value(*s->stream, view_.event_state(c.done_slot), c.generation); st != Status::Success)
     return st;
-  // A client that hung up before the push was released by the main thread without this wait.
-  if (shared_.stop.load()) release_host_funcs();
+  // A client that hung up before the push was released without this wait.
+  bool released = false;
+  {
+    const std::lock_guard lock(host_funcs_mutex_);
+    released = host_funcs_released_;
+  }
+  if (released) release_host_funcs();
   streams_.after_work(*s);
   answer(h);
   return Status::Success;
@@ -376,6 +381,7 @@ Status Worker::host_func(const ipc::CommandHeader& h, const ipc::HostFuncCmd& c)
 
 void Worker::release_host_funcs() noexcept {
   const std::lock_guard lock(host_funcs_mutex_);
+  host_funcs_released_ = true;
   // In submission order, so a slot ends at its newest generation.
   for (const HostFuncWait& w : host_funcs_) {
     auto& word = view_.event_state(w.done_slot);

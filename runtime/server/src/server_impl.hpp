@@ -38,6 +38,9 @@ struct Server::Impl {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<ModuleCache> modules;  // after the backend: its modules go first
   std::unique_ptr<SmPartitions> partitions;  // before the clients: their leases go first
+  // Before the clients (it outlives them): releases a gone client's held streams without the
+  // main loop, which a driver call can hold up (hangup_watcher.hpp).
+  std::unique_ptr<HangupWatcher> hangups = std::make_unique<HangupWatcher>();
   // Every device's name, bus id and attributes, read once at start: each client's channel
   // gets a copy, the stats the bus ids (funnelctl plan).
   std::vector<ipc::DeviceRecord> device_records;

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -283,8 +284,10 @@ class Worker {
   std::unordered_map<uint64_t, ModuleUpload> uploads_;
   std::unordered_map<uint64_t, KernelEntry> kernels_;  // by client kernel id
   std::map<uint64_t, SymbolRange> symbols_;             // by device address
-  std::mutex host_funcs_mutex_;  // the worker and, at a hang-up, the main thread
+  std::mutex host_funcs_mutex_;  // the worker, and at a hang-up the watcher and the main thread
   std::vector<HostFuncWait> host_funcs_;
+  bool host_funcs_released_ = false;
+  std::chrono::steady_clock::time_point last_sweep_{};  // the last GPU busy sweep (worker.cpp)  // the client is gone: every wait is released as it comes
   uint64_t next_pinned_id_ = 1;
   std::vector<Pending> pending_;
   // Pending entries a client waits on that only this worker can answer (not gpu_reply),

@@ -138,7 +138,12 @@ void Worker::serve() {
     }
     // Idle: a stream with an open busy span that has drained ends its span now.  While some
     // stay open, sleep at most kBusySweep, so a span ends at most that late.
-    if (streams_.open_spans() != 0) streams_.sweep_busy(-1, false);
+    // At most one sweep per kBusySweep: the queries take driver locks that the other
+    // workers' launches want (16 clients of small kernels: measured 0.92x without the limit).
+    if (streams_.open_spans() != 0 && Clock::now() - last_sweep_ >= kBusySweep) {
+      streams_.sweep_busy(-1, false);
+      last_sweep_ = Clock::now();
+    }
     auto nap = pending_.empty() ? std::chrono::nanoseconds(kSleep) : std::chrono::nanoseconds(kPendingSleep);
     if (streams_.open_spans() != 0) nap = std::min<std::chrono::nanoseconds>(nap, kBusySweep);
     reader_.sleep(nap);

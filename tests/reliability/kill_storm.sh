@@ -20,67 +20,15 @@ steady_progs=(memory streams threads hostfunc)
 # STORM_VICTIMS: the programs killed (default below; on a GPU leave out kernels, whose made-up
 # pointers fault the device by design: doc/reliability.md).
 read -r -a victim_progs <<<"${STORM_VICTIMS:-survive memory kernels threads streams hostfunc symbols}"
-cleanup() {
-  touch "$dir/stop"
-  timeout 10 "$bin/funnelctl" shutdown --force >/dev/null 2>&1
-  wait
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-threads() {  # where each server thread waits (a hang's first clue)
-  local t
-  for t in /proc/"$spid"/task/*; do
-    echo "thread $(basename "$t") $(cat "$t/comm" 2>/dev/null): wchan $(cat "$t/wchan" 2>/dev/null)," \
-      "syscall $(cut -d' ' -f1 "$t/syscall" 2>/dev/null), state $(cut -d' ' -f3 "$t/stat" 2>/dev/null)"
-  done
-}
-fail() {  # the reason comes last: CI shows the end of the output
-  for f in "$dir"/steady.*.fail; do [ -f "$f" ] && { echo "--- $f"; head -40 "$f"; }; done
-  tail -30 "$dir"/log/*.log 2>/dev/null
-  if [ -n "${spid:-}" ] && [ -d "/proc/$spid" ]; then threads; fi
-  echo "FAIL: $*"
-  exit 1
-}
-# totals: clients allocations pinned_allocations streams events device_memory_bytes
-totals() {
-  timeout 10 "$bin/funnelctl" stats --json | python3 -c '
-import json, sys
-j = json.load(sys.stdin); t = j["totals"]
-print(j["server"]["clients"], t["allocations"], t["pinned_allocations"], t["streams"], t["events"], t["device_memory_bytes"])'
-}
-rss_kb() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$spid/status"; }
-fds() { find "/proc/$spid/fd" -mindepth 1 -maxdepth 1 | wc -l; }
+# shellcheck source=tests/reliability/lib.sh
+. "$(dirname "$0")/lib.sh"
 
-"$bin/funnel-server" --sim-devices 1 --idle-exit-ms 600000 || fail "the server did not start"
-spid=$(timeout 10 "$bin/funnelctl" stats --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["server"]["pid"])')
-# One run of each program first: the server's caches (modules, event pools) reach their
-# steady size before the baseline is taken.
-for p in "${steady_progs[@]}"; do timeout 60 "$bin/funnel-run" "$progs/$p" >/dev/null 2>&1 || fail "warm-up run of $p failed"; done
-base=$(totals) || fail "no stats"
-base_fds=$(fds)
-base_rss=$(rss_kb)
+start_server
 echo "baseline: totals '$base', $base_fds descriptors, $base_rss kB resident"
-
-steady() {  # steady I: runs the programs in turn until $dir/stop, checking each output
-  local i=$1 n=0 bad=0 p rc
-  while [ ! -e "$dir/stop" ]; do
-    p=${steady_progs[$(((n + i) % ${#steady_progs[@]}))]}
-    timeout 60 "$bin/funnel-run" "$progs/$p" >"$dir/steady.$i.out" 2>"$dir/steady.$i.err"
-    rc=$?
-    if [ "$rc" -ne 0 ] || ! diff -q "$progs/$p.expected" "$dir/steady.$i.out" >/dev/null; then
-      bad=$((bad + 1))
-      { echo "run $n of $p: exit $rc at $(date +%T.%N)"; diff "$progs/$p.expected" "$dir/steady.$i.out"
-        cat "$dir/steady.$i.err"; [ "$rc" -eq 124 ] && threads
-        [ "$rc" -eq 124 ] && timeout 5 "$bin/funnelctl" clients; } >>"$dir/steady.$i.fail" 2>&1
-    fi
-    n=$((n + 1))
-  done
-  echo "$n $bad" >"$dir/steady.$i.count"
-}
 
 # storm ROUND N: N kills while the 8 steady clients run; then everything is checked.
 storm() {
-  local round=$1 n=$2 start=$SECONDS k p v runs=0 bad=0 i nr b now now_fds
+  local round=$1 n=$2 start=$SECONDS k p v i
   rm -f "$dir/stop" "$dir"/steady.*.count
   for i in 1 2 3 4 5 6 7 8; do steady "$i" & done
   for k in $(seq "$n"); do
@@ -95,21 +43,9 @@ storm() {
   done
   touch "$dir/stop"
   wait
-  for i in 1 2 3 4 5 6 7 8; do
-    [ -f "$dir/steady.$i.count" ] || fail "round $round: steady client $i did not report"
-    read -r nr b <"$dir/steady.$i.count"
-    [ "$nr" -ge 1 ] || fail "round $round: steady client $i never ran"
-    runs=$((runs + nr)) bad=$((bad + b))
-  done
+  steady_report 8
   [ "$bad" -eq 0 ] || fail "round $round: $bad of $runs runs of the 8 steady clients went wrong"
-  now=
-  for _ in $(seq 100); do
-    now=$(totals) && [ "$now" = "$base" ] && break
-    sleep 0.1
-  done
-  [ "$now" = "$base" ] || fail "round $round: the server's totals did not return to baseline: '$base' -> '$now'"
-  now_fds=$(fds)
-  [ "$now_fds" -eq "$base_fds" ] || fail "round $round: the server holds $now_fds descriptors, $base_fds before: $(ls -l "/proc/$spid/fd")"
+  check_baseline "round $round"
   echo "round $round: $n clients killed in $((SECONDS - start)) s; $runs runs of the 8 steady clients, all right;" \
     "totals '$now', $now_fds descriptors, $(rss_kb) kB resident"
 }

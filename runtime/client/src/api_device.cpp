@@ -184,7 +184,11 @@ FUNNEL_API cudaError_t cudaDeviceReset() {
     const cudaError_t e = to_cuda(rt.call(Opcode::DeviceReset, dev, 0, nullptr, 0));
     // The server freed everything of ours on this device: forget it here too.
     std::lock_guard lk(rt.tables_mu);
-    std::erase_if(rt.allocs, [&](const auto& kv) { return kv.second.device == dev; });
+    std::erase_if(rt.allocs, [&](const auto& kv) {
+      if (kv.second.device != dev) return false;
+      release_device_range_locked(rt, kv.first, kv.second.size);
+      return true;
+    });
     pool_reset_locked(rt, dev);
     std::erase_if(rt.streams, [&](StreamObj* s) { return s->device == dev ? (delete s, true) : false; });
     std::erase_if(rt.events, [&](EventObj* ev) { return ev->device == dev ? (delete ev, true) : false; });

@@ -1,9 +1,11 @@
 // Memory: device allocations (server-side, remembered here to classify pointers),
 // pinned host allocations (files mapped in both processes), registered ranges, and
 // the copy/memset entry points (copy_engine.cpp does the work).
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <vector>
 
 #include "api.hpp"
 #include "copy_engine.hpp"
@@ -14,22 +16,88 @@ using namespace funnel::client;
 
 namespace {
 
+// Device addresses come from the server's address space, host addresses from ours: nothing
+// keeps one of our heap blocks or pinned mappings from lying at the address of one of our
+// device allocations, and classify() (cudaMemcpyDefault, pointer attributes) would take it
+// for device memory (the GPU soak saw wrong data and InvalidValue from it).  Natively the
+// driver's unified address space rules that out by reserving the device ranges in the
+// process; so does this: each 2 MiB granule of a device allocation is mapped PROT_NONE here.
+constexpr uint64_t kGranule = uint64_t{1} << 21;
+
+void unreserve_granules_locked(Runtime& rt, uint64_t first, uint64_t last) noexcept {
+  for (uint64_t g = first; g <= last; ++g) {
+    auto it = rt.reserved_granules.find(g);
+    if (it == rt.reserved_granules.end()) continue;
+    if (--it->second == 0) {
+      ::munmap(reinterpret_cast<void*>(g * kGranule), kGranule);
+      rt.reserved_granules.erase(it);
+    }
+  }
+}
+
+// False when part of the range is already in use in this process (then nothing is kept).
+bool reserve_device_range_locked(Runtime& rt, uint64_t addr, uint64_t size) noexcept {
+  const uint64_t first = addr / kGranule, last = (addr + size - 1) / kGranule;
+  for (uint64_t g = first; g <= last; ++g) {
+    if (auto it = rt.reserved_granules.find(g); it != rt.reserved_granules.end()) {
+      ++it->second;
+      continue;
+    }
+    void* want = reinterpret_cast<void*>(g * kGranule);
+    void* got = ::mmap(want, kGranule, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE,
+                       -1, 0);
+    if (got != want) {  // in use (EEXIST), or a kernel before 4.17 that took the address as a hint
+      if (got != MAP_FAILED) ::munmap(got, kGranule);
+      if (g > first) unreserve_granules_locked(rt, first, g - 1);
+      return false;
+    }
+    rt.reserved_granules.emplace(g, 1);
+  }
+  return true;
+}
+
+}  // namespace
+
+void funnel::client::release_device_range_locked(Runtime& rt, uint64_t addr, uint64_t size) noexcept {
+  if (size != 0) unreserve_granules_locked(rt, addr / kGranule, (addr + size - 1) / kGranule);
+}
+
+namespace {
+
 cudaError_t device_alloc(void** ptr, size_t size, Opcode op, const StreamRef& on) {
   if (ptr == nullptr) return cudaErrorInvalidValue;
   *ptr = nullptr;
   if (size == 0) return cudaSuccess;  // CUDA hands out nullptr for 0 bytes
   Runtime& rt = Runtime::get();
-  funnel::ipc::MemAllocCmd c{size};
-  Reply r;
-  const cudaError_t e = to_cuda(rt.call(op, on.device, on.id, &c, sizeof c, &r));
-  if (e != cudaSuccess) return e;
-  {
+  const bool pooled = op == Opcode::MemAllocAsync;
+  // A range that clashes with our own memory is kept (so the server hands out another)
+  // until one fits, then given back.
+  std::vector<uint64_t> clashing;
+  uint64_t addr = 0;
+  cudaError_t e = cudaSuccess;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    funnel::ipc::MemAllocCmd c{size};
+    Reply r;
+    if (e = to_cuda(rt.call(op, on.device, on.id, &c, sizeof c, &r)); e != cudaSuccess) break;
     std::lock_guard lk(rt.tables_mu);
-    const bool pooled = op == Opcode::MemAllocAsync;
-    rt.allocs[r.value[0]] = DeviceAlloc{size, on.device, pooled};
-    if (pooled) pool_allocated_locked(rt, on.device, size);
+    if (reserve_device_range_locked(rt, r.value[0], size)) {
+      addr = r.value[0];
+      rt.allocs[addr] = DeviceAlloc{size, on.device, pooled};
+      if (pooled) pool_allocated_locked(rt, on.device, size);
+      break;
+    }
+    clashing.push_back(r.value[0]);
   }
-  *ptr = reinterpret_cast<void*>(r.value[0]);
+  for (uint64_t a : clashing) {
+    funnel::ipc::AddressCmd c{a};
+    if (pooled)
+      rt.post(Opcode::MemFreeAsync, on.device, on.id, &c, sizeof c);
+    else
+      rt.call(Opcode::MemFree, on.device, 0, &c, sizeof c);
+  }
+  if (e != cudaSuccess) return e;
+  if (addr == 0) return cudaErrorMemoryAllocation;  // eight ranges in a row clashed
+  *ptr = reinterpret_cast<void*>(addr);
   return cudaSuccess;
 }
 
@@ -43,6 +111,7 @@ cudaError_t device_free(void* ptr, Opcode op, const StreamRef& on) {
     if (it == rt.allocs.end()) return cudaErrorInvalidValue;
     device = it->second.device;
     if (it->second.pooled) pool_freed_locked(rt, device, it->second.size);
+    release_device_range_locked(rt, addr, it->second.size);
     rt.allocs.erase(it);
   }
   funnel::ipc::AddressCmd c{addr};

@@ -133,6 +133,9 @@ class Runtime {
   // Tables.
   std::mutex tables_mu;
   std::map<uint64_t, DeviceAlloc> allocs;          // device address -> allocation
+  // The 2 MiB granules of device addresses reserved in this process (PROT_NONE) -> how many
+  // allocations use each: api_memory.cpp's reserve_device_range (under tables_mu).
+  std::map<uint64_t, uint32_t> reserved_granules;
   std::map<uintptr_t, PinnedAlloc> pinned;         // local address -> pinned file
   std::map<uintptr_t, uint64_t> registered;        // cudaHostRegister ranges
   std::map<uint64_t, DeviceAlloc> globals;         // __device__/__constant__ variables (SymbolGet)

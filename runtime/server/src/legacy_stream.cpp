@@ -134,6 +134,7 @@ void StreamTable::after_work(StreamEntry& s) noexcept {
     ++s.generation;
   else if (s.blocking)
     s.dirty = true;
+  s.done_word = nullptr;  // the caller sets it again if this work ends in a word store
   if (s.busy_since_ns == 0) {
     s.busy_since_ns = now_ns();
     ++open_spans_;

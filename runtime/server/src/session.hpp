@@ -210,6 +210,7 @@ class Worker {
   Status stream_destroy(const ipc::CommandHeader& h);
   Status stream_synchronize(const ipc::CommandHeader& h);
   Status stream_query(const ipc::CommandHeader& h);
+  Status stream_state(StreamEntry& s);  // the driver's query, or Success once the client saw its last word
   Status stream_wait_event(const ipc::CommandHeader& h, const ipc::EventCmd& c);
   Status event_create(const ipc::CommandHeader& h, const ipc::EventCreateCmd& c);
   Status event_destroy(const ipc::CommandHeader& h, const ipc::EventCmd& c);

@@ -5,6 +5,8 @@
 // memory, cooperative grids too large).  Built twice: plain and with
 // --default-stream per-thread (the _ptds/_ptsz entry points); both print the same.
 // Handles that are not CUDA's own (a bogus pool, an array) are funnel-only checks.
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -379,7 +381,23 @@ void launches() {
   CHECK(cudaFree(d));
 }
 
+// A device allocation's addresses are never this process's host memory (unified addressing:
+// the driver reserves them natively, the client runtime under funnel), so that
+// cudaMemcpyDefault and cudaPointerGetAttributes can tell the two apart.
+static void address_space() {
+  void* d = nullptr;
+  CHECK(cudaMalloc(&d, 3u << 20));
+  void* p = mmap(d, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  std::printf("host mapping at a device address: %s\n", p == d ? "GRANTED" : "refused");
+  if (p != MAP_FAILED) munmap(p, 4096);
+  cudaPointerAttributes a{};
+  CHECK(cudaPointerGetAttributes(&a, static_cast<char*>(d) + (2u << 20)));
+  std::printf("inside the allocation: %s\n", a.type == cudaMemoryTypeDevice ? "device" : "NOT DEVICE");
+  CHECK(cudaFree(d));
+}
+
 int main() {
+  address_space();
   streams();
   pools();
   volumes();

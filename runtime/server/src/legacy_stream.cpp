@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "counter_ops.hpp"
 #include "funnel/ipc/commands.hpp"
 #include "sm_partitions.hpp"
 
@@ -144,8 +145,7 @@ void StreamTable::after_work(StreamEntry& s) noexcept {
 void StreamTable::close_busy(StreamEntry& s) noexcept {
   if (s.busy_since_ns == 0) return;
   const int64_t span = now_ns() - s.busy_since_ns;
-  // One writer (this client's worker): a load and a store, no locked add.
-  if (span > 0) busy_ns_.store(busy_ns_.load(std::memory_order_relaxed) + static_cast<uint64_t>(span), std::memory_order_relaxed);
+  if (span > 0) bump(busy_ns_, static_cast<uint64_t>(span));  // one writer: this client's worker
   s.busy_since_ns = 0;
   --open_spans_;
 }

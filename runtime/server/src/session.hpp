@@ -26,6 +26,7 @@
 #include "funnel/ipc/socket.hpp"
 #include "funnel/server/backend.hpp"
 #include "funnel/server/server.hpp"
+#include "counter_ops.hpp"
 #include "device_health.hpp"
 #include "legacy_stream.hpp"
 
@@ -45,18 +46,6 @@ struct ServerTotals {
   std::atomic<uint64_t> clients_attached{0}, clients_detached{0}, clients_died{0}, clients_terminated{0},
       bad_commands{0};
 };
-
-inline void add(std::atomic<uint64_t>& c, uint64_t v) noexcept { c.fetch_add(v, std::memory_order_relaxed); }
-inline void sub(std::atomic<uint64_t>& c, uint64_t v) noexcept { c.fetch_sub(v, std::memory_order_relaxed); }
-// For the ClientCounters every command bumps: the session's worker is their only writer,
-// so a load and a store keep them exact without a locked read-modify-write per command.
-inline void bump(std::atomic<uint64_t>& c, uint64_t v) noexcept {
-  c.store(c.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
-}
-// A high-water mark with one writer (the session's worker).
-inline void raise_peak(std::atomic<uint64_t>& peak, uint64_t v) noexcept {
-  if (v > peak.load(std::memory_order_relaxed)) peak.store(v, std::memory_order_relaxed);
-}
 
 struct SessionShared {
   uint32_t id = 0;

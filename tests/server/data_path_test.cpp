@@ -316,6 +316,52 @@ TEST_F(ServerTest, EventRecordStoresItsGenerationWhenTheStreamGetsThere) {
   EXPECT_EQ(word.load(), 8u);
 }
 
+// The state word is stored before the event is recorded: an event the server reports
+// complete has nothing queued behind it (its word landed, the stream is idle), and an
+// elapsed time the client asks for once it saw both words waits for the events instead of
+// failing with NotReady, while one asked for before that is NotReady, as natively.
+TEST_F(ServerTest, EventWordLandsBeforeTheEventAndElapsedTimeWaitsForSeenEvents) {
+  start_server();
+  TestClient c(run_dir_);
+  ASSERT_TRUE(c.ok());
+  const uint32_t slots = c.view().header().event_slots;
+  ASSERT_GT(slots, 3u);
+  Gate gate(c);
+  c.create_stream(7);
+  c.create_event(50);
+  c.create_event(51);
+  auto& w50 = c.view().event_state(slots - 2);
+  auto& w51 = c.view().event_state(slots - 3);
+  gate.close();
+  gate.hold(7);
+  c.post(Opcode::EventRecord, ipc::EventRecordCmd{50, 0, slots - 2, 3, 0}, 7);
+  c.post(Opcode::EventRecord, ipc::EventRecordCmd{51, 0, slots - 3, 4, 0}, 7);
+  // Not seen by the client yet: NotReady at once, as natively.
+  EXPECT_EQ(c.call(Opcode::EventElapsedTime, ipc::EventPairCmd{50, 51}).status, Status::NotReady);
+  ASSERT_EQ(gate.gate_state(), Status::NotReady) << "the gate opened too early for this test";
+  // As if the GPU's stores had landed ahead of the records: the elapsed time now waits.
+  w50.store(3);
+  w51.store(4);
+  const ipc::EventPairCmd pair{50, 51};
+  const uint32_t slot = 0;
+  const uint64_t seq = c.send(Opcode::EventElapsedTime, &pair, sizeof pair, slot);
+  const Reply r = c.wait(slot, seq);
+  ASSERT_EQ(r.status, Status::Success);
+  EXPECT_EQ(gate.gate_state(), Status::Success) << "answered before the events were recorded";
+  const float ms = std::bit_cast<float>(static_cast<uint32_t>(r.value[0]));
+  EXPECT_GE(ms, 0.0f);
+  EXPECT_LT(ms, 10000.0f);
+  // Re-recorded behind the gate: once EventSynchronize says complete, the word is there and
+  // the stream idle (the word went first).
+  w51.store(0);
+  gate.close();
+  gate.hold(7);
+  c.post(Opcode::EventRecord, ipc::EventRecordCmd{51, 0, slots - 3, 5, 0}, 7);
+  ASSERT_EQ(c.call(Opcode::EventSynchronize, ipc::EventCmd{51, 0, 0}).status, Status::Success);
+  EXPECT_EQ(w51.load(), 5u) << "the event completed before its word was stored";
+  EXPECT_EQ(c.on_stream(Opcode::StreamQuery, 7).status, Status::Success);
+}
+
 // FUNNEL_GPU_REPLIES (doc/design/channel.md, "Answered by the GPU"): a synchronous copy
 // between device memory and device memory is answered by the stream itself (the sim
 // backend's stream thread stores the seq's low half in the slot's reply word; the worker

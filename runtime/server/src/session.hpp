@@ -96,6 +96,8 @@ struct Pending {
   Status forced = Status::Success;
   // Runs once every event completed (with the first error among them); returns the reply status.
   std::function<Status(Status)> done;
+  // Then, on success, fills the reply's values (cudaEventElapsedTime waiting for its events).
+  std::function<Status(std::array<uint64_t, 5>&)> fill;
 };
 
 struct DeviceAllocation {
@@ -108,6 +110,14 @@ struct EventEntry {
   int device;
   bool timing;
   bool recorded = false;
+  // The state word the last record stores before the event itself (nullptr: none): once the
+  // client saw it, the event counts as complete to the client though the driver may take a
+  // few microseconds more to record it (Worker::event_elapsed waits for that).
+  const std::atomic<uint32_t>* word = nullptr;
+  uint32_t generation = 0;
+  bool seen_complete() const {
+    return word != nullptr && static_cast<int32_t>(word->load(std::memory_order_acquire) - generation) >= 0;
+  }
 };
 
 struct PinnedEntry {

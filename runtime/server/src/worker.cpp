@@ -330,7 +330,8 @@ bool Worker::poll_pending() {
       ++i;
       continue;
     }
-    const Status st = p.done ? p.done(first) : first;
+    Status st = p.done ? p.done(first) : first;
+    if (st == Status::Success && p.fill) st = p.fill(p.values);
     if (p.gpu_reply && st == Status::Success) {
       wake_sleeping_client();
     } else if (p.gpu_reply && view_.reply_word(p.slot).load(std::memory_order_acquire) == static_cast<uint32_t>(p.seq)) {

@@ -347,32 +347,27 @@ Status Worker::max_active_clusters(const ipc::CommandHeader& h, const ipc::Launc
 Status Worker::host_func(const ipc::CommandHeader& h, const ipc::HostFuncCmd& c) {
   const uint32_t slots = view_.header().event_slots;
   if (c.reached_slot >= slots || c.done_slot >= slots) return Status::InvalidValue;
-  {
-    // Waits the client already released need no store at teardown.
-    const std::lock_guard lock(host_funcs_mutex_);
-    std::erase_if(host_funcs_, [&](const HostFuncWait& w) {
-      return view_.event_state(w.done_slot).load(std::memory_order_acquire) == w.generation;
-    });
-  }
   Status st;
   StreamEntry* s = find_stream(h, st);
   if (s == nullptr) return st;
   if (st = streams_.before_work(*s); st != Status::Success) return st;
-  if (st = backend_.write_value(*s->stream, view_.event_state(c.reached_slot), c.generation); st != Status::Success)
-    return st;
-  // Remembered before the wait is queued: from here on the stream may block on the client.
-  {
-    const std::lock_guard lock(host_funcs_mutex_);
-    host_funcs_.push_back({c.done_slot, c.generation});
-  }
-  if (st = backend_.wait_value(*s->stream, view_.event_state(c.done_slot), c.generation); st != Status::Success)
-    return st;
-  // A client that hung up before the push was released without this wait.
+  // Remembered before the wait is queued: from there on the stream may block on the client.
+  // A hang-up that released the waits before this push leaves the flag set, and this wait
+  // is released below; one that comes after the push releases it with the others.
   bool released = false;
   {
     const std::lock_guard lock(host_funcs_mutex_);
+    // Waits the client already released need no store at teardown.
+    std::erase_if(host_funcs_, [&](const HostFuncWait& w) {
+      return view_.event_state(w.done_slot).load(std::memory_order_acquire) == w.generation;
+    });
+    host_funcs_.push_back({c.done_slot, c.generation});
     released = host_funcs_released_;
   }
+  if (st = backend_.write_value(*s->stream, view_.event_state(c.reached_slot), c.generation); st != Status::Success)
+    return st;
+  if (st = backend_.wait_value(*s->stream, view_.event_state(c.done_slot), c.generation); st != Status::Success)
+    return st;
   if (released) release_host_funcs();
   streams_.after_work(*s);
   answer(h);

@@ -5,42 +5,7 @@
 #include <vector>
 
 #include "compat.h"
-
-constexpr int kTile = 256;
-constexpr float kSoft2 = 0.01f;
-
-__global__ void forces(const float4* pos, float3* acc, int n) {
-  __shared__ float4 tile[kTile];
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  const float4 p = i < n ? pos[i] : make_float4(0, 0, 0, 0);
-  float3 a = make_float3(0, 0, 0);
-  for (int t = 0; t < n; t += kTile) {
-    tile[threadIdx.x] = t + threadIdx.x < n ? pos[t + threadIdx.x] : make_float4(0, 0, 0, 0);
-    __syncthreads();
-#pragma unroll 8
-    for (int j = 0; j < kTile; ++j) {
-      const float dx = tile[j].x - p.x, dy = tile[j].y - p.y, dz = tile[j].z - p.z;
-      const float inv = rsqrtf(dx * dx + dy * dy + dz * dz + kSoft2);
-      const float s = tile[j].w * inv * inv * inv;
-      a.x += dx * s;
-      a.y += dy * s;
-      a.z += dz * s;
-    }
-    __syncthreads();
-  }
-  if (i < n) acc[i] = a;
-}
-
-__global__ void step(float4* pos, float3* vel, const float3* acc, int n, float dt) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  vel[i].x += acc[i].x * dt;
-  vel[i].y += acc[i].y * dt;
-  vel[i].z += acc[i].z * dt;
-  pos[i].x += vel[i].x * dt;
-  pos[i].y += vel[i].y * dt;
-  pos[i].z += vel[i].z * dt;
-}
+#include "nbody_kernels.cuh"
 
 int main(int argc, char** argv) {
   const int steps = int_arg(argc, argv, 1, 10);
@@ -77,7 +42,7 @@ int main(int argc, char** argv) {
   EXPECT(bad == 0, "forces");
   for (int s = 0; s < steps; ++s) {
     if (s > 0) forces<<<blocks, kTile>>>(dpos, dacc, n);
-    step<<<blocks, kTile>>>(dpos, dvel, dacc, n, dt);
+    integrate<<<blocks, kTile>>>(dpos, dvel, dacc, n, dt);
   }
   CHECK(cudaGetLastError());
   CHECK(cudaMemcpy(pos.data(), dpos, n * sizeof(float4), cudaMemcpyDeviceToHost));

@@ -13,25 +13,15 @@
 #    clients at once run on disjoint SMs and a third that does not fit is refused.
 # Prints one "RESULT step name PASS|FAIL|SKIP detail" line per check; exit 1 if any failed.
 set -u -o pipefail
-BUILD=$1
-OUT_DIR=$2
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-BIN=$BUILD/bin
-mkdir -p "$OUT_DIR"
-export PATH=/usr/local/cuda/bin:$PATH
-FAILED=0
-result() {
-  echo "RESULT $1 $2 $3 $4"
-  [[ $3 == FAIL ]] && FAILED=1
-  return 0
-}
+# shellcheck source=tests/gpu/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+gpu_step "$1" "$2"
 uid=$(id -u)
 MPI=(mpirun --oversubscribe --bind-to none)
 [[ $uid == 0 ]] && MPI+=(--allow-run-as-root)
 
 # ---- 1. device-memory limit ----------------------------------------------------------------
-if nvcc -arch=sm_90 -cudart shared -O1 -I"$ROOT/tests/programs" -o "$BUILD/memlimit" \
-  "$ROOT/tests/client/programs/memlimit.cu" >"$OUT_DIR/memlimit-compile.log" 2>&1; then
+if gpu_compile "$BUILD/memlimit" "$ROOT/tests/client/programs/memlimit.cu"; then
   for var in FUNNEL_DEVICE_MEM_LIMIT CUDA_MPS_PINNED_DEVICE_MEM_LIMIT; do
     log=$OUT_DIR/memlimit-$var
     env "$var=0=64M" FUNNEL_RUN_DIR="/dev/shm/funnel-gpu-memlimit-$$" FUNNEL_LOG_DIR="$OUT_DIR/logs-memlimit" \
@@ -44,7 +34,7 @@ if nvcc -arch=sm_90 -cudart shared -O1 -I"$ROOT/tests/programs" -o "$BUILD/memli
     fi
   done
 else
-  result mpi memlimit FAIL "does not compile: memlimit-compile.log"
+  result mpi memlimit FAIL "does not compile: $BUILD/memlimit.nvcc.log"
 fi
 
 # ---- 2. the linked app under plain mpirun ---------------------------------------------------
@@ -85,8 +75,7 @@ fi
 
 # ---- 3. GPU fraction -------------------------------------------------------------------------
 if [[ -f $ROOT/tests/gpu/fraction.cu ]]; then
-  if nvcc -arch=sm_90 -cudart shared -O1 -o "$BUILD/fraction" "$ROOT/tests/gpu/fraction.cu" \
-    >"$OUT_DIR/fraction-compile.log" 2>&1; then
+  if gpu_compile "$BUILD/fraction" "$ROOT/tests/gpu/fraction.cu"; then
     total=$(LD_LIBRARY_PATH=/usr/local/cuda/lib64 "$BUILD/fraction" 2>/dev/null | sed -n 's/^sm_count \([0-9]*\).*/\1/p')
     for spec in "FUNNEL_GPU_FRACTION=0.25" "FUNNEL_GPU_FRACTION=50%" "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25"; do
       log=$OUT_DIR/fraction-${spec%%=*}-${spec#*=}
@@ -132,7 +121,7 @@ if [[ -f $ROOT/tests/gpu/fraction.cu ]]; then
       result mpi fraction-disjoint FAIL "a on $na SMs, b on $nb, shared $both; third exit $crc: $(head -c 200 "$OUT_DIR/disjoint-c.out")"
     fi
   else
-    result mpi fraction FAIL "does not compile: fraction-compile.log"
+    result mpi fraction FAIL "does not compile: $BUILD/fraction.nvcc.log"
   fi
 else
   result mpi fraction SKIP "tests/gpu/fraction.cu not present"

@@ -32,12 +32,15 @@ case ${1:-} in
     echo "soak of $secs s with ${SOAK_CLIENTS:-32} clients started (state in $OUT_DIR)"
     ;;
   wait)
-    state=$2 max=$3 t0=$SECONDS shown=0
+    state=$2 max=$3 t0=$SECONDS shown=0 failed=0
     while :; do
       tsv=$(find -L "$state/tmp" -maxdepth 2 -name soak.tsv 2>/dev/null | head -1)
       if [[ -n $tsv ]]; then
         n=$(wc -l <"$tsv")
         [[ $n -gt $shown ]] && { tail -n +$((shown + 1)) "$tsv"; shown=$n; }
+        # Wrong runs as they happen (the soak itself reports them at its end).
+        f=$(cat "$(dirname "$tsv")"/steady.*.fail 2>/dev/null | grep -c '^run ')
+        [[ $f -gt $failed ]] && { echo "$f wrong run(s) so far:"; cat "$(dirname "$tsv")"/steady.*.fail | head -30; failed=$f; }
       fi
       if [[ -f $state/rc ]]; then
         grep -v '^\[20' "$state/soak.log" | tail -40

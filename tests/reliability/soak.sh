@@ -31,10 +31,12 @@ touch "$dir/stop"
 wait
 cat "$dir/soak.tsv"
 steady_report "$clients"
-[ "$bad" -eq 0 ] || fail "$bad of $runs runs of the $clients clients went wrong"
+# The server's state is checked even after wrong runs, so a failed soak still says it.
 check_baseline "after the soak"
 end_rss=$(rss_kb)
+echo "server idle: resident $base_rss -> $end_rss kB, totals '$now', $now_fds descriptors (baseline '$base', $base_fds)"
 [ $((end_rss - base_rss)) -lt 32768 ] || fail "the server's resident memory grew from $base_rss kB to $end_rss kB (idle both times)"
+[ "$bad" -eq 0 ] || fail "$bad of $runs runs of the $clients clients went wrong"
 errors=$(grep -cE '\] \[(error|critical)\]' "$dir"/log/*.log)
 [ "$errors" -eq 0 ] || fail "$errors error lines in the server log: $(grep -E '\] \[(error|critical)\]' "$dir"/log/*.log | head -5)"
 echo "PASS: $runs runs of $clients clients in $((SECONDS - start)) s, all right; resident $base_rss -> $end_rss kB idle; totals '$now', $now_fds descriptors"

@@ -1,5 +1,7 @@
 // Commands that move and order data: copies through staging and pinned memory,
 // memsets, streams, events, and the legacy default stream's ordering.
+#include <sys/mman.h>
+
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -57,6 +59,42 @@ TEST_F(ServerTest, CopyRoundTripThroughStagingWithMemset) {
   EXPECT_EQ(c.free(dev2), Status::InvalidDevicePointer);
   info = c.call(Opcode::MemGetInfo);
   EXPECT_EQ(info.value[0], info.value[1]);
+}
+
+// MemAllocCmd::address (a client whose own memory lay at the server's first address): the
+// allocation is placed exactly there, usable and freed like any other; a range the server's
+// address space already uses is AlreadyMapped (the client picks another); a misaligned or
+// out-of-range address, or one on a stream-ordered allocation, is refused.
+TEST_F(ServerTest, PlacedAllocations) {
+  start_server();
+  constexpr uint64_t MiB = uint64_t{1} << 20;
+  TestClient c(run_dir_);
+  ASSERT_TRUE(c.ok());
+  // A free 2 MiB aligned range of this process (the server runs in it too): found, let go.
+  void* probe = ::mmap(nullptr, 6 * MiB, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  ASSERT_NE(probe, MAP_FAILED);
+  const uint64_t at = (reinterpret_cast<uint64_t>(probe) + 2 * MiB - 1) / (2 * MiB) * (2 * MiB);
+  ::munmap(probe, 6 * MiB);
+  auto r = c.call(Opcode::MemAlloc, ipc::MemAllocCmd{3 * MiB, at});
+  ASSERT_EQ(r.status, Status::Success);
+  EXPECT_EQ(r.value[0], at);
+  std::vector<uint8_t> out(3 * MiB), in(3 * MiB);
+  std::iota(out.begin(), out.end(), uint8_t{1});
+  c.h2d(at, out.data(), out.size());
+  c.d2h(in.data(), at, in.size());
+  EXPECT_EQ(in, out);
+  // Taken now (by that allocation): refused without harm.
+  EXPECT_EQ(c.call(Opcode::MemAlloc, ipc::MemAllocCmd{64, at}).status, Status::AlreadyMapped);
+  EXPECT_EQ(c.call(Opcode::MemAlloc, ipc::MemAllocCmd{64, at + 4096}).status, Status::InvalidValue);
+  EXPECT_EQ(c.call(Opcode::MemAlloc, ipc::MemAllocCmd{64, uint64_t{1} << 47}).status, Status::InvalidValue);
+  ASSERT_EQ(c.call(Opcode::StreamCreate, ipc::StreamCreateCmd{7, 0, 0}).status, Status::Success);
+  EXPECT_EQ(c.call(Opcode::MemAllocAsync, ipc::MemAllocCmd{64, at + 4 * MiB}, 7).status, Status::InvalidValue);
+  EXPECT_EQ(c.free(at), Status::Success);
+  // Freed: the range is the process's again.
+  void* again = ::mmap(reinterpret_cast<void*>(at), 4 * MiB, PROT_NONE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+  EXPECT_EQ(again, reinterpret_cast<void*>(at)) << "the placed range was not unmapped at free";
+  if (again != MAP_FAILED) ::munmap(again, 4 * MiB);
 }
 
 // FUNNEL_DEVICE_MEM_LIMIT as the hello carries it: per device, counted over cudaMalloc

@@ -40,6 +40,7 @@ static_assert(int(Status::Unknown) == cudaErrorUnknown);
 static_assert(int(Status::InvalidConfiguration) == cudaErrorInvalidConfiguration);
 static_assert(int(Status::InvalidDeviceFunction) == cudaErrorInvalidDeviceFunction);
 static_assert(int(Status::InvalidKernelImage) == cudaErrorInvalidKernelImage);
+static_assert(int(Status::AlreadyMapped) == cudaErrorAlreadyMapped);
 static_assert(int(Status::NoKernelImageForDevice) == cudaErrorNoKernelImageForDevice);
 static_assert(int(Status::SymbolNotFound) == cudaErrorSymbolNotFound);
 static_assert(int(Status::LaunchOutOfResources) == cudaErrorLaunchOutOfResources);

@@ -56,6 +56,21 @@ bool reserve_device_range_locked(Runtime& rt, uint64_t addr, uint64_t size) noex
   return true;
 }
 
+// A 2 MiB aligned range of at least `size` bytes that nothing of this process uses, reserved
+// (PROT_NONE) for a device allocation placed there; 0 when the address space is full.
+uint64_t reserve_free_range_locked(Runtime& rt, uint64_t size) noexcept {
+  const uint64_t span = (size + kGranule - 1) / kGranule * kGranule;
+  void* p = ::mmap(nullptr, span + kGranule, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return 0;
+  const auto start = reinterpret_cast<uint64_t>(p);
+  const uint64_t aligned = (start + kGranule - 1) / kGranule * kGranule;
+  if (aligned > start) ::munmap(p, aligned - start);
+  if (const uint64_t end = start + span + kGranule; end > aligned + span)
+    ::munmap(reinterpret_cast<void*>(aligned + span), end - (aligned + span));
+  for (uint64_t g = aligned / kGranule; g < (aligned + span) / kGranule; ++g) rt.reserved_granules.emplace(g, 1);
+  return aligned;
+}
+
 }  // namespace
 
 void funnel::client::release_device_range_locked(Runtime& rt, uint64_t addr, uint64_t size) noexcept {
@@ -63,6 +78,40 @@ void funnel::client::release_device_range_locked(Runtime& rt, uint64_t addr, uin
 }
 
 namespace {
+
+// The server's address for a new allocation lay on memory of this process (the driver's
+// small allocations come from one shared 2 MiB block, so asking again lands there again,
+// and the soak saw eight tries in a row fail): reserve a free range here and have the
+// server place the allocation exactly there.  A range the server cannot use is kept while
+// the next is chosen, so each try is a different one.
+cudaError_t place_device_alloc(Runtime& rt, uint64_t size, int device, uint64_t& addr) {
+  std::vector<uint64_t> refused;
+  cudaError_t e = cudaErrorMemoryAllocation;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    uint64_t at = 0;
+    {
+      std::lock_guard lk(rt.tables_mu);
+      at = reserve_free_range_locked(rt, size);
+    }
+    if (at == 0) break;
+    funnel::ipc::MemAllocCmd c{size, at};
+    e = to_cuda(rt.call(Opcode::MemAlloc, device, 0, &c, sizeof c, nullptr));
+    std::lock_guard lk(rt.tables_mu);
+    if (e == cudaSuccess) {
+      addr = at;
+      rt.allocs[addr] = DeviceAlloc{size, device, false};
+      break;
+    }
+    if (e != cudaErrorAlreadyMapped) {
+      release_device_range_locked(rt, at, size);
+      break;
+    }
+    refused.push_back(at);
+  }
+  std::lock_guard lk(rt.tables_mu);
+  for (uint64_t a : refused) release_device_range_locked(rt, a, size);
+  return e == cudaErrorAlreadyMapped ? cudaErrorMemoryAllocation : e;
+}
 
 cudaError_t device_alloc(void** ptr, size_t size, Opcode op, const StreamRef& on) {
   if (ptr == nullptr) return cudaErrorInvalidValue;
@@ -75,8 +124,9 @@ cudaError_t device_alloc(void** ptr, size_t size, Opcode op, const StreamRef& on
   std::vector<uint64_t> clashing;
   uint64_t addr = 0;
   cudaError_t e = cudaSuccess;
-  for (int attempt = 0; attempt < 8; ++attempt) {
-    funnel::ipc::MemAllocCmd c{size};
+  // A pooled allocation can only be retried; a plain one retries once, then is placed.
+  for (int attempt = 0; attempt < (pooled ? 8 : 1); ++attempt) {
+    funnel::ipc::MemAllocCmd c{size, 0};
     Reply r;
     if (e = to_cuda(rt.call(op, on.device, on.id, &c, sizeof c, &r)); e != cudaSuccess) break;
     std::lock_guard lk(rt.tables_mu);
@@ -95,6 +145,7 @@ cudaError_t device_alloc(void** ptr, size_t size, Opcode op, const StreamRef& on
     else
       rt.call(Opcode::MemFree, on.device, 0, &c, sizeof c);
   }
+  if (e == cudaSuccess && addr == 0 && !pooled) e = place_device_alloc(rt, size, on.device, addr);
   if (e != cudaSuccess) return e;
   if (addr == 0) return cudaErrorMemoryAllocation;  // eight ranges in a row clashed
   *ptr = reinterpret_cast<void*>(addr);

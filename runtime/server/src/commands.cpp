@@ -20,6 +20,9 @@ namespace funnel::server {
 namespace {
 
 constexpr uint64_t kPage = 4096;
+// MemAllocCmd::address: 2 MiB aligned, in the lower half of the 48-bit user address space.
+constexpr uint64_t kPlacedAlignment = uint64_t{2} << 20;
+constexpr uint64_t kUserAddressLimit = uint64_t{1} << 47;
 
 bool one_way(const ipc::CommandHeader& h) noexcept { return h.reply_slot == ipc::kNoReply; }
 
@@ -193,6 +196,7 @@ Status Worker::mem_alloc(const ipc::CommandHeader& h, const ipc::MemAllocCmd& c,
   DeviceAddress addr = 0;
   int device = h.device;
   if (async) {
+    if (c.address != 0) return Status::InvalidValue;  // placed allocations are not pooled
     Status st;
     StreamEntry* s = find_stream(h, st);
     if (s == nullptr) return st;
@@ -204,7 +208,19 @@ Status Worker::mem_alloc(const ipc::CommandHeader& h, const ipc::MemAllocCmd& c,
     device = s->device;
   } else {
     if (!within_mem_limit(h.device, c.size)) return Status::MemoryAllocation;
-    if (Status st = backend_.mem_alloc(h.device, c.size, addr); st != Status::Success) return st;
+    Status st;
+    if (c.address == 0) {
+      st = backend_.mem_alloc(h.device, c.size, addr);
+    } else {
+      // A range the client reserved because our first address lay on its own memory.
+      if (c.address % kPlacedAlignment != 0 || c.address >= kUserAddressLimit || c.size >= kUserAddressLimit)
+        return Status::InvalidValue;
+      st = backend_.mem_alloc_at(h.device, c.size, c.address);
+      addr = c.address;
+      spdlog::debug("client {}: {} bytes placed at {:#x} (the first address lay on the client's memory): status {}",
+                    shared_.id, c.size, c.address, static_cast<int>(st));
+    }
+    if (st != Status::Success) return st;
   }
   remember_allocation(addr, {device, c.size});
   add(counters_.device_memory_bytes, c.size);

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <map>
 #include <mutex>
 #include <shared_mutex>
 #include <stdexcept>
@@ -507,10 +508,64 @@ class CudaBackend final : public Backend {
     return st;
   }
 
+  // The virtual memory API places memory at a chosen address (cuMemAlloc cannot): reserve
+  // exactly `at`, back it with a physical allocation of the device, allow the device access.
+  // Peers get no access to such a range (doc/not-supported.md).
+  Status mem_alloc_at(int device, uint64_t size, DeviceAddress at) override {
+    if (Status st = s_->bind(device); !ok(st)) return st;
+    if (size == 0 || at == 0 || at % kPlacedGranule != 0) return Status::InvalidValue;
+    const Driver& d = s_->drv;
+    const uint64_t bytes = (size + kPlacedGranule - 1) / kPlacedGranule * kPlacedGranule;
+    CUdeviceptr va = 0;
+    // A range the driver cannot give (in use here, or outside its address window) makes the
+    // client choose another.
+    if (!ok(FUNNEL_CU_QUIET(d, cuMemAddressReserve, &va, bytes, kPlacedGranule, at, 0)))
+      return Status::AlreadyMapped;
+    if (va != at) {
+      FUNNEL_CU(d, cuMemAddressFree, va, bytes);
+      return Status::AlreadyMapped;
+    }
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = s_->devices[static_cast<size_t>(device)].handle;
+    CUmemGenericAllocationHandle h = 0;
+    Status st = FUNNEL_CU(d, cuMemCreate, &h, bytes, &prop, 0);
+    if (ok(st)) {
+      st = FUNNEL_CU(d, cuMemMap, va, bytes, 0, h, 0);
+      FUNNEL_CU(d, cuMemRelease, h);  // the mapping keeps the memory
+    }
+    if (ok(st)) {
+      CUmemAccessDesc access{};
+      access.location = prop.location;
+      access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+      st = FUNNEL_CU(d, cuMemSetAccess, va, bytes, &access, 1);
+      if (!ok(st)) FUNNEL_CU(d, cuMemUnmap, va, bytes);
+    }
+    if (!ok(st)) {
+      FUNNEL_CU(d, cuMemAddressFree, va, bytes);
+      return st;
+    }
+    std::lock_guard lk(placed_mu_);
+    placed_[at] = bytes;
+    return Status::Success;
+  }
+
   Status mem_free(int device, DeviceAddress address) override {
     if (Status st = s_->bind(device); !ok(st)) return st;
     if (address == 0) return Status::Success;
-    return FUNNEL_CU(s_->drv, cuMemFree, device_pointer(address));
+    uint64_t placed = 0;
+    {
+      std::lock_guard lk(placed_mu_);
+      if (auto it = placed_.find(address); it != placed_.end()) {
+        placed = it->second;
+        placed_.erase(it);
+      }
+    }
+    if (placed == 0) return FUNNEL_CU(s_->drv, cuMemFree, device_pointer(address));
+    const Status st = FUNNEL_CU(s_->drv, cuMemUnmap, device_pointer(address), placed);
+    const Status freed = FUNNEL_CU(s_->drv, cuMemAddressFree, device_pointer(address), placed);
+    return ok(st) ? freed : st;
   }
 
   Status mem_alloc_async(BackendStream& bs, uint64_t size, DeviceAddress& out) override {
@@ -1026,6 +1081,10 @@ class CudaBackend final : public Backend {
     return FUNNEL_CU(s_->drv, cuKernelGetFunction, &f, static_cast<CudaKernel&>(bk).handle());
   }
 
+  // Allocations placed by mem_alloc_at: address -> reserved bytes (workers call at once).
+  static constexpr uint64_t kPlacedGranule = uint64_t{2} << 20;
+  std::mutex placed_mu_;
+  std::map<DeviceAddress, uint64_t> placed_;
   std::shared_ptr<Shared> s_;
 };
 

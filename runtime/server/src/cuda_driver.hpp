@@ -42,6 +42,13 @@ inline constexpr int kDriverApiVersion = 13000;  // CUDA 13.0
   X(cuMemFree, PFN_cuMemFree_v3020)                                     \
   X(cuMemAllocAsync, PFN_cuMemAllocAsync_v11020)                        \
   X(cuMemFreeAsync, PFN_cuMemFreeAsync_v11020)                          \
+  X(cuMemAddressReserve, PFN_cuMemAddressReserve_v10020)                \
+  X(cuMemAddressFree, PFN_cuMemAddressFree_v10020)                      \
+  X(cuMemCreate, PFN_cuMemCreate_v10020)                                \
+  X(cuMemRelease, PFN_cuMemRelease_v10020)                              \
+  X(cuMemMap, PFN_cuMemMap_v10020)                                      \
+  X(cuMemUnmap, PFN_cuMemUnmap_v10020)                                  \
+  X(cuMemSetAccess, PFN_cuMemSetAccess_v10020)                          \
   X(cuMemHostRegister, PFN_cuMemHostRegister_v6050)                     \
   X(cuMemHostUnregister, PFN_cuMemHostUnregister_v4000)                 \
   X(cuStreamCreateWithPriority, PFN_cuStreamCreateWithPriority_v5050)   \

@@ -3,8 +3,11 @@
 // staging, accounting) can be tested on a machine without a GPU.  Kernels are not
 // executed: a launch is recorded (kernel, shape, parameter buffer) in stream order, so
 // tests check what a client packed; modules are read with funnel::fatbin.
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -166,7 +169,15 @@ class SimStream final : public BackendStream {
 struct Allocation {
   int device;
   uint64_t size;
+  bool placed = false;  // by mem_alloc_at: an mmap at a fixed address, not the heap
 };
+
+void release_memory(uint64_t address, const Allocation& a) noexcept {
+  if (a.placed)
+    ::munmap(reinterpret_cast<void*>(address), a.size);
+  else
+    std::free(reinterpret_cast<void*>(address));
+}
 
 // What cudaFuncSetAttribute changed for one kernel of one module: every SimKernel of
 // that name shares it, as every client of a shared CUlibrary shares its CUkernel.
@@ -281,7 +292,7 @@ class SimBackend final : public Backend {
   ~SimBackend() override {
     dying_ = true;
     std::lock_guard lk(m_);
-    for (auto& [addr, a] : allocs_) std::free(to_ptr(addr));
+    for (auto& [addr, a] : allocs_) release_memory(addr, a);
   }
 
   const char* name() const noexcept override { return "sim"; }
@@ -382,13 +393,34 @@ class SimBackend final : public Backend {
     return Status::Success;
   }
 
+  // As the cuda backend's virtual memory path: exactly `at`, 2 MiB granules, or AlreadyMapped.
+  Status mem_alloc_at(int device, uint64_t size, DeviceAddress at) override {
+    if (Status st = usable(device); st != Status::Success) return st;
+    constexpr uint64_t kGranule = uint64_t{2} << 20;
+    if (size == 0 || at == 0 || at % kGranule != 0) return Status::InvalidValue;
+    if (size > (uint64_t{1} << 48)) return Status::MemoryAllocation;
+    const uint64_t rounded = (size + kGranule - 1) / kGranule * kGranule;
+    std::lock_guard lk(m_);
+    auto& used = used_[static_cast<size_t>(device)];
+    if (rounded > options_.memory_bytes - used) return Status::MemoryAllocation;
+    void* want = to_ptr(at);
+    void* got = ::mmap(want, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (got != want) {
+      if (got != MAP_FAILED) ::munmap(got, rounded);
+      return got == MAP_FAILED && errno == ENOMEM ? Status::MemoryAllocation : Status::AlreadyMapped;
+    }
+    used += rounded;
+    allocs_[at] = {device, rounded, true};
+    return Status::Success;
+  }
+
   Status mem_free(int device, DeviceAddress address) override {
     if (!valid(device)) return Status::InvalidDevice;
     std::lock_guard lk(m_);
     auto it = allocs_.find(address);
     if (it == allocs_.end()) return Status::InvalidDevicePointer;
     used_[static_cast<size_t>(it->second.device)] -= it->second.size;
-    std::free(to_ptr(address));
+    release_memory(address, it->second);
     allocs_.erase(it);
     return Status::Success;
   }
@@ -785,7 +817,7 @@ class SimBackend final : public Backend {
     std::lock_guard lk(m_);
     for (auto it = allocs_.begin(); it != allocs_.end();) {
       if (it->second.device == device) {
-        std::free(to_ptr(it->first));
+        release_memory(it->first, it->second);
         it = allocs_.erase(it);
       } else {
         ++it;

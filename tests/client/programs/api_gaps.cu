@@ -394,6 +394,34 @@ static void address_space() {
   CHECK(cudaPointerGetAttributes(&a, static_cast<char*>(d) + (2u << 20)));
   std::printf("inside the allocation: %s\n", a.type == cudaMemoryTypeDevice ? "device" : "NOT DEVICE");
   CHECK(cudaFree(d));
+
+  // Host memory of ours where the server's next small allocation would go (the driver and
+  // the sim hand out the freed block's neighbourhood again): the allocation is placed
+  // elsewhere (before the fix, eight clashing tries in a row failed with out of memory).
+  constexpr uintptr_t kGranule = uintptr_t{2} << 20;
+  void* s = nullptr;
+  CHECK(cudaMalloc(&s, 64));
+  CHECK(cudaFree(s));
+  const uintptr_t g = reinterpret_cast<uintptr_t>(s) & ~(kGranule - 1);
+  void* h = mmap(reinterpret_cast<void*>(g), kGranule, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  void* b[4] = {};
+  bool on_host = false, right = true;
+  for (void*& p : b) {
+    CHECK(cudaMalloc(&p, 64));
+    const auto at = reinterpret_cast<uintptr_t>(p);
+    on_host |= at >= g && at < g + kGranule;
+    CHECK(cudaMemset(p, 7, 64));
+  }
+  unsigned char back[64];
+  for (void* p : b) {
+    CHECK(cudaMemcpy(back, p, sizeof back, cudaMemcpyDeviceToHost));
+    for (unsigned char c : back) right &= c == 7;
+    CHECK(cudaFree(p));
+  }
+  std::printf("small allocations where host memory lies: %s, %s\n", on_host ? "ON HOST MEMORY" : "placed elsewhere",
+              right ? "usable" : "WRONG DATA");
+  if (h != MAP_FAILED) munmap(h, kGranule);
 }
 
 int main() {

@@ -78,7 +78,10 @@ struct CommandHeader {
 };
 static_assert(sizeof(CommandHeader) == 32);
 
-struct MemAllocCmd { uint64_t size; };
+// address 0: anywhere.  Otherwise (MemAlloc only) exactly there: a range the client reserved
+// in its own address space because the server's first choice lay on its own memory
+// (doc/design/channel.md, "Device addresses in the client"); 2 MiB aligned, below 2^47.
+struct MemAllocCmd { uint64_t size; uint64_t address = 0; };
 struct AddressCmd { uint64_t address; };
 struct PinnedAllocCmd { uint64_t size; uint32_t flags; uint32_t reserved; };
 struct PinnedFreeCmd { uint64_t id; };

@@ -20,6 +20,7 @@ enum class Status : int32_t {
   NoDevice = 100,
   InvalidDevice = 101,
   InvalidKernelImage = 200,
+  AlreadyMapped = 208,
   NoKernelImageForDevice = 209,
   UnsupportedLimit = 215,
   OperatingSystem = 304,

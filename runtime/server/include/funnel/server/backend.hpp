@@ -115,6 +115,9 @@ class Backend {
   virtual Status mem_get_info(int device, uint64_t& free_bytes, uint64_t& total_bytes) = 0;
 
   virtual Status mem_alloc(int device, uint64_t size, DeviceAddress& out) = 0;
+  // At exactly `at` (2 MiB aligned), the size rounded up to 2 MiB: AlreadyMapped when the
+  // server's address space has something there.  mem_free frees either kind.
+  virtual Status mem_alloc_at(int device, uint64_t size, DeviceAddress at) = 0;
   virtual Status mem_free(int device, DeviceAddress address) = 0;
   virtual Status mem_alloc_async(BackendStream& s, uint64_t size, DeviceAddress& out) = 0;
   virtual Status mem_free_async(BackendStream& s, DeviceAddress address) = 0;

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <random>
 #include <vector>
 
 #include "api.hpp"
@@ -58,34 +57,16 @@ bool reserve_device_range_locked(Runtime& rt, uint64_t addr, uint64_t size) noex
 }
 
 // A 2 MiB aligned range of at least `size` bytes that nothing of this process uses, reserved
-// (PROT_NONE) for a device allocation placed there; 0 when none was found.  The first tries
-// take a random address in 16-96 TiB, far below where both processes' mmaps grow down from
-// (on the H100 the server's driver could not use six ranges in a row next to the client's
-// own mappings: its own mappings were there); the later ones let the kernel choose.
-uint64_t reserve_free_range_locked(Runtime& rt, uint64_t size, int attempt) noexcept {
-  constexpr uint64_t kLow = uint64_t{16} << 40, kHigh = uint64_t{96} << 40;
+// (PROT_NONE) for a device allocation placed there; 0 when the address space is full.
+uint64_t reserve_free_range_locked(Runtime& rt, uint64_t size) noexcept {
   const uint64_t span = (size + kGranule - 1) / kGranule * kGranule;
-  if (span >= kHigh - kLow) return 0;
-  uint64_t aligned = 0;
-  if (attempt < 4) {
-    static thread_local std::mt19937_64 rng{std::random_device{}()};
-    for (int i = 0; i < 16 && aligned == 0; ++i) {
-      const uint64_t want = kLow + rng() % ((kHigh - kLow - span) / kGranule) * kGranule;
-      void* p = ::mmap(reinterpret_cast<void*>(want), span, PROT_NONE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
-      if (p == reinterpret_cast<void*>(want)) aligned = want;
-      else if (p != MAP_FAILED) ::munmap(p, span);
-    }
-  }
-  if (aligned == 0) {
-    void* p = ::mmap(nullptr, span + kGranule, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) return 0;
-    const auto start = reinterpret_cast<uint64_t>(p);
-    aligned = (start + kGranule - 1) / kGranule * kGranule;
-    if (aligned > start) ::munmap(p, aligned - start);
-    if (const uint64_t end = start + span + kGranule; end > aligned + span)
-      ::munmap(reinterpret_cast<void*>(aligned + span), end - (aligned + span));
-  }
+  void* p = ::mmap(nullptr, span + kGranule, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return 0;
+  const auto start = reinterpret_cast<uint64_t>(p);
+  const uint64_t aligned = (start + kGranule - 1) / kGranule * kGranule;
+  if (aligned > start) ::munmap(p, aligned - start);
+  if (const uint64_t end = start + span + kGranule; end > aligned + span)
+    ::munmap(reinterpret_cast<void*>(aligned + span), end - (aligned + span));
   for (uint64_t g = aligned / kGranule; g < (aligned + span) / kGranule; ++g) rt.reserved_granules.emplace(g, 1);
   return aligned;
 }
@@ -110,7 +91,7 @@ cudaError_t place_device_alloc(Runtime& rt, uint64_t size, int device, uint64_t&
     uint64_t at = 0;
     {
       std::lock_guard lk(rt.tables_mu);
-      at = reserve_free_range_locked(rt, size, attempt);
+      at = reserve_free_range_locked(rt, size);
     }
     if (at == 0) break;
     funnel::ipc::MemAllocCmd c{size, at};

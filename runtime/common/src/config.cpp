@@ -102,6 +102,12 @@ const std::vector<SettingInfo>& setting_table() {
        "MPI_Finalize stops it, as for a program linked with funnel::mpi. auto: when funnel-run runs under an MPI "
        "launcher (OMPI_COMM_WORLD_SIZE, PMIX_RANK or PMI_RANK set); 1: always; 0: never (funnel-run starts the "
        "server itself and it exits FUNNEL_IDLE_EXIT_MS after the last process left)"},
+      {"FUNNEL_CLIENT_LAYOUT", "low", "low | default",
+       "funnel-run only: where the program's memory mappings go. low: bottom-up from a third of the address "
+       "space (the kernel's legacy layout, ADDR_COMPAT_LAYOUT), far from the top of the address space where "
+       "funnel-server's CUDA driver places device memory, so that no host mapping of the program lies at the "
+       "numeric address of one of its device allocations (doc/reliability.md); default: the usual top-down "
+       "layout (the client runtime then moves clashing allocations, which can run out of tries)"},
       {"FUNNEL_SERVER_AFFINITY", "auto", "auto | off",
        "auto: the server pins its worker threads to cores near the GPU each serves and away from the cores the "
        "ranks are bound to, and its other threads to a core of their own where one is free, re-planning as "
@@ -441,6 +447,10 @@ Settings Settings::from(const Lookup& env) {
     else if (*h == "0") s.mpi_hooks = MpiHooks::Off;
     else bad("FUNNEL_MPI_HOOKS", *h, accepted_of("FUNNEL_MPI_HOOKS"));
   }
+  if (auto l = get("FUNNEL_CLIENT_LAYOUT")) {
+    if (*l == "default") s.client_layout_low = false;
+    else if (*l != "low") bad("FUNNEL_CLIENT_LAYOUT", *l, accepted_of("FUNNEL_CLIENT_LAYOUT"));
+  }
   if (auto a = get("FUNNEL_SERVER_AFFINITY")) {
     if (*a == "off") s.server_affinity = false;
     else if (*a != "auto") bad("FUNNEL_SERVER_AFFINITY", *a, accepted_of("FUNNEL_SERVER_AFFINITY"));
@@ -489,6 +499,7 @@ std::string value_text(const Settings& s, const std::string& var) {
     return !s.ranks_per_gpu_set ? "(not set)" : s.ranks_per_gpu == 0 ? "even" : std::to_string(s.ranks_per_gpu);
   if (var == "FUNNEL_GPU_MAP") return s.gpu_map.empty() ? "(not set)" : fmt::format("{}", fmt::join(s.gpu_map, ","));
   if (var == "FUNNEL_MPI_HOOKS") return to_string(s.mpi_hooks);
+  if (var == "FUNNEL_CLIENT_LAYOUT") return s.client_layout_low ? "low" : "default";
   if (var == "FUNNEL_GPU_FRACTION")
     return s.gpu_share_bp == 0 ? "(the whole GPU)" : fmt::format("{:g}%", s.gpu_share_bp / 100.0);
   if (var == "FUNNEL_GPU_PLACEMENT") return s.gpu_disjoint ? "disjoint" : "shared";

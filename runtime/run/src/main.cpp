@@ -8,6 +8,7 @@
 // sure the job's server runs first (so the program's first CUDA call is fast).
 //
 // Exit codes: 2 bad settings or arguments, 3 program refused, 4 no server, 127 exec failed.
+#include <sys/personality.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -189,6 +190,14 @@ int main(int argc, char** argv) {
   ::setenv("FUNNEL_BACKEND", funnel::to_string(settings.backend), 1);
   ::setenv("FUNNEL_SERVER", funnel::server_binary(settings).c_str(), 1);
 
+  // FUNNEL_CLIENT_LAYOUT=low: the program's mappings grow up from a third of the address
+  // space, far below the server's device addresses at its top (doc/reliability.md).
+  if (settings.client_layout_low) {
+    const int current = ::personality(0xffffffff);
+    if (current != -1 && ::personality(static_cast<unsigned long>(current) | ADDR_COMPAT_LAYOUT) == -1)
+      std::fprintf(stderr, "funnel-run: warning: cannot choose the low memory layout (FUNNEL_CLIENT_LAYOUT): %s\n",
+                   std::strerror(errno));
+  }
   std::vector<char*> args;
   for (auto& a : command) args.push_back(a.data());
   args.push_back(nullptr);

@@ -79,10 +79,10 @@ void funnel::client::release_device_range_locked(Runtime& rt, uint64_t addr, uin
 
 namespace {
 
-// The server's address for a new allocation lay on memory of this process (the driver's
-// small allocations come from one shared 2 MiB block, so asking again lands there again,
-// and the soak saw eight tries in a row fail): reserve a free range here and have the
-// server place the allocation exactly there.  A range the server cannot use is kept while
+// The server's addresses for a new allocation lay on memory of this process eight times in
+// a row (the driver's small allocations come from one shared 2 MiB block, so asking again
+// lands there again; the GPU soak saw it): reserve a free range here and have the server
+// place the allocation exactly there.  A range the server cannot use is kept while
 // the next is chosen, so each try is a different one.
 cudaError_t place_device_alloc(Runtime& rt, uint64_t size, int device, uint64_t& addr) {
   std::vector<uint64_t> refused;
@@ -124,8 +124,9 @@ cudaError_t device_alloc(void** ptr, size_t size, Opcode op, const StreamRef& on
   std::vector<uint64_t> clashing;
   uint64_t addr = 0;
   cudaError_t e = cudaSuccess;
-  // A pooled allocation can only be retried; a plain one retries once, then is placed.
-  for (int attempt = 0; attempt < (pooled ? 8 : 1); ++attempt) {
+  // Asking again usually escapes (a larger allocation gets fresh addresses); after eight
+  // tries a plain allocation is placed (a pooled one cannot be).
+  for (int attempt = 0; attempt < 8; ++attempt) {
     funnel::ipc::MemAllocCmd c{size, 0};
     Reply r;
     if (e = to_cuda(rt.call(op, on.device, on.id, &c, sizeof c, &r)); e != cudaSuccess) break;
@@ -147,7 +148,7 @@ cudaError_t device_alloc(void** ptr, size_t size, Opcode op, const StreamRef& on
   }
   if (e == cudaSuccess && addr == 0 && !pooled) e = place_device_alloc(rt, size, on.device, addr);
   if (e != cudaSuccess) return e;
-  if (addr == 0) return cudaErrorMemoryAllocation;  // eight ranges in a row clashed
+  if (addr == 0) return cudaErrorMemoryAllocation;  // every range clashed
   *ptr = reinterpret_cast<void*>(addr);
   return cudaSuccess;
 }

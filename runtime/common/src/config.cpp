@@ -107,7 +107,8 @@ const std::vector<SettingInfo>& setting_table() {
        "space (the kernel's legacy layout, ADDR_COMPAT_LAYOUT), far from the top of the address space where "
        "funnel-server's CUDA driver places device memory, so that no host mapping of the program lies at the "
        "numeric address of one of its device allocations (doc/reliability.md); default: the usual top-down "
-       "layout (the client runtime then moves clashing allocations, which can run out of tries)"},
+       "layout (the client runtime then moves clashing allocations, which can run out of tries); programs built "
+       "with ThreadSanitizer need it, as their sanitizer keeps its shadow memory where the low layout maps"},
       {"FUNNEL_SERVER_AFFINITY", "auto", "auto | off",
        "auto: the server pins its worker threads to cores near the GPU each serves and away from the cores the "
        "ranks are bound to, and its other threads to a core of their own where one is free, re-planning as "

@@ -98,6 +98,7 @@ class SimStream final : public BackendStream {
   const SimPartition* partition() const noexcept { return static_cast<const SimPartition*>(partition_.get()); }
   int priority() const noexcept { return priority_; }
   ~SimStream() override {
+    if (on_destroy_) on_destroy_(this);
     {
       std::lock_guard lk(m_);
       closing_ = true;
@@ -105,6 +106,15 @@ class SimStream final : public BackendStream {
     cv_.notify_all();
     thread_.join();
   }
+  // Called first thing in the destructor (SimBackend's registry of streams).
+  void on_destroy(std::function<void(SimStream*)> f) { on_destroy_ = std::move(f); }
+  // How much work was queued and done, readable after the stream is gone (its queue
+  // drains before its thread ends, so done reaches what was queued).
+  struct Progress {
+    std::atomic<uint64_t> submitted{0};
+    std::atomic<uint64_t> done{0};
+  };
+  std::shared_ptr<Progress> progress() const { return progress_; }
   int device() const noexcept override { return device_; }
   // Being destroyed: a closure that waits for something outside the stream gives up.
   bool closing() {
@@ -117,6 +127,7 @@ class SimStream final : public BackendStream {
       std::lock_guard lk(m_);
       q_.push_back(std::move(f));
       ++submitted_;
+      progress_->submitted.store(submitted_, std::memory_order_release);
     }
     cv_.notify_all();
   }
@@ -149,6 +160,7 @@ class SimStream final : public BackendStream {
       f();
       lk.lock();
       ++done_;
+      progress_->done.store(done_, std::memory_order_release);
       cv_.notify_all();
     }
   }
@@ -163,6 +175,8 @@ class SimStream final : public BackendStream {
   uint64_t submitted_ = 0;
   uint64_t done_ = 0;
   bool closing_ = false;
+  std::function<void(SimStream*)> on_destroy_;
+  std::shared_ptr<Progress> progress_ = std::make_shared<Progress>();
   std::thread thread_;
 };
 
@@ -380,6 +394,7 @@ class SimBackend final : public Backend {
 
   Status mem_alloc(int device, uint64_t size, DeviceAddress& out) override {
     if (Status st = usable(device); st != Status::Success) return st;
+    reap();
     if (size == 0 || size > (uint64_t{1} << 48)) return size == 0 ? Status::InvalidValue : Status::MemoryAllocation;
     const uint64_t rounded = (size + kAlign - 1) / kAlign * kAlign;
     std::lock_guard lk(m_);
@@ -430,6 +445,10 @@ class SimBackend final : public Backend {
     return mem_alloc(s.device(), size, out);
   }
 
+  // Stream-ordered, and after the work that other streams of the device queued before it:
+  // the memory is host memory here, so a copy another stream still runs on it must not find
+  // it freed (the fuzzer found that use after free; on a GPU it is the program's race on
+  // device memory, not the server's).  Until then the block waits in quarantine_.
   Status mem_free_async(BackendStream& s, DeviceAddress address) override {
     if (Status st = usable(s.device()); st != Status::Success) return st;
     {
@@ -437,9 +456,41 @@ class SimBackend final : public Backend {
       if (allocs_.find(address) == allocs_.end()) return Status::InvalidDevicePointer;
     }
     const int dev = s.device();
-    stream(s).enqueue([this, dev, address] { mem_free(dev, address); });
+    Quarantined q{address, dev, 0, {}};
+    {
+      std::lock_guard lk(streams_m_);
+      q.generation = reset_generation_[static_cast<size_t>(dev)];
+      for (const LiveStream& other : streams_)
+        if (other.stream != &stream(s) && other.device == dev)
+          q.tickets.emplace_back(other.progress, other.progress->submitted.load(std::memory_order_acquire));
+    }
+    stream(s).enqueue([this, q]() mutable {
+      std::lock_guard lk(streams_m_);
+      if (q.generation == reset_generation_[static_cast<size_t>(q.device)]) quarantine_.push_back(std::move(q));
+      reap_locked();
+    });
     return Status::Success;
   }
+
+  // Frees the quarantined blocks whose tickets are all done (streams_m_ held).
+  void reap_locked() {
+    for (size_t i = 0; i < quarantine_.size();) {
+      Quarantined& q = quarantine_[i];
+      std::erase_if(q.tickets, [](const auto& t) { return t.first->done.load(std::memory_order_acquire) >= t.second; });
+      if (!q.tickets.empty()) {
+        ++i;
+        continue;
+      }
+      mem_free(q.device, q.address);
+      quarantine_[i] = std::move(quarantine_.back());
+      quarantine_.pop_back();
+    }
+  }
+  void reap() {
+    std::lock_guard lk(streams_m_);
+    reap_locked();
+  }
+
 
   Status host_register(void* p, uint64_t size) override {
     return (p == nullptr || size == 0) ? Status::InvalidValue : any_device();
@@ -456,7 +507,16 @@ class SimBackend final : public Backend {
                        std::unique_ptr<BackendStream>& out) override {
     if (Status st = usable(device); st != Status::Success) return st;
     if (partition && partition->device() != device) return Status::InvalidDevice;
-    out = std::make_unique<SimStream>(device, std::clamp(priority, kGreatestPriority, kLeastPriority), dying_, partition);
+    auto s = std::make_unique<SimStream>(device, std::clamp(priority, kGreatestPriority, kLeastPriority), dying_, partition);
+    {
+      std::lock_guard lk(streams_m_);
+      streams_.push_back({s.get(), device, s->progress()});
+    }
+    s->on_destroy([this](SimStream* gone) {
+      std::lock_guard lk(streams_m_);
+      std::erase_if(streams_, [gone](const LiveStream& e) { return e.stream == gone; });
+    });
+    out = std::move(s);
     return Status::Success;
   }
 
@@ -814,6 +874,13 @@ class SimBackend final : public Backend {
   // still held; limits are back at their defaults.
   Status reset_device(int device) override {
     if (!valid(device)) return Status::InvalidDevice;
+    {
+      // Quarantined blocks of the device go with the rest of its memory below; one a stream
+      // queues later belongs to the old generation and is dropped unfreed.
+      std::lock_guard q(streams_m_);
+      ++reset_generation_[static_cast<size_t>(device)];
+      std::erase_if(quarantine_, [device](const Quarantined& e) { return e.device == device; });
+    }
     std::lock_guard lk(m_);
     for (auto it = allocs_.begin(); it != allocs_.end();) {
       if (it->second.device == device) {
@@ -871,6 +938,24 @@ class SimBackend final : public Backend {
   static constexpr std::array<uint64_t, 3> kDefaultLimits{1024, 1u << 20, 8u << 20};
 
   SimOptions options_;
+  // Streams alive (for the tickets of stream-ordered frees) and blocks freed in stream order
+  // that wait for other streams' earlier work; streams_m_ is taken before m_.
+  struct Quarantined {
+    DeviceAddress address;
+    int device;
+    uint64_t generation;                                   // reset_generation_ when queued
+    // A stream's progress, and how much of its work was queued before the free.
+    std::vector<std::pair<std::shared_ptr<SimStream::Progress>, uint64_t>> tickets;
+  };
+  struct LiveStream {
+    const SimStream* stream;
+    int device;
+    std::shared_ptr<SimStream::Progress> progress;
+  };
+  std::mutex streams_m_;
+  std::vector<LiveStream> streams_;
+  std::vector<Quarantined> quarantine_;
+  std::array<uint64_t, ipc::kMaxDevices> reset_generation_{};
   std::atomic<bool> dying_{false};
   std::mutex m_;
   std::map<uint64_t, Allocation> allocs_;

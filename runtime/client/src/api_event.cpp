@@ -74,7 +74,7 @@ cudaError_t record_event(cudaEvent_t event, cudaStream_t stream, unsigned flags,
 bool completed_locally(const EventRef& ev) {
   if (ev.slot == funnel::ipc::kNoEventSlot || ev.generation == 0) return false;
   const uint32_t seen = Runtime::get().view().event_state(ev.slot).load(std::memory_order_acquire);
-  return static_cast<int32_t>(seen - ev.generation) >= 0;
+  return funnel::ipc::generation_reached(seen, ev.generation);
 }
 
 // cudaEventSynchronize / cudaEventQuery.  A completed event is seen in the channel's

@@ -22,7 +22,7 @@ namespace {
 // for device memory (the GPU soak saw wrong data and InvalidValue from it).  Natively the
 // driver's unified address space rules that out by reserving the device ranges in the
 // process; so does this: each 2 MiB granule of a device allocation is mapped PROT_NONE here.
-constexpr uint64_t kGranule = uint64_t{1} << 21;
+constexpr uint64_t kGranule = funnel::ipc::kPlacedGranule;
 
 void unreserve_granules_locked(Runtime& rt, uint64_t first, uint64_t last) noexcept {
   for (uint64_t g = first; g <= last; ++g) {

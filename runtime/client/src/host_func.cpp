@@ -114,7 +114,7 @@ class HostFuncs {
 
   bool reached(const Pair& p, const Pending& f) const {
     const uint32_t seen = rt_.view().event_state(p.reached).load(std::memory_order_acquire);
-    return static_cast<int32_t>(seen - f.gen) >= 0;
+    return funnel::ipc::generation_reached(seen, f.gen);
   }
 
   // Runs one host function whose stream got there; false if none has.  (It returns

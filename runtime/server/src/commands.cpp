@@ -20,9 +20,6 @@ namespace funnel::server {
 namespace {
 
 constexpr uint64_t kPage = 4096;
-// MemAllocCmd::address: 2 MiB aligned, in the lower half of the 48-bit user address space.
-constexpr uint64_t kPlacedAlignment = uint64_t{2} << 20;
-constexpr uint64_t kUserAddressLimit = uint64_t{1} << 47;
 
 bool one_way(const ipc::CommandHeader& h) noexcept { return h.reply_slot == ipc::kNoReply; }
 
@@ -213,7 +210,8 @@ Status Worker::mem_alloc(const ipc::CommandHeader& h, const ipc::MemAllocCmd& c,
       st = backend_.mem_alloc(h.device, c.size, addr);
     } else {
       // A range the client reserved because our first address lay on its own memory.
-      if (c.address % kPlacedAlignment != 0 || c.address >= kUserAddressLimit || c.size >= kUserAddressLimit)
+      if (c.address % ipc::kPlacedGranule != 0 || c.address >= ipc::kPlacedAddressLimit ||
+          c.size >= ipc::kPlacedAddressLimit)
         return Status::InvalidValue;
       st = backend_.mem_alloc_at(h.device, c.size, c.address);
       addr = c.address;
@@ -451,7 +449,7 @@ Status Worker::stream_state(StreamEntry& s) {
   // says in the microseconds before it marks the stream idle (seen on the H100 under load:
   // cudaStreamQuery NotReady right after cudaEventSynchronize of the stream's last event).
   if (st == Status::NotReady && s.done_word != nullptr &&
-      static_cast<int32_t>(s.done_word->load(std::memory_order_acquire) - s.done_value) >= 0)
+      ipc::generation_reached(s.done_word->load(std::memory_order_acquire), s.done_value))
     return Status::Success;
   return st;
 }

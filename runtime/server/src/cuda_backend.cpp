@@ -1082,7 +1082,7 @@ class CudaBackend final : public Backend {
   }
 
   // Allocations placed by mem_alloc_at: address -> reserved bytes (workers call at once).
-  static constexpr uint64_t kPlacedGranule = uint64_t{2} << 20;
+  static constexpr uint64_t kPlacedGranule = ipc::kPlacedGranule;
   std::mutex placed_mu_;
   std::map<DeviceAddress, uint64_t> placed_;
   std::shared_ptr<Shared> s_;

@@ -116,7 +116,7 @@ struct EventEntry {
   const std::atomic<uint32_t>* word = nullptr;
   uint32_t generation = 0;
   bool seen_complete() const {
-    return word != nullptr && static_cast<int32_t>(word->load(std::memory_order_acquire) - generation) >= 0;
+    return word != nullptr && ipc::generation_reached(word->load(std::memory_order_acquire), generation);
   }
 };
 

@@ -108,11 +108,15 @@ class SimStream final : public BackendStream {
   }
   // Called first thing in the destructor (SimBackend's registry of streams).
   void on_destroy(std::function<void(SimStream*)> f) { on_destroy_ = std::move(f); }
-  // How much work was queued and done, readable after the stream is gone (its queue
-  // drains before its thread ends, so done reaches what was queued).
+  // How much work was queued and done (both changed under the stream's lock), readable
+  // after the stream is gone (its queue drains before its thread ends, so done reaches
+  // what was queued).
   struct Progress {
     std::atomic<uint64_t> submitted{0};
     std::atomic<uint64_t> done{0};
+    bool drained() const noexcept {
+      return done.load(std::memory_order_relaxed) == submitted.load(std::memory_order_relaxed);
+    }
   };
   std::shared_ptr<Progress> progress() const { return progress_; }
   int device() const noexcept override { return device_; }
@@ -126,18 +130,17 @@ class SimStream final : public BackendStream {
     {
       std::lock_guard lk(m_);
       q_.push_back(std::move(f));
-      ++submitted_;
-      progress_->submitted.store(submitted_, std::memory_order_release);
+      progress_->submitted.fetch_add(1, std::memory_order_release);
     }
     cv_.notify_all();
   }
   bool idle() {
     std::lock_guard lk(m_);
-    return done_ == submitted_;
+    return progress_->drained();
   }
   bool wait_idle() {
     std::unique_lock lk(m_);
-    while (done_ != submitted_) {
+    while (!progress_->drained()) {
       if (dying_.load()) return false;
       cv_.wait_for(lk, kSlice);
     }
@@ -159,8 +162,7 @@ class SimStream final : public BackendStream {
       lk.unlock();
       f();
       lk.lock();
-      ++done_;
-      progress_->done.store(done_, std::memory_order_release);
+      progress_->done.fetch_add(1, std::memory_order_release);
       cv_.notify_all();
     }
   }
@@ -172,8 +174,6 @@ class SimStream final : public BackendStream {
   std::mutex m_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> q_;
-  uint64_t submitted_ = 0;
-  uint64_t done_ = 0;
   bool closing_ = false;
   std::function<void(SimStream*)> on_destroy_;
   std::shared_ptr<Progress> progress_ = std::make_shared<Progress>();
@@ -411,7 +411,7 @@ class SimBackend final : public Backend {
   // As the cuda backend's virtual memory path: exactly `at`, 2 MiB granules, or AlreadyMapped.
   Status mem_alloc_at(int device, uint64_t size, DeviceAddress at) override {
     if (Status st = usable(device); st != Status::Success) return st;
-    constexpr uint64_t kGranule = uint64_t{2} << 20;
+    constexpr uint64_t kGranule = ipc::kPlacedGranule;
     if (size == 0 || at == 0 || at % kGranule != 0) return Status::InvalidValue;
     if (size > (uint64_t{1} << 48)) return Status::MemoryAllocation;
     const uint64_t rounded = (size + kGranule - 1) / kGranule * kGranule;

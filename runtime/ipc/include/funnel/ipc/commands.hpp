@@ -82,6 +82,8 @@ static_assert(sizeof(CommandHeader) == 32);
 // in its own address space because the server's first choice lay on its own memory
 // (doc/design/channel.md, "Device addresses in the client"); 2 MiB aligned, below 2^47.
 struct MemAllocCmd { uint64_t size; uint64_t address = 0; };
+inline constexpr uint64_t kPlacedGranule = uint64_t{2} << 20;        // the client's reservations too
+inline constexpr uint64_t kPlacedAddressLimit = uint64_t{1} << 47;   // the 47-bit user address space
 struct AddressCmd { uint64_t address; };
 struct PinnedAllocCmd { uint64_t size; uint32_t flags; uint32_t reserved; };
 struct PinnedFreeCmd { uint64_t id; };
@@ -134,6 +136,10 @@ struct EventPairCmd { uint64_t start_id; uint64_t end_id; };
 // record (kNoEventSlot: none).  Generations of one slot only grow (wrapping), across
 // the events that use it in turn, so a late store from an earlier user never looks newer.
 inline constexpr uint32_t kNoEventSlot = 0xffffffffu;
+// Whether a state word that holds `seen` has reached `generation` (wrapping compare).
+constexpr bool generation_reached(uint32_t seen, uint32_t generation) noexcept {
+  return static_cast<int32_t>(seen - generation) >= 0;
+}
 struct EventRecordCmd { uint64_t event_id; uint32_t flags; uint32_t state_slot; uint32_t generation; uint32_t reserved; };
 
 struct LimitCmd { uint32_t limit; uint32_t reserved; uint64_t value; };

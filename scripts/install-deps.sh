@@ -12,6 +12,7 @@ packages=(
   libgtest-dev libgmock-dev
   libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   python3 procps psmisc file binutils util-linux
+  shellcheck  # tests/lint: the Slurm, bench and GPU-suite scripts (lint.shellcheck)
   python3-matplotlib  # the job report's chart (share/funnel/funnel-report-plot.py, client.job_report) and bench/report.py's plots
   clang-14 libclang-rt-14-dev  # tests/fuzz: libFuzzer (fuzz.server_commands)
   slurmctld slurmd slurm-client munge  # tests/slurm: a single-node Slurm that the test starts (label slurm)

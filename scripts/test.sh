@@ -6,7 +6,7 @@
 # Prints "N passed, N failed" over the three runs and exits nonzero on any failure.
 # JOBS (default 2) sets build and ctest parallelism.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 export PATH=/usr/local/cuda/bin:$PATH
 JOBS=${JOBS:-2}
 

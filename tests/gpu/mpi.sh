@@ -63,7 +63,7 @@ if [[ -x $BIN/stencil_funnel && -x $BIN/stencil ]]; then
   fi
   for _ in $(seq 50); do [[ -e /dev/shm/funnel-$uid-$job ]] || break; sleep 0.1; done
   [[ -e /dev/shm/funnel-$uid-$job ]] && why="${why:+$why; }run directory left behind"
-  ls /dev/shm | grep -qF "funnel-$uid-$job" && why="${why:+$why; }segment left behind"
+  compgen -G "/dev/shm/*funnel-$uid-$job*" >/dev/null && why="${why:+$why; }segment left behind"
   if [[ -z $why ]]; then
     result mpi linked-stencil-np4 PASS "$(grep -o '"ms_per_step":[0-9.]*' "$OUT_DIR/stencil-linked.log"), server started+stopped by the hooks"
   else

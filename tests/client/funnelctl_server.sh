@@ -7,7 +7,8 @@
 #   terminate       one of two clients is terminated: it fails with a message that says so,
 #                   the other finishes normally, clients no longer lists it, the server logs it
 #   shutdown        graceful (waits for the client, refuses new ones), --timeout (stops the
-#                   client at the deadline), --force and no client (at once)
+#                   client at the deadline), --force and no client (at once), a server left a
+#                   zombie by a parent that does not reap it (stopped all the same)
 #   defaults        defaults for new clients: shown, set, applied to a client that set none,
 #                   not to one that set its own; bad values exit 2
 set -u
@@ -164,6 +165,20 @@ shutdown)
   start=$(date +%s%N)
   "$ctl" shutdown >"$dir/s.out" 2>&1 || fail "shutdown of an idle server exited $?"
   [ $((($(date +%s%N) - start) / 1000000)) -lt 10000 ] || fail "shutdown without clients was not immediate (it waits for no client: far below the 60 s drain)"
+  # A server whose parent does not reap it (a container's init that reaps late or never; here
+  # `sleep`, which the server's shell became) stays a zombie after it stopped: that is stopped.
+  bash -c '"$0" --sim-devices 2 --idle-exit-ms 60000 --foreground >/dev/null 2>&1 & exec sleep 120' \
+    "$bin/funnel-server" &
+  reaper=$!
+  for _ in $(seq 500); do "$ctl" status --json >/dev/null 2>&1 && break; sleep 0.02; done
+  spid=$(server_pid)
+  [ -n "$spid" ] || { kill $reaper; fail "the foreground server did not answer"; }
+  timeout 30 "$ctl" shutdown >"$dir/s.out" 2>&1
+  rc=$?
+  state=$(sed 's/.*) //' /proc/"$spid"/stat 2>/dev/null | cut -c1)
+  kill $reaper
+  [ $rc -eq 0 ] || fail "shutdown of a server left a zombie by its parent exited $rc (state '${state:-gone}')"
+  grep -q "^funnel-server $spid ($FUNNEL_RUN_DIR) stopped$" "$dir/s.out" || fail "shutdown of an unreaped server: no 'stopped'"
   "$ctl" shutdown >"$dir/s.out" 2>&1
   [ $? -eq 1 ] || fail "shutdown without a server: not exit 1"
   grep -q "no funnel-server answers in $FUNNEL_RUN_DIR" "$dir/s.out" || fail "shutdown without a server: message"

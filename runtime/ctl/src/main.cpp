@@ -5,9 +5,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -216,6 +218,20 @@ int terminate(const funnel::Settings& s, uint64_t who, bool by_pid) {
   return 0;
 }
 
+// Whether process `pid` still runs.  One that exited but was not reaped yet is a zombie:
+// kill(pid, 0) still finds it, but it has stopped.  The server daemonizes, so its parent is
+// init or a subreaper, which in some containers reaps late (a second here) or never.
+bool running(pid_t pid) {
+  if (pid <= 0 || (::kill(pid, 0) != 0 && errno == ESRCH)) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return ::kill(pid, 0) == 0 || errno != ESRCH;  // no /proc: as kill says
+  // "pid (comm) S ...": comm may hold spaces and parentheses, the state follows the last ')'.
+  const size_t close = line.rfind(')');
+  const char state = close != std::string::npos && close + 2 < line.size() ? line[close + 2] : '?';
+  return state != 'Z' && state != 'X';
+}
+
 // shutdown: graceful (the server waits for its clients) or --force; then waits for it to go.
 int shutdown(const funnel::Settings& s, bool force, unsigned timeout_s, bool wait) {
   const json r = ask(s, "shutdown", force ? "force" : fmt::format("timeout_s={}", timeout_s));
@@ -230,7 +246,7 @@ int shutdown(const funnel::Settings& s, bool force, unsigned timeout_s, bool wai
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(force ? 0 : timeout_s) +
                      std::chrono::seconds(15);
   while (std::chrono::steady_clock::now() < until) {
-    if (!funnel::connect_server(s) && (pid <= 0 || ::kill(pid, 0) != 0)) {
+    if (!funnel::connect_server(s) && !running(pid)) {
       std::printf("funnel-server %d (%s) stopped\n", pid, s.run_dir.c_str());
       return 0;
     }

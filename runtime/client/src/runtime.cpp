@@ -329,7 +329,25 @@ uint64_t Runtime::write_record_locked(Opcode op, int device, uint64_t stream, ui
   if (n != 0) std::memcpy(at + sizeof h, payload, n);
   if (!trailing.empty()) std::memcpy(at + sizeof h + n, trailing.data(), trailing.size());
   writer_.publish();
+  // Work for the stream (or a change of it): it may be busy now.  Synchronize and query
+  // only look.
+  if (stream != 0 && op != Opcode::StreamSynchronize && op != Opcode::StreamQuery)
+    stream_posts_[stream % kStreamBuckets].fetch_add(1, std::memory_order_release);
   return h.seq;
+}
+
+void Runtime::mark_idle(uint64_t stream, uint64_t posts) noexcept {
+  if (stream == 0) return;
+  std::lock_guard lk(idle_mu_);
+  idle_marks_[stream % kStreamBuckets] = IdleMark{stream, posts};
+}
+
+bool Runtime::known_idle(uint64_t stream) noexcept {
+  if (stream == 0) return false;
+  const size_t b = stream % kStreamBuckets;
+  std::lock_guard lk(idle_mu_);
+  const IdleMark& m = idle_marks_[b];
+  return m.stream == stream && m.posts == stream_posts_[b].load(std::memory_order_acquire);
 }
 
 int Runtime::acquire_reply_slot() noexcept {

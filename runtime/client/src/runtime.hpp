@@ -3,6 +3,7 @@
 // slots, and the client-side tables (allocations, pinned files, streams, events).
 // A forked child gets a fresh Runtime (see fork handling in runtime.cpp).
 #pragma once
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -110,6 +111,20 @@ class Runtime {
   // Takes the first error of earlier one-way work (a synchronising call's duty).
   Status take_deferred() noexcept;
 
+  // Idle streams (doc/design/channel.md, "Idle streams"): a stream that a synchronize or
+  // query found idle, and that no record was written for since, is idle still, and the
+  // next cudaStreamSynchronize/Query is answered here without a round trip.  Records are
+  // counted per bucket of stream ids (a stream's record makes every stream of its bucket
+  // look busy: never a wrong "idle", at worst a round trip more).
+  // stream_posts: the count to take BEFORE the synchronizing call; mark_idle: after it
+  // succeeded; known_idle: whether a call now may be answered here.  Stream 0 (the legacy
+  // stream) never is: its implicit synchronization with other streams is the server's.
+  uint64_t stream_posts(uint64_t stream) const noexcept {
+    return stream_posts_[stream % kStreamBuckets].load(std::memory_order_acquire);
+  }
+  void mark_idle(uint64_t stream, uint64_t posts) noexcept;
+  bool known_idle(uint64_t stream) noexcept;
+
   // Staging slots: process-local ownership (several host threads copy at once).
   int acquire_staging(bool block) noexcept;  // -1 when none (non-blocking) or the server is gone
   void release_staging(int slot) noexcept;
@@ -197,6 +212,16 @@ class Runtime {
   std::atomic<bool> server_stopped_{false};  // the watcher found the server stopped (SIGSTOP)
 
   std::mutex ring_mu_;
+  // Idle streams: records per bucket of stream ids (bumped under ring_mu_, after the record
+  // is published), and per bucket the last stream found idle with the count it was found at.
+  static constexpr size_t kStreamBuckets = 256;
+  struct IdleMark {
+    uint64_t stream = 0;
+    uint64_t posts = 0;
+  };
+  std::array<std::atomic<uint64_t>, kStreamBuckets> stream_posts_{};
+  std::mutex idle_mu_;
+  std::array<IdleMark, kStreamBuckets> idle_marks_{};
   ipc::RingWriter writer_;
   uint64_t next_seq_ = 0;
 

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# idle_sync.sh BIN_DIR PROGRAMS_DIR [PRELOAD]
+# cudaStreamSynchronize and cudaStreamQuery of a stream found idle, with nothing queued on it
+# since, are answered in the client (doc/design/channel.md, "Idle streams"):
+#   - 20000 of each on an idle stream add (almost) no command at the server (funnelctl
+#     clients --json: the client's command count; at most 20 more, for whatever else runs);
+#   - work queued afterwards, on that stream or on one sharing its bucket, is waited for
+#     (tests/client/programs/idle_sync.cu checks the data).
+set -u
+bin=$1 progs=$2 preload=${3:-}
+# shellcheck source=tests/client/sim_env.sh
+. "$(dirname "$0")/sim_env.sh"
+sim_env "$bin" "$preload"
+ctl=$bin/funnelctl
+fail() {
+  echo "FAIL: $*"
+  for f in "$dir"/*.out "$dir"/*.err "$dir"/log/*.log; do [ -f "$f" ] && { echo "--- $f"; cat "$f"; }; done
+  exit 1
+}
+wait_for() {
+  for _ in $(seq 1000); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.02; done
+  fail "no '$2' in $1"
+}
+# commands PID: the server's count of commands from that client.
+commands() {
+  "$ctl" clients --json | python3 -c '
+import json, sys
+pid = int(sys.argv[1])
+for c in json.load(sys.stdin):
+    if c["pid"] == pid:
+        print(c["commands"])
+' "$1"
+}
+"$bin/funnel-server" --sim-devices 1 --idle-exit-ms 60000 || fail "the server did not start"
+mkfifo "$dir/in"
+"$bin/funnel-run" "$progs/idle_sync" <"$dir/in" >"$dir/prog.out" 2>"$dir/prog.err" &
+pid=$!
+exec 3>"$dir/in"
+wait_for "$dir/prog.out" '^ready$'
+before=$(commands $pid)
+[ -n "$before" ] || fail "funnelctl clients lists no client with pid $pid"
+echo >&3
+wait_for "$dir/prog.out" '^idle done$'
+after=$(commands $pid)
+echo "commands before the idle calls: $before, after 20000 synchronizes and 20000 queries: $after"
+[ $((after - before)) -le 20 ] || fail "the idle stream's calls went to the server ($before -> $after commands)"
+echo >&3
+exec 3>&-
+wait $pid || fail "idle_sync exited $?"
+grep -q '^ok$' "$dir/prog.out" || fail "idle_sync did not print ok"
+echo "PASS: idle synchronizes and queries answered in the client; later work waited for"

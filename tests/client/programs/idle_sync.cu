@@ -1,0 +1,99 @@
+// Idle streams answered in the client (doc/design/channel.md, "Idle streams"), for
+// tests/client/idle_sync.sh: prints "ready", waits for a line on stdin, synchronizes and
+// queries an idle stream IDLE_CALLS times each (the script counts the server's commands
+// around it: they must not be round trips), prints "idle done", waits for a line again,
+// then checks that work queued after a stream was found idle is waited for:
+//   1. a 64 MiB device-to-host copy queued on the idle stream, then synchronize: the data
+//      is there (the copy made the stream busy again);
+//   2. streams that share the client's bucket of stream ids (ids 256 apart): one found
+//      idle, work queued on the other, then both synchronized: the data is there;
+//   3. cudaStreamQuery right after queuing work is not answered "idle" from an old mark.
+// Prints "ok" at the end; a failure prints FAIL and exits 1.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "check.h"
+
+static void wait_line() {
+  std::string line;
+  std::getline(std::cin, line);
+}
+
+static void expect_filled(const unsigned char* h, size_t n, unsigned char v, const char* what) {
+  for (size_t i = 0; i < n; i += 4093)
+    if (h[i] != v) {
+      std::printf("FAIL %s: byte %zu is %u, not %u (the synchronize did not wait)\n", what, i, h[i], v);
+      std::exit(1);
+    }
+  if (h[n - 1] != v) {
+    std::printf("FAIL %s: the last byte is %u, not %u\n", what, h[n - 1], v);
+    std::exit(1);
+  }
+}
+
+int main() {
+  const int calls = std::getenv("IDLE_CALLS") ? std::atoi(std::getenv("IDLE_CALLS")) : 20000;
+  constexpr size_t n = size_t{64} << 20;
+  unsigned char* d = nullptr;
+  unsigned char* h = nullptr;
+  CHECK(cudaMalloc(&d, n));
+  CHECK(cudaMallocHost(&h, n));
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CHECK(cudaMemsetAsync(d, 1, n, s));
+  CHECK(cudaStreamSynchronize(s));
+  std::printf("ready\n");
+  std::fflush(stdout);
+  wait_line();
+  for (int i = 0; i < calls; ++i) {
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaStreamQuery(s));
+  }
+  std::printf("idle done\n");
+  std::fflush(stdout);
+  wait_line();
+
+  // 1. Work after the idle answers.
+  std::memset(h, 0, n);
+  CHECK(cudaMemcpyAsync(h, d, n, cudaMemcpyDeviceToHost, s));
+  CHECK(cudaStreamSynchronize(s));
+  expect_filled(h, n, 1, "copy queued on a stream found idle");
+
+  // 2. Streams of one bucket: ids are consecutive, so the 257th stream after `a` shares it.
+  std::vector<cudaStream_t> more(256);
+  cudaStream_t a;
+  CHECK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+  for (auto& m : more) CHECK(cudaStreamCreateWithFlags(&m, cudaStreamNonBlocking));
+  cudaStream_t b = more.back();
+  CHECK(cudaStreamSynchronize(a));  // a found idle
+  CHECK(cudaStreamSynchronize(b));  // b found idle: the bucket's mark is b's now
+  CHECK(cudaStreamSynchronize(a));  // a again
+  CHECK(cudaMemsetAsync(d, 2, n, b));
+  std::memset(h, 0, n);
+  CHECK(cudaMemcpyAsync(h, d, n, cudaMemcpyDeviceToHost, b));
+  CHECK(cudaStreamSynchronize(a));
+  CHECK(cudaStreamSynchronize(b));
+  expect_filled(h, n, 2, "copy queued on a stream that shares its bucket with one found idle");
+
+  // 3. A query right after queued work: NotReady or Success, never an old "idle".
+  std::memset(h, 0, n);
+  CHECK(cudaMemsetAsync(d, 3, n, s));
+  CHECK(cudaMemcpyAsync(h, d, n, cudaMemcpyDeviceToHost, s));
+  cudaError_t q;
+  while ((q = cudaStreamQuery(s)) == cudaErrorNotReady) {
+  }
+  CHECK(q);
+  expect_filled(h, n, 3, "cudaStreamQuery Success with a copy queued");
+
+  for (auto& m : more) CHECK(cudaStreamDestroy(m));
+  CHECK(cudaStreamDestroy(a));
+  CHECK(cudaStreamDestroy(s));
+  CHECK(cudaFreeHost(h));
+  CHECK(cudaFree(d));
+  std::printf("ok\n");
+  return 0;
+}

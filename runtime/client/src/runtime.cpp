@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <thread>
+#include <utility>
 
 #include "funnel/common/control_client.hpp"
 #include "funnel/common/launcher.hpp"
@@ -69,7 +70,10 @@ void Runtime::forget_after_fork() noexcept {
 
 void Runtime::detach_at_exit() noexcept {
   if (!attached_.load(std::memory_order_acquire) || dead_.load()) return;
-  dead_reported_.store(true);  // the hang-up that follows our own Detach is no news
+  {
+    std::lock_guard notice(dead_mu_);
+    dead_reported_ = true;  // the hang-up that follows our own Detach is no news
+  }
   // Bounded: a thread that died holding the ring (or a full ring that nobody drains)
   // must not hold up the exit.
   const auto give_up_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
@@ -258,8 +262,11 @@ void Runtime::start_watcher() noexcept {
 }
 
 void Runtime::mark_dead() noexcept {
-  dead_.store(true);
-  if (!dead_reported_.exchange(true)) {
+  // The notice first, the flag after it (a second caller waits for the first's notice):
+  // a call failed because of dead_ may be the program's last (the funnelctl terminate test
+  // lost the notice when the watcher thread set dead_ and the failed call exited first).
+  std::lock_guard notice(dead_mu_);
+  if (!std::exchange(dead_reported_, true)) {
     std::string dir = settings_ ? settings_->run_dir.string() : std::string("?");
     if (view_.completion().server_state.load() == static_cast<uint32_t>(ipc::ServerState::Terminated))
       log_error(fmt::format("funnel: this process was terminated by funnelctl terminate (funnel-server of run directory "
@@ -276,6 +283,7 @@ void Runtime::mark_dead() noexcept {
                     "cudaErrorDevicesUnavailable",
                     dir));
   }
+  dead_.store(true);
   // Wake this process's sleepers so that they notice at once.
   auto& c = view_.completion();
   c.reply_epoch.fetch_add(1);

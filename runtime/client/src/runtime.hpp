@@ -208,7 +208,10 @@ class Runtime {
   int device_count_ = 0;
   bool one_device_ = false;  // FUNNEL_GPU_MAP / FUNNEL_RANKS_PER_GPU chose device_base_
   std::atomic<bool> dead_{false};
-  std::atomic<bool> dead_reported_{false};
+  // The death notice is printed once, before dead_ is set: a thread that sees dead_ fails
+  // its call, and the program may exit right after, so the notice must be out by then.
+  std::mutex dead_mu_;
+  bool dead_reported_ = false;  // under dead_mu_
   std::atomic<bool> server_stopped_{false};  // the watcher found the server stopped (SIGSTOP)
 
   std::mutex ring_mu_;

@@ -27,33 +27,20 @@ cudaError_t create_stream(cudaStream_t* out, unsigned flags, int priority) {
   return cudaSuccess;
 }
 
-// A stream found idle with nothing written for it since is answered here (Runtime::
-// known_idle); as the server's answer would, it reports the first error of earlier
-// asynchronous work and a sticky error (resolve_stream: a gone server).
+// Both are answered in the client when the stream is known idle (Runtime::call).
 cudaError_t stream_sync(cudaStream_t stream, bool ptds) {
   StreamRef ref;
   if (cudaError_t e = resolve_stream(stream, ptds, ref); e != cudaSuccess) return e;
-  Runtime& rt = Runtime::get();
-  if (rt.known_idle(ref.id)) return to_cuda(rt.take_deferred());
-  const uint64_t posts = rt.stream_posts(ref.id);
   const uint64_t uses = hf_uses();
-  const cudaError_t e = to_cuda(rt.call(Opcode::StreamSynchronize, ref.device, ref.id, nullptr, 0));
-  if (e == cudaSuccess) {
-    hf_synchronized(ref.device, ref.id, uses);
-    rt.mark_idle(ref.id, posts);
-  }
+  const cudaError_t e = to_cuda(Runtime::get().call(Opcode::StreamSynchronize, ref.device, ref.id, nullptr, 0));
+  if (e == cudaSuccess) hf_synchronized(ref.device, ref.id, uses);
   return e;
 }
 
 cudaError_t stream_query(cudaStream_t stream, bool ptds) {
   StreamRef ref;
   if (cudaError_t e = resolve_stream(stream, ptds, ref); e != cudaSuccess) return e;
-  Runtime& rt = Runtime::get();
-  if (rt.known_idle(ref.id)) return to_cuda(rt.take_deferred());
-  const uint64_t posts = rt.stream_posts(ref.id);
-  const cudaError_t e = to_cuda(rt.call(Opcode::StreamQuery, ref.device, ref.id, nullptr, 0));
-  if (e == cudaSuccess) rt.mark_idle(ref.id, posts);
-  return e;
+  return to_cuda(Runtime::get().call(Opcode::StreamQuery, ref.device, ref.id, nullptr, 0));
 }
 
 cudaError_t stream_wait_event(cudaStream_t stream, cudaEvent_t event, unsigned flags, bool ptds) {

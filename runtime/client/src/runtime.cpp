@@ -405,12 +405,17 @@ Status Runtime::take_deferred() noexcept {
 
 Status Runtime::call(Opcode op, int device, uint64_t stream, const void* payload, uint32_t n, Reply* reply) noexcept {
   if (Status s = ready(); s != Status::Success) return s;
+  const bool looks = op == Opcode::StreamSynchronize || op == Opcode::StreamQuery;
+  if (looks && known_idle(stream)) return take_deferred();
+  // The count before our record: what was written before it, the server's answer covers.
+  const uint64_t posts = looks ? stream_posts_[stream % kStreamBuckets].load(std::memory_order_acquire) : 0;
   const int slot = acquire_reply_slot();
   if (slot < 0) return Status::DevicesUnavailable;
   const uint64_t seq = write_record(op, device, stream, static_cast<uint32_t>(slot), payload, n);
   if (seq == 0) return Status::DevicesUnavailable;
   Status s = wait_reply(static_cast<uint32_t>(slot), seq, reply);
   if (s == Status::DevicesUnavailable && dead_.load()) return s;
+  if (looks && s == Status::Success) mark_idle(stream, posts);
   // A synchronising call reports the first error of earlier asynchronous work.
   const Status deferred = take_deferred();
   if (deferred != Status::Success && (s == Status::Success || s == Status::NotReady)) return deferred;

@@ -98,7 +98,9 @@ class Runtime {
   int device_count() const noexcept { return device_count_; }
   const ipc::DeviceRecord& device(int i) const noexcept { return view_.devices()[i + device_base_]; }
 
-  // A command that waits for its reply (and takes the deferred error).
+  // A command that waits for its reply (and takes the deferred error).  StreamSynchronize
+  // and StreamQuery of a stream known idle are answered here (doc/design/channel.md,
+  // "Idle streams"): the deferred or sticky error, no round trip.
   Status call(Opcode op, int device, uint64_t stream, const void* payload, uint32_t n, Reply* reply = nullptr) noexcept;
   // A round trip whose status is the command's own: the deferred error of earlier work
   // stays for the next synchronising call (module, kernel and symbol look-ups).
@@ -110,20 +112,6 @@ class Runtime {
               std::span<const std::byte> trailing = {}) noexcept;
   // Takes the first error of earlier one-way work (a synchronising call's duty).
   Status take_deferred() noexcept;
-
-  // Idle streams (doc/design/channel.md, "Idle streams"): a stream that a synchronize or
-  // query found idle, and that no record was written for since, is idle still, and the
-  // next cudaStreamSynchronize/Query is answered here without a round trip.  Records are
-  // counted per bucket of stream ids (a stream's record makes every stream of its bucket
-  // look busy: never a wrong "idle", at worst a round trip more).
-  // stream_posts: the count to take BEFORE the synchronizing call; mark_idle: after it
-  // succeeded; known_idle: whether a call now may be answered here.  Stream 0 (the legacy
-  // stream) never is: its implicit synchronization with other streams is the server's.
-  uint64_t stream_posts(uint64_t stream) const noexcept {
-    return stream_posts_[stream % kStreamBuckets].load(std::memory_order_acquire);
-  }
-  void mark_idle(uint64_t stream, uint64_t posts) noexcept;
-  bool known_idle(uint64_t stream) noexcept;
 
   // Staging slots: process-local ownership (several host threads copy at once).
   int acquire_staging(bool block) noexcept;  // -1 when none (non-blocking) or the server is gone
@@ -215,8 +203,14 @@ class Runtime {
   std::atomic<bool> server_stopped_{false};  // the watcher found the server stopped (SIGSTOP)
 
   std::mutex ring_mu_;
-  // Idle streams: records per bucket of stream ids (bumped under ring_mu_, after the record
-  // is published), and per bucket the last stream found idle with the count it was found at.
+  // Idle streams: a stream that a synchronize or query found idle, and that no record was
+  // written for since, is idle still.  Records are counted per bucket of stream ids (bumped
+  // under ring_mu_, after the record is published: a record for one stream makes every
+  // stream of its bucket look busy, never a wrong "idle"); per bucket, the last stream found
+  // idle and the count it was found at.  Stream 0 (the legacy stream) is always asked: its
+  // implicit synchronization with the other streams is the server's.
+  bool known_idle(uint64_t stream) noexcept;
+  void mark_idle(uint64_t stream, uint64_t posts) noexcept;
   static constexpr size_t kStreamBuckets = 256;
   struct IdleMark {
     uint64_t stream = 0;

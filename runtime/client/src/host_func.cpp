@@ -151,7 +151,7 @@ class HostFuncs {
       cudaError_t failed = cudaSuccess;
       if (rt_.gone()) {
         failed = cudaErrorDevicesUnavailable;
-      } else if (int32_t sticky = rt_.view().completion().sticky_error.load(); sticky != 0) {
+      } else if (Status sticky = rt_.sticky(); sticky != Status::Success) {
         failed = static_cast<cudaError_t>(sticky);
       }
       if (run_one(lk, failed)) {

@@ -306,9 +306,15 @@ bool Runtime::gone() noexcept {
 Status Runtime::ready() noexcept {
   if (Status s = ensure(); s != Status::Success) return s;
   if (dead_.load(std::memory_order_relaxed)) return Status::DevicesUnavailable;
-  if (int32_t sticky = view_.completion().sticky_error.load(std::memory_order_relaxed); sticky != 0)
-    return static_cast<Status>(sticky);
-  return Status::Success;
+  return sticky();
+}
+
+Status Runtime::sticky() noexcept {
+  const int32_t e = view_.completion().sticky_error.load(std::memory_order_acquire);
+  // The server ended this session (funnelctl terminate): the notice says so before the
+  // failed call, which may be the program's last, returns (the watcher may not have run yet).
+  if (e == static_cast<int32_t>(Status::DevicesUnavailable)) gone();
+  return static_cast<Status>(e);
 }
 
 uint64_t Runtime::write_record(Opcode op, int device, uint64_t stream, uint32_t reply_slot, const void* payload,
@@ -397,7 +403,7 @@ Status Runtime::wait_reply(uint32_t slot, uint64_t seq, Reply* reply) noexcept {
 
 Status Runtime::take_deferred() noexcept {
   auto& c = view_.completion();
-  if (int32_t sticky = c.sticky_error.load(); sticky != 0) return static_cast<Status>(sticky);
+  if (Status s = sticky(); s != Status::Success) return s;
   // A load first: an exchange would take the cache line from the server every call.
   if (c.deferred_error.load(std::memory_order_acquire) == 0) return Status::Success;
   return static_cast<Status>(c.deferred_error.exchange(0));

@@ -112,6 +112,9 @@ class Runtime {
               std::span<const std::byte> trailing = {}) noexcept;
   // Takes the first error of earlier one-way work (a synchronising call's duty).
   Status take_deferred() noexcept;
+  // The channel's sticky error (Success if none); a session ended by the server is
+  // reported (mark_dead's notice) before it is returned.
+  Status sticky() noexcept;
 
   // Staging slots: process-local ownership (several host threads copy at once).
   int acquire_staging(bool block) noexcept;  // -1 when none (non-blocking) or the server is gone

@@ -144,9 +144,10 @@ void ClientSession::request_stop(bool server_shutting_down) noexcept {
 void ClientSession::terminate() noexcept {
   terminated_ = true;
   if (channel_) {
-    // Before the stop: a client that sees the session end learns why from the channel.
-    view_.completion().sticky_error.store(static_cast<int32_t>(Status::DevicesUnavailable), std::memory_order_release);
+    // Before the stop: a client that sees the session end learns why from the channel.  The
+    // state before the sticky error: a client whose call fails on the error finds the reason.
     view_.completion().server_state.store(static_cast<uint32_t>(ipc::ServerState::Terminated));
+    view_.completion().sticky_error.store(static_cast<int32_t>(Status::DevicesUnavailable), std::memory_order_release);
   }
   shared_.shutting_down.store(true);  // teardown answers the waiting replies
   request_stop(false);

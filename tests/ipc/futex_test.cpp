@@ -108,6 +108,39 @@ WATCHED_TEST(Futex, WaitReturnsAtOnceWhenTheWordAlreadyChanged) {
   EXPECT_LT(Clock::now() - t0, 1s);
 }
 
+// The server's worker groups sleep on several clients' doorbells at once.
+WATCHED_TEST(Futex, WaitAnyWakesOnAWordChangedInAnotherProcess) {
+  if (!futex_wait_any_native()) GTEST_SKIP() << "futex_waitv is not available here (Linux < 5.16 or seccomp)";
+  SharedPage page;
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::this_thread::sleep_for(50ms);
+    page->child_ready.store(1);
+    futex_wake_all(page->child_ready);
+    ::_exit(0);
+  }
+  const FutexWaitItem items[] = {{&page->word, 0}, {&page->child_ready, 0}};
+  const auto t0 = Clock::now();
+  while (page->child_ready.load() == 0 && Clock::now() - t0 < 10s) futex_wait_any(items, 2, 10s);
+  EXPECT_EQ(page->child_ready.load(), 1u);
+  EXPECT_LT(Clock::now() - t0, 5s) << "the wake of the second word did not end the wait";
+  EXPECT_EQ(wait_child(pid, 10s), 0);
+}
+
+WATCHED_TEST(Futex, WaitAnyTimesOutOrReturnsAtOnce) {
+  if (!futex_wait_any_native()) GTEST_SKIP() << "futex_waitv is not available here (Linux < 5.16 or seccomp)";
+  std::atomic<uint32_t> a{1}, b{2};
+  auto t0 = Clock::now();
+  const FutexWaitItem same[] = {{&a, 1}, {&b, 2}};
+  futex_wait_any(same, 2, 30ms);
+  EXPECT_GE(Clock::now() - t0, 25ms);
+  t0 = Clock::now();
+  const FutexWaitItem changed[] = {{&a, 1}, {&b, 3}};  // b is 2, not 3: no sleep at all
+  futex_wait_any(changed, 2, 10s);
+  EXPECT_LT(Clock::now() - t0, 1s);
+}
+
 WATCHED_TEST(Futex, WaitUntilSeesThePredicateOrGivesUp) {
   std::atomic<uint32_t> word{0};
   std::atomic<bool> flag{false};

@@ -52,31 +52,15 @@ TEST_F(ServerTest, KilledClientIsCleanedUpAndOthersUnharmed) {
   TestClient other(run_dir_, "survivor");
   ASSERT_TRUE(other.ok());
   const uint64_t keep = other.alloc(4096);
-  int pipefd[2];
-  ASSERT_EQ(::pipe(pipefd), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    // The child only talks to the server and then waits to be killed.
-    try {
-      TestClient c(run_dir_, "victim");
-      if (!c.ok()) ::_exit(2);
-      for (int i = 0; i < 3; ++i) c.alloc(1 << 20);
-      if (c.call(Opcode::PinnedAlloc, ipc::PinnedAllocCmd{100000, 0, 0}).status != Status::Success) ::_exit(3);
-      c.create_stream(4);
-      const uint64_t d = c.alloc(64 << 20);
-      for (uint32_t i = 0; i < 8; ++i) c.post(Opcode::Memset, ipc::MemsetCmd{d, 64 << 20, 64 << 20, 1, i, 0}, 4);
-      const char ok = 'k';
-      if (::write(pipefd[1], &ok, 1) != 1) ::_exit(4);
-      for (;;) ::pause();
-    } catch (...) {
-      ::_exit(5);
-    }
-  }
-  ::close(pipefd[1]);
-  char got = 0;
-  ASSERT_EQ(::read(pipefd[0], &got, 1), 1);
-  ::close(pipefd[0]);
+  const pid_t child = fork_client(run_dir_, "victim", [](TestClient& c) {
+    for (int i = 0; i < 3; ++i) c.alloc(1 << 20);
+    if (c.call(Opcode::PinnedAlloc, ipc::PinnedAllocCmd{100000, 0, 0}).status != Status::Success) return false;
+    c.create_stream(4);
+    const uint64_t d = c.alloc(64 << 20);
+    for (uint32_t i = 0; i < 8; ++i) c.post(Opcode::Memset, ipc::MemsetCmd{d, 64 << 20, 64 << 20, 1, i, 0}, 4);
+    return true;
+  });
+  ASSERT_GT(child, 0);
   auto j = stats(run_dir_);
   EXPECT_EQ(j["totals"]["allocations"], 5);
   EXPECT_EQ(j["totals"]["pinned_allocations"], 1);

@@ -1,5 +1,7 @@
 #include "test_client.hpp"
 
+#include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <stdexcept>
@@ -187,6 +189,36 @@ std::string control(const std::filesystem::path& run_dir, const char* verb) {
   if (n <= 0) return {};
   buf.resize(static_cast<size_t>(n));
   return buf;
+}
+
+pid_t fork_client(const std::filesystem::path& run_dir, const char* command,
+                  const std::function<bool(TestClient&)>& setup) {
+  int pipefd[2];
+  if (::pipe(pipefd) != 0) return -1;
+  const pid_t child = ::fork();
+  if (child < 0) return -1;
+  if (child == 0) {
+    ::close(pipefd[0]);
+    // The child only talks to the server and then waits to be killed.
+    try {
+      TestClient c(run_dir, command);
+      if (!c.ok() || !setup(c)) ::_exit(2);
+      const char ok = 'k';
+      if (::write(pipefd[1], &ok, 1) != 1) ::_exit(4);
+      for (;;) ::pause();
+    } catch (...) {
+      ::_exit(5);
+    }
+  }
+  ::close(pipefd[1]);
+  char got = 0;
+  const bool ready = ::read(pipefd[0], &got, 1) == 1;
+  ::close(pipefd[0]);
+  if (!ready) {
+    ::waitpid(child, nullptr, 0);
+    return -1;
+  }
+  return child;
 }
 
 }  // namespace funnel::test

@@ -1,6 +1,8 @@
 // A raw funnel client for the server tests, written directly against runtime/ipc
 // (not runtime/client), so the server is tested against the contract itself.
 #pragma once
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -87,6 +89,12 @@ class TestClient {
   uint32_t slot_ = 0;
   bool mapped_ = false;
 };
+
+// Forks a process that attaches as `command`, runs `setup` on its client (false: it exits
+// with 2), and then waits to be killed; returns its pid once setup is done (-1 when the child
+// failed before that).
+pid_t fork_client(const std::filesystem::path& run_dir, const char* command,
+                  const std::function<bool(TestClient&)>& setup);
 
 // Sends a control verb and returns the JSON answer ("" on failure).
 std::string control(const std::filesystem::path& run_dir, const char* verb);

@@ -47,6 +47,7 @@ void ClientSession::create_channel(const ChannelSpec& spec) {
   shared_.health = spec.health;
   shared_.notify_fd = spec.notify_fd;
   hangups_ = spec.hangups;
+  pool_ = spec.workers;
   ipc::ChannelHeader h{};
   if (!ipc::layout(spec.geometry, h))
     throw std::runtime_error("the channel geometry is out of range (check --staging-slots and --staging-slot-kb)");
@@ -118,7 +119,9 @@ void ClientSession::start_worker(int home_device) {
   worker_ = std::make_unique<Worker>(shared_, view_);
   // Before the thread: a hang-up from the first instruction on is seen.
   if (hangups_ != nullptr) hangups_->add(fd(), worker_.get());
-  thread_ = std::thread([w = worker_.get()] { w->run(); });
+  // Pooled, this thread only hands the worker to its group and waits; it tears it down.
+  if (pool_ != nullptr) group_ = pool_->assign(home_device);
+  thread_ = std::thread([w = worker_.get(), g = group_] { w->run(g); });
   // Named for ps -L, top -H and the placement test: funnel-w<client id>.
   const std::string name = fmt::format("funnel-w{}", shared_.id);
   ::pthread_setname_np(thread_.native_handle(), name.substr(0, 15).c_str());

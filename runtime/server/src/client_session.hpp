@@ -17,6 +17,7 @@
 #include "hangup_watcher.hpp"
 #include "session.hpp"
 #include "sm_partitions.hpp"
+#include "worker_group.hpp"
 
 namespace funnel::server {
 
@@ -33,6 +34,7 @@ struct ChannelSpec {
   std::span<const ipc::DeviceRecord> devices;  // the server's, read once at its start
   int notify_fd = -1;
   HangupWatcher* hangups = nullptr;  // the server's; it outlives every session
+  WorkerPool* workers = nullptr;     // FUNNEL_SERVER_WORKERS; null: a worker thread per client
 };
 
 class ClientSession {
@@ -65,9 +67,14 @@ class ClientSession {
   pid_t pid() const noexcept { return pid_; }
   int mpi_rank() const noexcept { return rank_; }
   int home_device() const noexcept { return home_device_; }
-  // The worker thread, for placement; valid while phase() is Running and not joined.
-  std::thread::native_handle_type worker_thread() noexcept { return thread_.native_handle(); }
-  pid_t worker_tid() const noexcept { return shared_.worker_tid.load(std::memory_order_acquire); }
+  // The thread that serves the client (its own, or its group's), for placement; valid while
+  // phase() is Running and not joined.
+  std::thread::native_handle_type worker_thread() noexcept {
+    return group_ != nullptr ? group_->thread() : thread_.native_handle();
+  }
+  pid_t worker_tid() const noexcept {
+    return group_ != nullptr ? group_->tid() : shared_.worker_tid.load(std::memory_order_acquire);
+  }
   bool has_worker() const noexcept { return thread_.joinable(); }
   const StreamPlacement& stream_placement() const noexcept { return shared_.placement; }
   // The client's device-memory limit on `device` (0: none).
@@ -103,6 +110,8 @@ class ClientSession {
   ipc::ChannelView view_;
   bool registered_ = false;
   HangupWatcher* hangups_ = nullptr;
+  WorkerPool* pool_ = nullptr;
+  WorkerGroup* group_ = nullptr;  // the thread that serves this client, when pooled
   // Start of the driver-registered part of the channel: event states, then staging.
   void* registered_base() const noexcept { return view_.base() + view_.header().event_states_offset; }
   Phase phase_ = Phase::AwaitMapped;

@@ -300,6 +300,7 @@ void Server::Impl::attach(Connection& c, const ipc::HelloMsg& hello) {
   spec.devices = device_records;
   spec.notify_fd = notify_fd.get();
   spec.hangups = hangups.get();
+  spec.workers = worker_pool.get();
   try {
     s->create_channel(spec);
   } catch (const std::system_error& e) {

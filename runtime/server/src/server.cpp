@@ -27,6 +27,7 @@ Server::Server(ServerOptions options, std::unique_ptr<Backend> backend) : impl_(
   impl_->backend = std::move(backend);
   impl_->modules = std::make_unique<ModuleCache>(*impl_->backend);
   impl_->partitions = std::make_unique<SmPartitions>(*impl_->backend);
+  if (impl_->options.worker_threads != 0) impl_->worker_pool = std::make_unique<WorkerPool>(impl_->options.worker_threads);
   impl_->device_records.resize(static_cast<size_t>(impl_->backend->device_count()));
   for (size_t d = 0; d < impl_->device_records.size(); ++d)
     impl_->backend->describe(static_cast<int>(d), impl_->device_records[d]);
@@ -71,6 +72,7 @@ void Server::start() {
   std::vector<std::string> bus_ids;
   for (const auto& r : m.device_records) bus_ids.emplace_back(r.pci_bus_id, strnlen(r.pci_bus_id, sizeof r.pci_bus_id));
   m.placement = std::make_unique<ThreadPlacement>(std::move(bus_ids), m.options.thread_affinity);
+  m.placement->cap_workers(m.options.worker_threads);
   // At once: a server started by a rank inherited that rank's binding.
   m.place_threads();
   spdlog::info("funnel-server {} serving {} with the {} backend ({} device(s))", ::getpid(), m.options.run_dir.string(),

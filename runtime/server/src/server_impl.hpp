@@ -41,6 +41,9 @@ struct Server::Impl {
   // Before the clients (it outlives them): releases a gone client's held streams without the
   // main loop, which a driver call can hold up (hangup_watcher.hpp).
   std::unique_ptr<HangupWatcher> hangups = std::make_unique<HangupWatcher>();
+  // Before the clients (their sessions hand their workers to its threads); null: a worker
+  // thread per client (FUNNEL_SERVER_WORKERS=0).
+  std::unique_ptr<WorkerPool> worker_pool;
   // Every device's name, bus id and attributes, read once at start: each client's channel
   // gets a copy, the stats the bus ids (funnelctl plan).
   std::vector<ipc::DeviceRecord> device_records;

@@ -33,6 +33,7 @@
 namespace funnel::server {
 
 class ModuleCache;
+class WorkerGroup;
 
 // Relaxed counters: the stats verb reads them without stopping anyone.
 struct ClientCounters {
@@ -160,8 +161,25 @@ class Worker {
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
-  // The thread body: serve until stop, then tear down.  Never throws.
-  void run() noexcept;
+  // The thread body: serve until stop, then tear down.  Never throws.  With a group
+  // (FUNNEL_SERVER_WORKERS), the group's thread serves and this one waits for the stop.
+  void run(WorkerGroup* group = nullptr) noexcept;
+
+  // The loop in pieces, for a thread that serves several clients (WorkerGroup).
+  enum class Turn { Busy, Idle, Stopped };
+  // Polls the pending work and executes up to max_records commands: Busy if anything was
+  // done, Stopped once the stop flag is set (or the ring was corrupt).
+  Turn turn(unsigned max_records);
+  // When the last work was done, and how long after it to keep polling before a sleep.
+  std::chrono::steady_clock::time_point idle_since() const noexcept { return idle_since_; }
+  std::chrono::nanoseconds spin_window() const noexcept;
+  // One poll of the spin: a pause in its first microseconds, then sched_yield.
+  static void poll_pause(std::chrono::nanoseconds idle) noexcept;
+  // An idle worker's chores before it sleeps (the busy sweep); how long it may sleep.
+  std::chrono::nanoseconds before_sleep();
+  // ipc::RingReader::arm_sleep / end_sleep of this client's ring.
+  bool arm_sleep(ipc::FutexWaitItem& bell) noexcept { return reader_.arm_sleep(bell); }
+  void end_sleep() noexcept { reader_.end_sleep(); }
   // Lets every stream held by one of this client's host functions go on (stores each wait's
   // generation).  The main thread calls it the moment the client hangs up: the worker may be
   // blocked in a synchronizing driver call behind such a wait, which only this store frees.
@@ -170,6 +188,7 @@ class Worker {
  private:
   // worker.cpp: the loop and the dispatch
   void serve();
+  void after_stop();  // the ring read to its end for a Detach
   void execute(const ipc::CommandHeader& h, const std::byte* payload);
   Status dispatch(const ipc::CommandHeader& h, const std::byte* payload);
   void fail(const ipc::CommandHeader& h, Status st);
@@ -287,6 +306,7 @@ class Worker {
   std::mutex host_funcs_mutex_;  // the worker, and at a hang-up the watcher and the main thread
   std::vector<HostFuncWait> host_funcs_;
   bool host_funcs_released_ = false;
+  std::chrono::steady_clock::time_point idle_since_{};  // the last work done (turn)
   std::chrono::steady_clock::time_point last_sweep_{};  // the last GPU busy sweep (worker.cpp)  // the client is gone: every wait is released as it comes
   uint64_t next_pinned_id_ = 1;
   std::vector<Pending> pending_;

@@ -79,6 +79,7 @@ void ThreadPlacement::replan(bool even_if_off) {
   }
   req.rank_cpus = aff::bound_cpus(*topology_, bindings);
   for (const auto& [device, n] : per_device) req.workers_per_gpu = std::max(req.workers_per_gpu, n);
+  if (workers_cap_ != 0) req.workers_per_gpu = std::min(req.workers_per_gpu, workers_cap_);
   plan_ = aff::make_plan(*topology_, req);
   // Logged when where the threads go changes, not at every attach of a job's ranks.
   std::string text = aff::to_text(plan_);

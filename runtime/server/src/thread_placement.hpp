@@ -43,6 +43,9 @@ class ThreadPlacement {
   ThreadPlacement(const ThreadPlacement&) = delete;
   ThreadPlacement& operator=(const ThreadPlacement&) = delete;
 
+  // FUNNEL_SERVER_WORKERS: a GPU has at most this many worker threads, whatever its
+  // clients (0: one per client).
+  void cap_workers(unsigned per_gpu) noexcept { workers_cap_ = per_gpu; }
   void add_client(uint32_t id, Client c);
   void remove_client(uint32_t id);
 
@@ -77,6 +80,7 @@ class ThreadPlacement {
   std::string topology_error_;
   affinity::CpuList all_;  // every CPU the job may use
   std::map<uint32_t, Client> clients_;
+  unsigned workers_cap_ = 0;
   affinity::Plan plan_;
   std::string last_text_;
   bool warned_ = false;

@@ -13,6 +13,7 @@
 
 #include "funnel/ipc/futex.hpp"
 #include "session.hpp"
+#include "worker_group.hpp"
 
 namespace funnel::server {
 namespace {
@@ -71,10 +72,14 @@ Worker::Worker(SessionShared& shared, const ipc::ChannelView& view)
 
 Worker::~Worker() = default;
 
-void Worker::run() noexcept {
+void Worker::run(WorkerGroup* group) noexcept {
   shared_.worker_tid.store(::gettid(), std::memory_order_release);
   try {
-    serve();
+    if (group != nullptr)
+      group->serve(*this);  // on the group's thread; back here once stopped
+    else
+      serve();
+    after_stop();
   } catch (const std::exception& e) {
     spdlog::error("client {}: worker failed: {}", shared_.id, e.what());
     view_.completion().sticky_error.store(static_cast<int32_t>(Status::Unknown), std::memory_order_release);
@@ -93,61 +98,86 @@ void Worker::run() noexcept {
 }
 
 void Worker::serve() {
-  auto idle_since = Clock::now();
-  const DeviceHealth& health = *shared_.health;
-  while (!shared_.stop.load(std::memory_order_acquire)) {
-    // One relaxed load per iteration: a device fault or recovery anywhere changes it.
-    if (health.epoch() != seen_epoch_) on_health_change();
-    if (!pending_.empty() && poll_pending()) idle_since = Clock::now();
-    uint32_t size = 0;
-    const char* why = nullptr;
-    switch (reader_.next(record_.data(), size, &why)) {
-      case ipc::RingReader::Next::Record: {
-        // Again after the record: a command sent after a recovery the client saw must
-        // see it too (the ring read orders this load after the client's write).
-        if (health.epoch() != seen_epoch_) on_health_change();
-        ipc::CommandHeader h;
-        std::memcpy(&h, record_.data(), sizeof h);
-        execute(h, record_.data() + sizeof h);
-        bump(counters_.commands, 1);
-        idle_since = Clock::now();
-        continue;
-      }
-      case ipc::RingReader::Next::Corrupt:
-        drop_for_protocol_error(why);
-        return;
-      case ipc::RingReader::Next::Empty:
-        break;
-    }
-    const auto idle = Clock::now() - idle_since;
-    // Work the GPU answers itself (gpu_reply) needs this thread only to wake a client that
-    // went to sleep: it is polled every kPendingSleep, not spun on.
-    const bool urgent = !pending_.empty() && urgent_pending_ != 0;
-    if (idle < (urgent ? std::chrono::nanoseconds(shared_.pending_spin) : std::chrono::nanoseconds(kSpin))) {
-      // Past the first microseconds, poll with sched_yield: when the node's cores are all
-      // busy (16 ranks on 16 cores, each with a worker here), a pause loop would hold a
-      // core for the whole pending spin that the ranks need.
-      if (idle < kPauseSpin) {
-#if defined(__x86_64__)
-        __builtin_ia32_pause();
-#endif
-      } else {
-        ipc::yield_now();
-      }
+  idle_since_ = Clock::now();
+  for (;;) {
+    // One record a turn: the stop flag, the health epoch and the pending work are looked
+    // at between any two commands.
+    const Turn t = turn(1);
+    if (t == Turn::Stopped) return;
+    if (t == Turn::Busy) continue;
+    const auto idle = Clock::now() - idle_since_;
+    if (idle < spin_window()) {
+      poll_pause(idle);
       continue;
     }
-    // Idle: a stream with an open busy span that has drained ends its span now.  While some
-    // stay open, sleep at most kBusySweep, so a span ends at most that late.
-    // At most one sweep per kBusySweep: the queries take driver locks that the other
-    // workers' launches want (16 clients of small kernels: measured 0.92x without the limit).
-    if (streams_.open_spans() != 0 && Clock::now() - last_sweep_ >= kBusySweep) {
-      streams_.sweep_busy(-1, false);
-      last_sweep_ = Clock::now();
-    }
-    auto nap = pending_.empty() ? std::chrono::nanoseconds(kSleep) : std::chrono::nanoseconds(kPendingSleep);
-    if (streams_.open_spans() != 0) nap = std::min<std::chrono::nanoseconds>(nap, kBusySweep);
-    reader_.sleep(nap);
+    reader_.sleep(before_sleep());
   }
+}
+
+Worker::Turn Worker::turn(unsigned max_records) {
+  if (shared_.stop.load(std::memory_order_acquire)) return Turn::Stopped;
+  // One relaxed load per turn: a device fault or recovery anywhere changes it.
+  const DeviceHealth& health = *shared_.health;
+  if (health.epoch() != seen_epoch_) on_health_change();
+  bool busy = !pending_.empty() && poll_pending();
+  for (unsigned i = 0; i < max_records; ++i) {
+    uint32_t size = 0;
+    const char* why = nullptr;
+    const auto next = reader_.next(record_.data(), size, &why);
+    if (next == ipc::RingReader::Next::Empty) break;
+    if (next == ipc::RingReader::Next::Corrupt) {
+      drop_for_protocol_error(why);
+      return Turn::Stopped;
+    }
+    // Again after the record: a command sent after a recovery the client saw must
+    // see it too (the ring read orders this load after the client's write).
+    if (health.epoch() != seen_epoch_) on_health_change();
+    ipc::CommandHeader h;
+    std::memcpy(&h, record_.data(), sizeof h);
+    execute(h, record_.data() + sizeof h);
+    bump(counters_.commands, 1);
+    busy = true;
+    if (shared_.stop.load(std::memory_order_acquire)) break;  // a Detach: the next turn stops
+  }
+  if (busy) idle_since_ = Clock::now();
+  return busy ? Turn::Busy : Turn::Idle;
+}
+
+std::chrono::nanoseconds Worker::spin_window() const noexcept {
+  // Work the GPU answers itself (gpu_reply) needs this thread only to wake a client that
+  // went to sleep: it is polled every kPendingSleep, not spun on.
+  const bool urgent = !pending_.empty() && urgent_pending_ != 0;
+  return urgent ? std::chrono::nanoseconds(shared_.pending_spin) : std::chrono::nanoseconds(kSpin);
+}
+
+void Worker::poll_pause(std::chrono::nanoseconds idle) noexcept {
+  // Past the first microseconds, poll with sched_yield: when the node's cores are all
+  // busy (16 ranks on 16 cores, each with a worker here), a pause loop would hold a
+  // core for the whole pending spin that the ranks need.
+  if (idle < kPauseSpin) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  } else {
+    ipc::yield_now();
+  }
+}
+
+std::chrono::nanoseconds Worker::before_sleep() {
+  // Idle: a stream with an open busy span that has drained ends its span now.  While some
+  // stay open, sleep at most kBusySweep, so a span ends at most that late.
+  // At most one sweep per kBusySweep: the queries take driver locks that the other
+  // workers' launches want (16 clients of small kernels: measured 0.92x without the limit).
+  if (streams_.open_spans() != 0 && Clock::now() - last_sweep_ >= kBusySweep) {
+    streams_.sweep_busy(-1, false);
+    last_sweep_ = Clock::now();
+  }
+  auto nap = pending_.empty() ? std::chrono::nanoseconds(kSleep) : std::chrono::nanoseconds(kPendingSleep);
+  if (streams_.open_spans() != 0) nap = std::min<std::chrono::nanoseconds>(nap, kBusySweep);
+  return nap;
+}
+
+void Worker::after_stop() {
   // Stopped by a hang-up: a Detach still in the ring tells a clean exit from a death.
   for (;;) {
     uint32_t size = 0;

@@ -18,6 +18,21 @@ bool futex_wait(std::atomic<uint32_t>& word, uint32_t expected, std::chrono::nan
 // Wakes every sleeper on `word` (in any process that maps it).
 void futex_wake_all(std::atomic<uint32_t>& word) noexcept;
 
+// One word of futex_wait_any: sleep while *word == expected.
+struct FutexWaitItem {
+  std::atomic<uint32_t>* word;
+  uint32_t expected;
+};
+// Sleeps while every item's word equals its expected value, at most `timeout` (futex_waitv,
+// Linux 5.16; at most kFutexWaitAnyMax words).  Where the kernel lacks futex_waitv, or for
+// more words, it sleeps on the first word for at most kFutexWaitAnyFallback instead, so a
+// change of another word is seen that late.  Spurious wake-ups are allowed.
+inline constexpr size_t kFutexWaitAnyMax = 128;
+inline constexpr std::chrono::microseconds kFutexWaitAnyFallback{100};
+void futex_wait_any(const FutexWaitItem* items, size_t n, std::chrono::nanoseconds timeout) noexcept;
+// Whether futex_wait_any sleeps on all its words (futex_waitv works here), not the fallback.
+bool futex_wait_any_native() noexcept;
+
 // sched_yield(): gives the core to another runnable thread, if any.
 void yield_now() noexcept;
 

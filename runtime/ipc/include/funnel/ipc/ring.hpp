@@ -124,11 +124,20 @@ class RingReader {
 
   // Sleeps until the client rings the doorbell or `timeout` passes.
   void sleep(std::chrono::nanoseconds timeout) noexcept {
-    ctl_->consumer_sleeping.store(1, std::memory_order_seq_cst);
-    const uint32_t bell = ctl_->doorbell.load(std::memory_order_seq_cst);
-    if (empty()) futex_wait(ctl_->doorbell, bell, timeout);
-    ctl_->consumer_sleeping.store(0, std::memory_order_relaxed);
+    FutexWaitItem bell;
+    if (arm_sleep(bell)) futex_wait(*bell.word, bell.expected, timeout);
+    end_sleep();
   }
+  // sleep() in two halves, for a thread that sleeps on several rings at once (the server's
+  // worker groups): marks the reader asleep, so that the client rings the doorbell, and
+  // gives the doorbell to wait on; false when a record is there already (no sleep).
+  // end_sleep() after the wait, or after a false.
+  bool arm_sleep(FutexWaitItem& bell) noexcept {
+    ctl_->consumer_sleeping.store(1, std::memory_order_seq_cst);
+    bell = {&ctl_->doorbell, ctl_->doorbell.load(std::memory_order_seq_cst)};
+    return empty();
+  }
+  void end_sleep() noexcept { ctl_->consumer_sleeping.store(0, std::memory_order_relaxed); }
 
  private:
   // Like publish(): `space` is bumped only for a sleeping producer (it stores

@@ -1,4 +1,5 @@
-// The node-local funnel-server: one listening socket, one worker thread per client.
+// The node-local funnel-server: one listening socket, one worker thread per client (or
+// ServerOptions::worker_threads per GPU, each serving several clients).
 // run() is the epoll loop; request_stop() may be called from any thread (tests,
 // the control verb `shutdown`), SIGTERM/SIGINT do the same when handle_signals is set.
 // After a GPU fault the backend cannot recover in this process, run() returns
@@ -30,6 +31,9 @@ struct ServerOptions {
   // How long a client's worker keeps polling its pending GPU work (with sched_yield past
   // the first 20 us) before it polls every 50 us instead (FUNNEL_SERVER_SPIN_US).
   std::chrono::microseconds pending_spin = kDefaultPendingSpin;
+  // Worker threads per GPU, each serving several clients (FUNNEL_SERVER_WORKERS); 0: one
+  // worker thread per client.
+  uint32_t worker_threads = 0;
   // The GPU answers synchronous copies and stream synchronisations itself, by a stream
   // memory write into the client's reply word (FUNNEL_GPU_REPLIES).
   bool gpu_replies = true;

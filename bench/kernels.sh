@@ -8,7 +8,8 @@
 #   OUT        logs and results (default $PWD/bench-out/kernels)
 #   MODES      default "native mps funnel threads"; "threads" is ONE native process with N
 #              threads, each on its own stream, in one context: the driver's single-process
-#              launch ceiling, which funnel's one server process per GPU lives under
+#              launch ceiling, which funnel's one server process per GPU lives under;
+#              "funnel-wK" (e.g. funnel-w4) is funnel with FUNNEL_SERVER_WORKERS=K
 #   NS         client counts for throughput (default "1 4 8 16 32 48 64")
 #   SECONDS_PER_RUN  throughput window (default 1.5)
 #   START_NS   client counts for start-up and idle memory (default "16")
@@ -48,6 +49,9 @@ run_one() {
   shift
   if [[ $mode == funnel ]]; then
     timeout 300 "$FR" --backend cuda "$KB" "$@"
+  elif [[ $mode == funnel-w* ]]; then
+    # funnel-wK: K worker threads per GPU, each serving several clients (FUNNEL_SERVER_WORKERS)
+    FUNNEL_SERVER_WORKERS=${mode#funnel-w} timeout 300 "$FR" --backend cuda "$KB" "$@"
   else
     timeout 300 "$KB" "$@"
   fi
@@ -120,7 +124,7 @@ for mode in $MODES; do
 
   # (b) aggregate throughput of N processes
   ns=$NS
-  [[ $mode == funnel && $MAX_N_FUNNEL != 0 ]] && ns="$NS $MAX_N_FUNNEL"
+  [[ $mode == funnel* && $MAX_N_FUNNEL != 0 ]] && ns="$NS $MAX_N_FUNNEL"
   # MPS serves at most 48 client processes per GPU (Volta and later): larger N fail to
   # attach, so they are recorded as such without running (and natively above NATIVE_MAX_N).
   for kernel in empty small; do
@@ -189,12 +193,15 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 val = {(r["mode"], r["bench"], r["n"]): r["value"] for r in rows}
 keys = sorted({(r["bench"], r["n"]) for r in rows}, key=lambda k: (k[0], k[1]))
 higher_better = lambda b: b.startswith("throughput")
-print(f'{"bench":22} {"N":>4} {"native":>12} {"mps":>12} {"funnel":>12} {"1 proc":>12} {"funnel/native":>14} {"funnel/mps":>11} {"funnel/1proc":>12}')
+pooled = sorted({r["mode"] for r in rows if r["mode"].startswith("funnel-w")})
+print(f'{"bench":22} {"N":>4} {"native":>12} {"mps":>12} {"funnel":>12} {"1 proc":>12} {"funnel/native":>14} {"funnel/mps":>11} {"funnel/1proc":>12}'
+      + "".join(f" {m + '/mps':>16}" for m in pooled))
 for b, n in keys:
     nat, mps, fun, thr = (val.get((m, b, n)) for m in ("native", "mps", "funnel", "threads"))
     f = lambda v: "-" if v is None else f"{v:.4g}"
     r = lambda a, c: "-" if a is None or c in (None, 0) else f"{a / c:.3f}"
-    print(f"{b:22} {n:>4} {f(nat):>12} {f(mps):>12} {f(fun):>12} {f(thr):>12} {r(fun, nat):>14} {r(fun, mps):>11} {r(fun, thr):>12}")
+    extra = "".join(f" {r(val.get((m, b, n)), mps):>16}" for m in pooled)
+    print(f"{b:22} {n:>4} {f(nat):>12} {f(mps):>12} {f(fun):>12} {f(thr):>12} {r(fun, nat):>14} {r(fun, mps):>11} {r(fun, thr):>12}{extra}")
 print("throughput: funnel/x > 1 is better; issue, startup, idle_memory: funnel/x < 1 is better")
 print("1 proc: one native process, N threads on N streams in one context (the single-process ceiling)")
 PY

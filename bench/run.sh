@@ -19,7 +19,8 @@
 #          windows: about 5 minutes on an H100 after the build (the full run: about 25).
 # Environment (defaults: full / --quick):
 #   OUT          output directory (default $PWD/bench-out)
-#   REPS         repetitions (3 / 1)          MODES     default "native mps funnel"
+#   REPS         repetitions (3 / 1)          MODES     default "native mps funnel"; funnel-wK
+#                (e.g. funnel-w4: FUNNEL_SERVER_WORKERS=K) runs in kernels and stencil only
 #   NS           "1 2 4 8 16 32 48 64 128" / "1 4 16 32"   (kernel throughput clients)
 #   START_NS     "1 16 32 48" / "16"           (start-up and idle GPU memory)
 #   RANKS        "1 2 4 8 16" / "1 16"         (stencil ranks; STENCIL_MODES adds "hooks")
@@ -117,7 +118,10 @@ for b in $BENCHES; do
   case $b in kernels | membench | stencil | nbody) ;; *) echo "bench/run.sh: unknown benchmark '$b' in BENCHES" >&2; exit 2 ;; esac
 done
 for m in $MODES $STENCIL_MODES; do
-  case $m in native | mps | funnel | hooks | threads) ;; *) echo "bench/run.sh: unknown mode '$m'" >&2; exit 2 ;; esac
+  case $m in native | mps | funnel | hooks | threads) ;;
+    funnel-w*) [[ ${m#funnel-w} =~ ^[1-9][0-9]*$ ]] || { echo "bench/run.sh: funnel-wK needs a number K, not '$m'" >&2; exit 2; } ;;
+    *) echo "bench/run.sh: unknown mode '$m'" >&2; exit 2 ;;
+  esac
 done
 
 # MPS: bench/mps.sh's helpers.  Every daemon of this run lives under MPS_TMPDIR, so that the
@@ -250,7 +254,8 @@ bench_modes() {
   local m out=""
   for m in $1; do
     [[ $m == mps && $HAVE_MPS == 0 ]] && continue
-    [[ " $2 " == *" $m "* ]] || continue
+    # "funnel-w*" in the list admits every funnel-wK (FUNNEL_SERVER_WORKERS=K)
+    [[ " $2 " == *" $m "* || ($m == funnel-w* && " $2 " == *" funnel-w* "*) ]] || continue
     out="$out $m"
   done
   echo "${out:- }"  # never empty: the step scripts take an empty MODES for their defaults
@@ -263,7 +268,7 @@ run_kernels() {
   for ((r = 1; r <= REPS; r++)); do
     t0=$SECONDS
     mkdir -p "$OUT_DIR/kernels/rep$r"
-    OUT=$OUT_DIR/kernels/rep$r MODES="$(bench_modes "$MODES" "native mps funnel threads")" NS=$NS START_NS=$START_NS \
+    OUT=$OUT_DIR/kernels/rep$r MODES="$(bench_modes "$MODES" "native mps funnel threads funnel-w*")" NS=$NS START_NS=$START_NS \
       SECONDS_PER_RUN=$SECONDS_PER_RUN MAX_N_FUNNEL=0 \
       timeout -k 20 "$T_KERNELS" bench/kernels.sh >"$OUT_DIR/kernels/rep$r.log" 2>&1
     rc=$?
@@ -306,7 +311,7 @@ run_stencil() {
   for ((r = 1; r <= REPS; r++)); do
     t0=$SECONDS
     mkdir -p "$OUT_DIR/stencil/rep$r"
-    OUT=$OUT_DIR/stencil/rep$r MODES="$(bench_modes "$STENCIL_MODES" "native mps funnel hooks")" RANKS=$RANKS STEPS=$STEPS WARMUP=$WARMUP \
+    OUT=$OUT_DIR/stencil/rep$r MODES="$(bench_modes "$STENCIL_MODES" "native mps funnel hooks funnel-w*")" RANKS=$RANKS STEPS=$STEPS WARMUP=$WARMUP \
       timeout -k 20 "$T_STENCIL" bench/stencil.sh >"$OUT_DIR/stencil/rep$r.log" 2>&1
     rc=$?
     step_done "stencil rep $r/$REPS" "$t0" "$rc" "$([[ $rc == 124 ]] && echo "TIME LIMIT ${T_STENCIL}s")"

@@ -1,6 +1,7 @@
 // Bad commands are rejected with the contract's errors, and never hurt another client.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -36,8 +37,22 @@ void expect_dropped_for_protocol_error(TestClient& bad) {
   EXPECT_EQ(bad.sticky(), static_cast<int32_t>(Status::IllegalState));
 }
 
-TEST_F(ServerTest, BadCommandsAreRejectedAndOthersKeepWorking) {
-  start_server();
+// Each test with a worker thread per client (0) and with both clients on one pooled worker
+// thread (1, FUNNEL_SERVER_WORKERS): a dropped client must not take its thread's other
+// client with it.
+class ServerErrors : public ServerTest, public ::testing::WithParamInterface<uint32_t> {
+ protected:
+  void start() {
+    auto o = options();
+    o.worker_threads = GetParam();
+    start_server(o);
+  }
+};
+INSTANTIATE_TEST_SUITE_P(Workers, ServerErrors, ::testing::Values(0u, 1u),
+                         [](const ::testing::TestParamInfo<uint32_t>& p) { return p.param == 0 ? std::string("PerClient") : "Pooled"; });
+
+TEST_P(ServerErrors, BadCommandsAreRejectedAndOthersKeepWorking) {
+  start();
   TestClient bad(run_dir_, "bad");
   TestClient good(run_dir_, "good");
   ASSERT_TRUE(bad.ok() && good.ok());
@@ -122,8 +137,8 @@ TEST_F(ServerTest, BadCommandsAreRejectedAndOthersKeepWorking) {
   EXPECT_EQ(j["totals"]["allocations"], 1);  // good's `theirs`
 }
 
-TEST_F(ServerTest, RecordSizeBeyondTheRingIsAProtocolError) {
-  start_server();
+TEST_P(ServerErrors, RecordSizeBeyondTheRingIsAProtocolError) {
+  start();
   TestClient bad(run_dir_);
   TestClient good(run_dir_);
   ASSERT_TRUE(bad.ok() && good.ok());

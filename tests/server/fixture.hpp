@@ -94,6 +94,9 @@ class ServerTest : public ::testing::Test {
     o.staging_slots = 4;
     o.staging_slot_bytes = 64 * 1024;
     o.ring_capacity = 64 * 1024;
+    // The server.pooled run of this suite: every test again with pooled worker threads.
+    if (const char* w = std::getenv("FUNNEL_SERVER_WORKERS"); w != nullptr && *w != '\0')
+      o.worker_threads = static_cast<uint32_t>(std::strtoul(w, nullptr, 10));
     return o;
   }
 

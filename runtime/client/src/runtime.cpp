@@ -219,18 +219,10 @@ Status Runtime::attach_locked() noexcept {
 
 namespace {
 
-// Whether `pid` is stopped (SIGSTOP, SIGTSTP, a debugger): state T or t in /proc/<pid>/stat.
+// Whether `pid` is stopped (SIGSTOP, SIGTSTP, a debugger): state T or t.
 bool process_stopped(pid_t pid) noexcept {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
-  std::FILE* f = std::fopen(path, "re");
-  if (f == nullptr) return false;
-  char buf[512];
-  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-  std::fclose(f);
-  buf[n] = '\0';
-  const char* paren = std::strrchr(buf, ')');  // the command name may contain anything
-  return paren != nullptr && paren[1] == ' ' && (paren[2] == 'T' || paren[2] == 't');
+  const char state = process_state(pid);
+  return state == 'T' || state == 't';
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -203,6 +204,20 @@ ipc::UniqueFd connect_or_start_server(const Settings& s) {
     throw LaunchError(fmt::format("funnel-server reported ready but {} refuses connections: {} ({})",
                                   socket_path(s.run_dir).string(), std::strerror(err), where(s)));
   return fd;
+}
+
+char process_state(pid_t pid) noexcept {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  std::FILE* f = std::fopen(path, "re");
+  if (f == nullptr) return '\0';
+  char buf[512];
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  // "pid (comm) S ...": the command name may contain anything; the state follows the last ')'.
+  const char* paren = std::strrchr(buf, ')');
+  return paren != nullptr && paren[1] == ' ' ? paren[2] : '\0';
 }
 
 }  // namespace funnel

@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -223,12 +222,8 @@ int terminate(const funnel::Settings& s, uint64_t who, bool by_pid) {
 // init or a subreaper, which in some containers reaps late (a second here) or never.
 bool running(pid_t pid) {
   if (pid <= 0 || (::kill(pid, 0) != 0 && errno == ESRCH)) return false;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return ::kill(pid, 0) == 0 || errno != ESRCH;  // no /proc: as kill says
-  // "pid (comm) S ...": comm may hold spaces and parentheses, the state follows the last ')'.
-  const size_t close = line.rfind(')');
-  const char state = close != std::string::npos && close + 2 < line.size() ? line[close + 2] : '?';
+  const char state = funnel::process_state(pid);
+  if (state == '\0') return ::kill(pid, 0) == 0 || errno != ESRCH;  // no /proc: as kill says
   return state != 'Z' && state != 'X';
 }
 

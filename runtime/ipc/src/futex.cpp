@@ -26,21 +26,7 @@ constexpr long kSysFutexWaitv = SYS_futex_waitv;
 #else
 constexpr long kSysFutexWaitv = 449;  // the same number on every architecture
 #endif
-}  // namespace
 
-// The words are shared between processes, so no FUTEX_PRIVATE_FLAG.
-bool futex_wait(std::atomic<uint32_t>& word, uint32_t expected, std::chrono::nanoseconds timeout) noexcept {
-  const auto ns = timeout.count() < 0 ? 0 : timeout.count();
-  timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
-  const long rc = syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT, expected, &ts, nullptr, 0);
-  return !(rc == -1 && errno == ETIMEDOUT);
-}
-
-void futex_wake_all(std::atomic<uint32_t>& word) noexcept {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
-}
-
-namespace {
 std::atomic<bool> g_no_waitv{false};  // futex_waitv failed with ENOSYS or EPERM once
 
 // futex_waitv, or false where the kernel (or a seccomp filter) refuses it.
@@ -63,6 +49,19 @@ bool waitv(const FutexWaitItem* items, size_t n, std::chrono::nanoseconds timeou
   return false;
 }
 }  // namespace
+
+// The words are shared between processes, so no FUTEX_PRIVATE_FLAG.
+bool futex_wait(std::atomic<uint32_t>& word, uint32_t expected, std::chrono::nanoseconds timeout) noexcept {
+  const auto ns = timeout.count() < 0 ? 0 : timeout.count();
+  timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+  const long rc = syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+  return !(rc == -1 && errno == ETIMEDOUT);
+}
+
+void futex_wake_all(std::atomic<uint32_t>& word) noexcept {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
 
 void futex_wait_any(const FutexWaitItem* items, size_t n, std::chrono::nanoseconds timeout) noexcept {
   if (n == 0 || waitv(items, n, timeout)) return;

@@ -305,9 +305,9 @@ class Worker {
   std::map<uint64_t, SymbolRange> symbols_;             // by device address
   std::mutex host_funcs_mutex_;  // the worker, and at a hang-up the watcher and the main thread
   std::vector<HostFuncWait> host_funcs_;
-  bool host_funcs_released_ = false;
+  bool host_funcs_released_ = false;  // the client is gone: every wait is released as it comes
   std::chrono::steady_clock::time_point idle_since_{};  // the last work done (turn)
-  std::chrono::steady_clock::time_point last_sweep_{};  // the last GPU busy sweep (worker.cpp)  // the client is gone: every wait is released as it comes
+  std::chrono::steady_clock::time_point last_sweep_{};  // the last GPU busy sweep (worker.cpp)
   uint64_t next_pinned_id_ = 1;
   std::vector<Pending> pending_;
   // Pending entries a client waits on that only this worker can answer (not gpu_reply),

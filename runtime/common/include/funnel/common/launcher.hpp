@@ -2,6 +2,8 @@
 // program's first CUDA call is fast) and by the client runtime (a program started
 // without funnel-run still gets a server).
 #pragma once
+#include <sys/types.h>
+
 #include <filesystem>
 #include <stdexcept>
 
@@ -31,5 +33,10 @@ std::filesystem::path server_binary(const Settings& settings);
 
 // The file (shared library or executable) that contains this code.
 std::filesystem::path own_file();
+
+// The state letter of process `pid` in /proc/<pid>/stat ('R', 'S', 'T' stopped, 'Z' zombie,
+// ...); '\0' when it cannot be read.  The client's watcher and funnelctl shutdown look at
+// the server's.
+char process_state(pid_t pid) noexcept;
 
 }  // namespace funnel

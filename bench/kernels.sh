@@ -9,7 +9,8 @@
 #   MODES      default "native mps funnel threads"; "threads" is ONE native process with N
 #              threads, each on its own stream, in one context: the driver's single-process
 #              launch ceiling, which funnel's one server process per GPU lives under;
-#              "funnel-wK" (e.g. funnel-w4) is funnel with FUNNEL_SERVER_WORKERS=K
+#              "funnel-wK" (e.g. funnel-w4) is funnel with FUNNEL_SERVER_WORKERS=K,
+#              "funnel-bN" (e.g. funnel-b0) funnel with FUNNEL_LAUNCH_BATCH=N
 #   NS         client counts for throughput (default "1 4 8 16 32 48 64")
 #   SECONDS_PER_RUN  throughput window (default 1.5)
 #   START_NS   client counts for start-up and idle memory (default "16")
@@ -52,6 +53,9 @@ run_one() {
   elif [[ $mode == funnel-w* ]]; then
     # funnel-wK: K worker threads per GPU, each serving several clients (FUNNEL_SERVER_WORKERS)
     FUNNEL_SERVER_WORKERS=${mode#funnel-w} timeout 300 "$FR" --backend cuda "$KB" "$@"
+  elif [[ $mode == funnel-b* ]]; then
+    # funnel-bN: launch batches of at most N (FUNNEL_LAUNCH_BATCH; funnel-b0: none)
+    FUNNEL_LAUNCH_BATCH=${mode#funnel-b} timeout 300 "$FR" --backend cuda "$KB" "$@"
   else
     timeout 300 "$KB" "$@"
   fi
@@ -193,7 +197,7 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 val = {(r["mode"], r["bench"], r["n"]): r["value"] for r in rows}
 keys = sorted({(r["bench"], r["n"]) for r in rows}, key=lambda k: (k[0], k[1]))
 higher_better = lambda b: b.startswith("throughput")
-pooled = sorted({r["mode"] for r in rows if r["mode"].startswith("funnel-w")})
+pooled = sorted({r["mode"] for r in rows if r["mode"].startswith(("funnel-w", "funnel-b"))})
 print(f'{"bench":22} {"N":>4} {"native":>12} {"mps":>12} {"funnel":>12} {"1 proc":>12} {"funnel/native":>14} {"funnel/mps":>11} {"funnel/1proc":>12}'
       + "".join(f" {m + '/mps':>16}" for m in pooled))
 for b, n in keys:

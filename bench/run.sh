@@ -20,7 +20,8 @@
 # Environment (defaults: full / --quick):
 #   OUT          output directory (default $PWD/bench-out)
 #   REPS         repetitions (3 / 1)          MODES     default "native mps funnel"; funnel-wK
-#                (e.g. funnel-w4: FUNNEL_SERVER_WORKERS=K) runs in kernels and stencil only
+#                (e.g. funnel-w4: FUNNEL_SERVER_WORKERS=K) and funnel-bN (e.g. funnel-b0:
+#                FUNNEL_LAUNCH_BATCH=N) run in kernels and stencil only
 #   NS           "1 2 4 8 16 32 48 64 128" / "1 4 16 32"   (kernel throughput clients)
 #   START_NS     "1 16 32 48" / "16"           (start-up and idle GPU memory)
 #   RANKS        "1 2 4 8 16" / "1 16"         (stencil ranks; STENCIL_MODES adds "hooks")
@@ -46,7 +47,7 @@
 # `bench/report.py OUT/results.json`), and each step's logs under OUT/<step>/.
 set -u -o pipefail
 
-usage() { sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,47p' "$0" | sed 's/^# \{0,1\}//'; }
 QUICK=0
 DO_BUILD=1
 BUILD_ONLY=0
@@ -120,6 +121,7 @@ done
 for m in $MODES $STENCIL_MODES; do
   case $m in native | mps | funnel | hooks | threads) ;;
     funnel-w*) [[ ${m#funnel-w} =~ ^[1-9][0-9]*$ ]] || { echo "bench/run.sh: funnel-wK needs a number K, not '$m'" >&2; exit 2; } ;;
+    funnel-b*) [[ ${m#funnel-b} =~ ^[0-9]+$ ]] || { echo "bench/run.sh: funnel-bN needs a number N, not '$m'" >&2; exit 2; } ;;
     *) echo "bench/run.sh: unknown mode '$m'" >&2; exit 2 ;;
   esac
 done
@@ -254,8 +256,9 @@ bench_modes() {
   local m out=""
   for m in $1; do
     [[ $m == mps && $HAVE_MPS == 0 ]] && continue
-    # "funnel-w*" in the list admits every funnel-wK (FUNNEL_SERVER_WORKERS=K)
-    [[ " $2 " == *" $m "* || ($m == funnel-w* && " $2 " == *" funnel-w* "*) ]] || continue
+    # "funnel-w*" in the list admits every funnel-wK (FUNNEL_SERVER_WORKERS=K) and
+    # funnel-bN (FUNNEL_LAUNCH_BATCH=N)
+    [[ " $2 " == *" $m "* || ($m == funnel-[wb]* && " $2 " == *" funnel-w* "*) ]] || continue
     out="$out $m"
   done
   echo "${out:- }"  # never empty: the step scripts take an empty MODES for their defaults

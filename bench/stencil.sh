@@ -13,7 +13,8 @@
 #   OUT        logs and results (default $PWD/bench-out/stencil)
 #   MODES      default "native mps funnel hooks"; hooks = bin/stencil_funnel (linked with
 #              funnel::mpi, no funnel-run: the server comes and goes with MPI_Init/Finalize);
-#              "funnel-wK" (e.g. funnel-w4): funnel with FUNNEL_SERVER_WORKERS=K
+#              "funnel-wK" (e.g. funnel-w4): funnel with FUNNEL_SERVER_WORKERS=K;
+#              "funnel-bN" (e.g. funnel-b0): funnel with FUNNEL_LAUNCH_BATCH=N
 #   RANKS      rank counts (default "1 2 4 8 16")
 #   N          global grid is N^3 (default 256)
 #   STEPS      timed steps (default 200); WARMUP untimed steps before them (default 20)
@@ -66,13 +67,15 @@ run_one() {
     app=$BUILD_DIR/bin/stencil_funnel
     pre=(env -u LD_LIBRARY_PATH "FUNNEL_JOB_ID=stencil-hooks-$np-$$")
     env_args=(-x FUNNEL_JOB_ID)
-  elif [[ $mode == funnel || $mode == funnel-w* ]]; then
+  elif [[ $mode == funnel || $mode == funnel-w* || $mode == funnel-b* ]]; then
     # funnel-wK: the server with K worker threads per GPU (FUNNEL_SERVER_WORKERS=K), each
     # serving several ranks; a job id of its own, so a fresh server with that setting.
     export FUNNEL_JOB_ID=stencil-$mode-$np-$$
     env_args+=(-x FUNNEL_JOB_ID)
     wrap=("$FR" --backend cuda)
     [[ $mode == funnel-w* ]] && wrap=(env "FUNNEL_SERVER_WORKERS=${mode#funnel-w}" "${wrap[@]}")
+    # funnel-bN: launch batches of at most N (FUNNEL_LAUNCH_BATCH; funnel-b0: none)
+    [[ $mode == funnel-b* ]] && wrap=(env "FUNNEL_LAUNCH_BATCH=${mode#funnel-b}" "${wrap[@]}")
   fi
   timeout 600 "${pre[@]}" "$MPIRUN" "${MPI_ARGS[@]}" "${env_args[@]}" -np "$np" "${wrap[@]}" "$app" \
     --n "$N" --steps "$STEPS" --warmup "$WARMUP" --reference "$REF" >"$log" 2>&1
@@ -130,7 +133,7 @@ ms = lambda m, n: (by.get((m, n)) or {}).get("ms_per_step")
 ok = lambda m, n: (m, n) not in by or (by[(m, n)].get("reference") == "match" and by[(m, n)].get("rc") == 0)
 f = lambda v: "-" if v is None else f"{v:.4g}"
 r = lambda a, b: "-" if a is None or not b else f"{a / b:.3f}"
-pooled = sorted({r["mode"] for r in rows if r["mode"].startswith("funnel-w")})
+pooled = sorted({r["mode"] for r in rows if r["mode"].startswith(("funnel-w", "funnel-b"))})
 print(f'{"ranks":>5} {"native ms/step":>15} {"MPS ms/step":>12} {"funnel ms/step":>15} {"linked ms/step":>15}'
       f' {"funnel/MPS":>11} {"linked/MPS":>11}' + "".join(f" {m + '/MPS':>16}" for m in pooled) + f' {"checksum ok":>12}')
 for n in ranks:
@@ -140,7 +143,7 @@ for n in ranks:
     print(f"{n:>5} {f(nat):>15} {f(mps):>12} {f(fun):>15} {f(hk):>15} {r(fun, mps):>11} {r(hk, mps):>11}{extra}"
           f" {'yes' if good else 'no':>12}")
 print("funnel: mpirun funnel-run stencil; linked: mpirun stencil_funnel (funnel::mpi, no wrapper);"
-      " funnel-wK: funnel with FUNNEL_SERVER_WORKERS=K")
+      " funnel-wK: funnel with FUNNEL_SERVER_WORKERS=K; funnel-bN: with FUNNEL_LAUNCH_BATCH=N")
 print("ms/step: the slowest rank's time per step after warm-up; funnel/MPS < 1 is better (issue 4: <= 1.0 at 16)")
 print("checksum ok: every mode's run matched the 1-rank native checksum (relative 1e-10) and exited 0")
 PY

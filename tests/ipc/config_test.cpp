@@ -420,6 +420,11 @@ WATCHED_TEST(Settings, ServerSpin) {
   EXPECT_EQ(settings({{"FUNNEL_SERVER_WORKERS", "4"}}).server_workers, 4u);
   EXPECT_EQ(value_text(settings({{"FUNNEL_SERVER_WORKERS", "2"}}), "FUNNEL_SERVER_WORKERS"), "2");
   for (const char* v : {"", "-1", "1025", "two"}) expect_bad("FUNNEL_SERVER_WORKERS", v, "integer 0..1024");
+  EXPECT_EQ(settings({}).launch_batch, 32u);
+  EXPECT_EQ(settings({{"FUNNEL_LAUNCH_BATCH", "0"}}).launch_batch, 0u);
+  EXPECT_EQ(settings({{"FUNNEL_LAUNCH_BATCH", "64"}}).launch_batch, 64u);
+  EXPECT_EQ(value_text(settings({{"FUNNEL_LAUNCH_BATCH", "8"}}), "FUNNEL_LAUNCH_BATCH"), "8");
+  for (const char* v : {"", "-1", "65", "many"}) expect_bad("FUNNEL_LAUNCH_BATCH", v, "integer 0..64");
 }
 
 WATCHED_TEST(Settings, ServerAffinityAndPrintPlan) {

@@ -9,7 +9,7 @@ src=${1:?usage: shellcheck.sh SOURCE_DIR}
 command -v shellcheck >/dev/null || { echo "SKIP: shellcheck not installed (apt-get install shellcheck)"; exit 77; }
 cd "$src" || exit 2
 files=(slurm/funnel-slurm-prolog slurm/funnel-slurm-epilog slurm/funnel-slurm-task-prolog slurm/funnel-slurm-lib.sh
-       scripts/*.sh scripts/device/*.sh bench/*.sh tests/gpu/*.sh tests/reliability/*.sh tests/lint/*.sh)
+       scripts/*.sh scripts/device/*.sh bench/*.sh bench/probes/*.sh tests/gpu/*.sh tests/reliability/*.sh tests/lint/*.sh)
 for f in "${files[@]}"; do
   [[ -f $f ]] || { echo "FAIL: $f is missing (tests/lint/shellcheck.sh lists it)"; exit 1; }
 done

@@ -293,6 +293,122 @@ TEST_F(KernelTest, BadKernelCommandsFailOnlyTheirClient) {
   EXPECT_EQ(server::sim_launch_records(*backend_).size(), 1u);
 }
 
+// FUNNEL_LAUNCH_BATCH (doc/design/overview.md, "Launch batches"): launches of one stream
+// that reach the worker together go to the backend together (the sim records each launch's
+// batch); a launch on another stream, or any other command, ends a batch; every launch still
+// runs once, in its stream's order, with its own parameters.
+class LaunchBatchTest : public KernelTest {
+ protected:
+  // Module 1 and kernel 10 ("mixed") on `c`; 10 launches' worth of setup.
+  void prepare(TestClient& c) {
+    ASSERT_EQ(load_module(c, 1).status, Status::Success);
+    const Reply got = kernel_get(c, 10, 1, "mixed");
+    ASSERT_EQ(got.status, Status::Success);
+    layout_ = layout_of(c, 10, got);
+    bytes_ = static_cast<uint32_t>(got.value[1]);
+  }
+  // A launch of "mixed" whose int parameter is `index`.
+  void launch(TestClient& c, int index, uint64_t stream, uint32_t shared = 0) {
+    ParamBuffer b(layout_, bytes_);
+    b.arg('a').arg(short{1}).arg(index).arg(0.5).arg(static_cast<int*>(nullptr));
+    b.arg(server_test::Padded{'p', 1.5, 2}).arg(server_test::Aligned8{3, 4}).arg('z');
+    post_launch(c, launch_cmd(10, {2, 1, 1}, {64, 1, 1}, shared, bytes_), b.bytes(), stream);
+  }
+  // (index, batch) of every launch the sim ran, in the order it ran them.
+  std::vector<std::pair<int, uint32_t>> ran() {
+    std::vector<std::pair<int, uint32_t>> out;
+    for (const auto& r : server::sim_launch_records(*backend_)) {
+      int index = 0;
+      std::memcpy(&index, r.params.data() + layout_.at(2).offset, sizeof index);
+      out.emplace_back(index, r.batch);
+    }
+    return out;
+  }
+  // The launches of indices [first, last) ran in this order, each in a batch of `batch`.
+  static void expect_run(const std::vector<std::pair<int, uint32_t>>& ran, int first, int last,
+                         const std::vector<uint32_t>& batches) {
+    std::vector<std::pair<int, uint32_t>> want, got;
+    for (int i = first; i < last; ++i) want.emplace_back(i, batches.at(static_cast<size_t>(i - first)));
+    for (const auto& r : ran)
+      if (r.first >= first && r.first < last) got.push_back(r);
+    EXPECT_EQ(got, want);
+  }
+  std::vector<ParamLayout> layout_;
+  uint32_t bytes_ = 0;
+};
+
+TEST_F(LaunchBatchTest, LaunchesQueuedTogetherOnAStreamGoOutTogether) {
+  start_server();
+  TestClient c(run_dir_);
+  ASSERT_TRUE(c.ok());
+  prepare(c);
+  c.create_stream(3);
+  c.hold();
+  for (int i = 0; i < 10; ++i) launch(c, i, 3);
+  launch(c, 100, 0);  // another stream ends the batch
+  for (int i = 10; i < 15; ++i) launch(c, i, 3);
+  c.create_event(7);  // so does any other command
+  for (int i = 20; i < 23; ++i) launch(c, i, 3);
+  c.release();
+  ASSERT_EQ(c.sync_device(), Status::Success);
+  EXPECT_EQ(c.take_deferred(), 0);
+  const auto r = ran();
+  EXPECT_EQ(r.size(), 19u);
+  expect_run(r, 0, 10, std::vector<uint32_t>(10, 10));
+  expect_run(r, 100, 101, {0});  // alone: the next launch was on another stream
+  expect_run(r, 10, 15, std::vector<uint32_t>(5, 5));
+  expect_run(r, 20, 23, std::vector<uint32_t>(3, 3));
+
+  // A launch the worker finds alone in the ring goes at once, in no batch.
+  launch(c, 30, 3);
+  ASSERT_EQ(c.sync_device(), Status::Success);
+  expect_run(ran(), 30, 31, {0});
+}
+
+TEST_F(LaunchBatchTest, ABatchHoldsAtMostTheConfiguredLaunchesAndNoneWhenOff) {
+  for (uint32_t limit : {4u, 1u, 0u}) {
+    SCOPED_TRACE("launch_batch " + std::to_string(limit));
+    auto o = options();
+    o.launch_batch = limit;
+    start_server(o);
+    {
+      TestClient c(run_dir_);
+      ASSERT_TRUE(c.ok());
+      prepare(c);
+      c.hold();
+      for (int i = 0; i < 10; ++i) launch(c, i, 0);
+      c.release();
+      ASSERT_EQ(c.sync_device(), Status::Success);
+      EXPECT_EQ(c.take_deferred(), 0);
+      if (limit == 4)
+        expect_run(ran(), 0, 10, {4, 4, 4, 4, 4, 4, 4, 4, 2, 2});
+      else
+        expect_run(ran(), 0, 10, std::vector<uint32_t>(10, 0));
+      c.detach();
+    }
+    stop_server();
+  }
+}
+
+TEST_F(LaunchBatchTest, ALaunchTheBackendRefusesInABatchFailsAloneAndTheRestRun) {
+  start_server();
+  TestClient c(run_dir_);
+  ASSERT_TRUE(c.ok());
+  prepare(c);
+  c.hold();
+  for (int i = 0; i < 3; ++i) launch(c, i, 0);
+  launch(c, 3, 0, 1u << 30);  // more dynamic shared memory than a block may have
+  for (int i = 4; i < 6; ++i) launch(c, i, 0);
+  c.release();
+  ASSERT_EQ(c.sync_device(), Status::Success);
+  EXPECT_EQ(c.take_deferred(), static_cast<int32_t>(Status::InvalidValue)) << "the refused launch's own error";
+  // The backend ran the batch up to the refused launch; the worker then launched the rest
+  // one by one, as if never held.
+  expect_run(ran(), 0, 3, {6, 6, 6});
+  expect_run(ran(), 4, 6, {0, 0});
+  EXPECT_EQ(ran().size(), 5u);
+}
+
 TEST_F(KernelTest, SymbolsAreCopyTargetsOfTheirClientOnly) {
   start_server();
   TestClient a(run_dir_, "a"), b(run_dir_, "b");

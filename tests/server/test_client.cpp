@@ -74,7 +74,10 @@ uint64_t TestClient::send(Opcode op, const void* payload, size_t payload_len, ui
   std::memset(p, 0, size);
   std::memcpy(p, &h, sizeof h);
   if (payload_len != 0) std::memcpy(p + sizeof h, payload, std::min<size_t>(payload_len, size - sizeof h));
-  ring_.publish();
+  if (held_)
+    ring_.stage();
+  else
+    ring_.publish();
   return h.seq;
 }
 

@@ -61,6 +61,14 @@ class TestClient {
     return send(op, &payload, sizeof payload, ipc::kNoReply, stream, device);
   }
 
+  // hold(): records sent from now on stay invisible to the server until release() shows
+  // them all at once (as a client that launches faster than the server reads leaves them).
+  void hold() noexcept { held_ = true; }
+  void release() noexcept {
+    held_ = false;
+    ring_.publish();
+  }
+
   int32_t take_deferred() { return view_.completion().deferred_error.exchange(0); }
   int32_t sticky() const { return view_.completion().sticky_error.load(); }
 
@@ -88,6 +96,7 @@ class TestClient {
   uint64_t seq_ = 0;
   uint32_t slot_ = 0;
   bool mapped_ = false;
+  bool held_ = false;
 };
 
 // Forks a process that attaches as `command`, runs `setup` on its client (false: it exits

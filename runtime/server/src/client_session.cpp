@@ -43,6 +43,7 @@ void ClientSession::create_channel(const ChannelSpec& spec) {
   shared_.totals = spec.totals;
   shared_.pending_spin = spec.pending_spin;
   shared_.gpu_replies = spec.gpu_replies;
+  shared_.launch_batch = spec.launch_batch;
   shared_.modules = spec.modules;
   shared_.health = spec.health;
   shared_.notify_fd = spec.notify_fd;

@@ -28,6 +28,7 @@ struct ChannelSpec {
   ServerTotals* totals = nullptr;
   std::chrono::microseconds pending_spin = kDefaultPendingSpin;
   bool gpu_replies = true;
+  uint32_t launch_batch = kDefaultLaunchBatch;
   ModuleCache* modules = nullptr;
   DeviceHealth* health = nullptr;
   SmPartitions* partitions = nullptr;

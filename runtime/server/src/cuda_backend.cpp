@@ -13,9 +13,11 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <map>
 #include <mutex>
@@ -308,11 +310,97 @@ class CudaPartition final : public BackendPartition {
   uint32_t sms_;
 };
 
+// What a launch graph's node is fixed to; its arguments are set anew for every launch.
+struct NodeShape {
+  CUkernel kernel;
+  uint32_t grid[3];
+  uint32_t block[3];
+  uint32_t shared_bytes;
+  bool operator==(const NodeShape&) const = default;
+};
+
+// A chain of kernel nodes, instantiated once and launched again with each batch's arguments
+// (cuGraphExecKernelNodeSetParams, then one cuGraphLaunch).  An exec is launched into one
+// stream only: a graph exec orders each launch behind its previous one, which across streams
+// would be a false dependency.
+struct LaunchGraph {
+  std::vector<NodeShape> shape;
+  CUgraph graph = nullptr;  // kept: its node handles name the exec's nodes
+  CUgraphExec exec = nullptr;
+  std::vector<CUgraphNode> nodes;
+  uint64_t used = 0;  // LaunchGraphs::tick of its last launch
+};
+
+// A stream's launch graphs, at most kMaxGraphs (the least recently launched goes).  A graph
+// is built only for a shape seen before (kSeen remembered), so launches that never repeat
+// their shape cost no instantiation.
+class LaunchGraphs {
+ public:
+  static constexpr size_t kMaxGraphs = 16;
+  static constexpr size_t kSeen = 32;
+  LaunchGraphs(const Driver& drv, std::function<Status()> bind) : drv_(&drv), bind_(std::move(bind)) {}
+  ~LaunchGraphs() {
+    if (graphs_.empty() || !ok(bind_())) return;
+    for (auto& g : graphs_) destroy(g);
+  }
+  LaunchGraphs(const LaunchGraphs&) = delete;
+  LaunchGraphs& operator=(const LaunchGraphs&) = delete;
+
+  // The graph of this shape; nullptr on its first sight (remembered) or when building failed.
+  LaunchGraph* find_or_build(const std::vector<NodeShape>& shape, uint64_t hash,
+                             const std::function<Status(CUgraph, std::vector<CUgraphNode>&)>& add_nodes) {
+    ++tick_;
+    for (auto& g : graphs_)
+      if (g.shape == shape) {
+        g.used = tick_;
+        return &g;
+      }
+    if (std::find(seen_.begin(), seen_.end(), hash) == seen_.end()) {
+      if (seen_.size() >= kSeen) seen_.erase(seen_.begin());
+      seen_.push_back(hash);
+      return nullptr;
+    }
+    LaunchGraph g;
+    g.shape = shape;
+    g.used = tick_;
+    if (!ok(FUNNEL_CU(*drv_, cuGraphCreate, &g.graph, 0)) || !ok(add_nodes(g.graph, g.nodes)) ||
+        !ok(FUNNEL_CU(*drv_, cuGraphInstantiateWithFlags, &g.exec, g.graph, 0))) {
+      destroy(g);
+      // Not again for this shape until it is seen anew.
+      seen_.erase(std::remove(seen_.begin(), seen_.end(), hash), seen_.end());
+      return nullptr;
+    }
+    if (graphs_.size() >= kMaxGraphs) {
+      auto lru = std::min_element(graphs_.begin(), graphs_.end(),
+                                  [](const LaunchGraph& a, const LaunchGraph& b) { return a.used < b.used; });
+      destroy(*lru);
+      graphs_.erase(lru);
+    }
+    graphs_.push_back(std::move(g));
+    return &graphs_.back();
+  }
+
+ private:
+  void destroy(LaunchGraph& g) noexcept {
+    if (g.exec != nullptr) FUNNEL_CU(*drv_, cuGraphExecDestroy, g.exec);
+    if (g.graph != nullptr) FUNNEL_CU(*drv_, cuGraphDestroy, g.graph);
+    g.exec = nullptr;
+    g.graph = nullptr;
+  }
+
+  const Driver* drv_;
+  std::function<Status()> bind_;
+  std::vector<LaunchGraph> graphs_;
+  std::vector<uint64_t> seen_;
+  uint64_t tick_ = 0;
+};
+
 class CudaStream final : public BackendStream {
  public:
   CudaStream(std::shared_ptr<const Shared> shared, int device, CUstream stream,
              std::shared_ptr<BackendPartition> partition = nullptr)
-      : shared_(std::move(shared)), device_(device), stream_(stream), partition_(std::move(partition)) {}
+      : shared_(std::move(shared)), device_(device), stream_(stream), partition_(std::move(partition)),
+        graphs_(shared_->drv, [s = shared_.get(), device] { return s->bind(device); }) {}
   ~CudaStream() override {
     // Returns at once; the driver frees the stream once its work completed.
     if (ok(shared_->bind(device_))) FUNNEL_CU(shared_->drv, cuStreamDestroy, stream_);
@@ -327,6 +415,9 @@ class CudaStream final : public BackendStream {
   // the client waits for).  Everything that enqueues goes through enqueue_on().
   bool known_idle() const noexcept { return idle_.load(std::memory_order_relaxed); }
   void set_idle(bool idle) noexcept { idle_.store(idle, std::memory_order_relaxed); }
+  bool partitioned() const noexcept { return partition_ != nullptr; }
+  // The launch graphs of this stream (launch_batch); only its client's worker touches them.
+  LaunchGraphs& graphs() noexcept { return graphs_; }
 
  private:
   std::shared_ptr<const Shared> shared_;
@@ -334,6 +425,7 @@ class CudaStream final : public BackendStream {
   CUstream stream_;
   std::shared_ptr<BackendPartition> partition_;  // destroyed after the stream
   std::atomic<bool> idle_{false};
+  LaunchGraphs graphs_;  // an exec destroyed while it runs is freed once it is done
 };
 
 class CudaEvent final : public BackendEvent {
@@ -426,6 +518,42 @@ class CudaKernel final : public BackendKernel {
   CUkernel kernel_;
   std::vector<uint32_t> offsets_;
 };
+
+// The most launches one graph of a batch holds (FUNNEL_LAUNCH_BATCH's maximum).
+constexpr size_t kMaxGraphNodes = 64;
+
+// Kernel arguments as cuLaunchKernelEx and kernel nodes take them: one pointer per parameter
+// into the packed buffer (the caller checked that the buffer is exactly the kernel's
+// parameter size).  Points into itself: not copyable.
+class KernelArgs {
+ public:
+  KernelArgs(const CudaKernel& k, std::span<const std::byte> params) {
+    const auto& offsets = k.offsets();
+    if (offsets.empty()) return;
+    args_ = inline_;
+    if (offsets.size() > kInline) {
+      heap_.resize(offsets.size());
+      args_ = heap_.data();
+    }
+    auto* base = const_cast<std::byte*>(params.data());
+    for (size_t i = 0; i < offsets.size(); ++i) args_[i] = base + offsets[i];
+  }
+  KernelArgs(const KernelArgs&) = delete;
+  KernelArgs& operator=(const KernelArgs&) = delete;
+  void** get() const noexcept { return args_; }  // nullptr for a kernel without parameters
+
+ private:
+  static constexpr size_t kInline = 32;
+  void* inline_[kInline];
+  std::vector<void*> heap_;
+  void** args_ = nullptr;
+};
+
+// A reused buffer per thread (workers of several clients share the backend).
+std::vector<NodeShape>& shape_scratch() {
+  thread_local std::vector<NodeShape> shape;
+  return shape;
+}
 
 // Every BackendStream/BackendEvent the server hands back was made by this backend.
 CudaStream& as_cuda(BackendStream& s) noexcept { return static_cast<CudaStream&>(s); }
@@ -885,22 +1013,89 @@ class CudaBackend final : public Backend {
     CudaStream& s = enqueue_on(bs);
     auto& k = static_cast<CudaKernel&>(bk);
     if (Status st = s_->bind(s.device()); !ok(st)) return st;
-    // kernelParams: one pointer per parameter into the packed buffer (the caller checked
-    // that the buffer is exactly the kernel's parameter size).
-    constexpr size_t kInline = 32;
-    void* inline_args[kInline];
-    std::vector<void*> heap_args;
-    void** args = inline_args;
-    if (k.offsets().size() > kInline) {
-      heap_args.resize(k.offsets().size());
-      args = heap_args.data();
-    }
-    auto* base = const_cast<std::byte*>(params.data());
-    for (size_t i = 0; i < k.offsets().size(); ++i) args[i] = base + k.offsets()[i];
-
+    const KernelArgs args(k, params);
     LaunchConfig c(l, s.handle());
-    return FUNNEL_CU(s_->drv, cuLaunchKernelEx, &c.config, reinterpret_cast<CUfunction>(k.handle()),
-                     k.offsets().empty() ? nullptr : args, nullptr);
+    return FUNNEL_CU(s_->drv, cuLaunchKernelEx, &c.config, reinterpret_cast<CUfunction>(k.handle()), args.get(),
+                     nullptr);
+  }
+
+  // Pieces of 2^k launches (at most kMaxGraphNodes) each go as one graph launch once their
+  // shape has a graph (LaunchGraphs: built on its second sight); the rest one by one.
+  // The worker holds back only plain launches (no cooperative, cluster or priority attribute).
+  // Not on a partition's (green context's) stream: there each launch goes alone.
+  Status launch_batch(BackendStream& bs, std::span<const BatchedLaunch> launches, size_t& launched) override {
+    launched = 0;
+    CudaStream& s = enqueue_on(bs);
+    if (s.partitioned()) return Status::NotSupported;
+    if (Status st = s_->bind(s.device()); !ok(st)) return st;
+    while (launched < launches.size()) {
+      size_t piece = std::min(std::bit_floor(launches.size() - launched), kMaxGraphNodes);
+      const auto part = launches.subspan(launched, piece);
+      if (piece < 2 || !ok(launch_graph(s, part))) {
+        for (const BatchedLaunch& l : part) {
+          if (Status st = launch(bs, *l.kernel, l.desc, l.params); !ok(st)) return st;
+          ++launched;
+        }
+        continue;
+      }
+      launched += piece;
+    }
+    return Status::Success;
+  }
+
+  // One graph launch of `part` when its shape has a graph; NotSupported when it has none
+  // (yet), or when the driver refused a step before the launch (nothing went out).
+  Status launch_graph(CudaStream& s, std::span<const BatchedLaunch> part) {
+    std::vector<NodeShape>& shape = shape_scratch();
+    shape.clear();
+    uint64_t hash = part.size();
+    for (const BatchedLaunch& l : part) {
+      NodeShape n{static_cast<CudaKernel&>(*l.kernel).handle(), {}, {}, l.desc.shared_bytes};
+      std::copy(std::begin(l.desc.grid), std::end(l.desc.grid), n.grid);
+      std::copy(std::begin(l.desc.block), std::end(l.desc.block), n.block);
+      shape.push_back(n);
+      for (uint64_t v : {reinterpret_cast<uint64_t>(n.kernel), uint64_t{n.grid[0]} << 32 | n.block[0],
+                         uint64_t{n.grid[1]} << 32 | n.grid[2], uint64_t{n.block[1]} << 32 | n.block[2],
+                         uint64_t{n.shared_bytes}})
+        hash = (hash ^ v) * 0x100000001b3ull;  // FNV-1a over words
+    }
+    const auto params_of = [&](const BatchedLaunch& l, const KernelArgs& args) {
+      CUDA_KERNEL_NODE_PARAMS p{};
+      p.gridDimX = l.desc.grid[0];
+      p.gridDimY = l.desc.grid[1];
+      p.gridDimZ = l.desc.grid[2];
+      p.blockDimX = l.desc.block[0];
+      p.blockDimY = l.desc.block[1];
+      p.blockDimZ = l.desc.block[2];
+      p.sharedMemBytes = l.desc.shared_bytes;
+      p.kernelParams = args.get();
+      p.kern = static_cast<CudaKernel&>(*l.kernel).handle();  // in the current context (ctx null)
+      return p;
+    };
+    bool fresh = false;  // built now, with these launches' arguments
+    LaunchGraph* g = s.graphs().find_or_build(shape, hash, [&](CUgraph graph, std::vector<CUgraphNode>& nodes) {
+      fresh = true;
+      for (const BatchedLaunch& l : part) {
+        const KernelArgs args(static_cast<CudaKernel&>(*l.kernel), l.params);
+        const CUDA_KERNEL_NODE_PARAMS p = params_of(l, args);
+        CUgraphNode node = nullptr;
+        if (Status st = FUNNEL_CU_QUIET(s_->drv, cuGraphAddKernelNode, &node, graph, nodes.empty() ? nullptr : &nodes.back(),
+                                        nodes.empty() ? 0 : 1, &p);
+            !ok(st))
+          return st;
+        nodes.push_back(node);
+      }
+      return Status::Success;
+    });
+    if (g == nullptr) return Status::NotSupported;
+    if (!fresh) {
+      for (size_t i = 0; i < part.size(); ++i) {
+        const KernelArgs args(static_cast<CudaKernel&>(*part[i].kernel), part[i].params);
+        const CUDA_KERNEL_NODE_PARAMS p = params_of(part[i], args);
+        if (!ok(FUNNEL_CU(s_->drv, cuGraphExecKernelNodeSetParams, g->exec, g->nodes[i], &p))) return Status::NotSupported;
+      }
+    }
+    return FUNNEL_CU(s_->drv, cuGraphLaunch, g->exec, s.handle());
   }
 
   Status func_attributes(BackendKernel& bk, int device, ipc::FuncAttributes& out) override {

@@ -89,7 +89,14 @@ inline constexpr int kDriverApiVersion = 13000;  // CUDA 13.0
   X(cuDevResourceGenerateDesc, PFN_cuDevResourceGenerateDesc_v12040)       \
   X(cuGreenCtxCreate, PFN_cuGreenCtxCreate_v12040)                         \
   X(cuGreenCtxDestroy, PFN_cuGreenCtxDestroy_v12040)                       \
-  X(cuGreenCtxStreamCreate, PFN_cuGreenCtxStreamCreate_v12050)
+  X(cuGreenCtxStreamCreate, PFN_cuGreenCtxStreamCreate_v12050)              \
+  X(cuGraphCreate, PFN_cuGraphCreate_v10000)                               \
+  X(cuGraphDestroy, PFN_cuGraphDestroy_v10000)                             \
+  X(cuGraphAddKernelNode, PFN_cuGraphAddKernelNode_v12000)                 \
+  X(cuGraphInstantiateWithFlags, PFN_cuGraphInstantiateWithFlags_v11040)   \
+  X(cuGraphExecKernelNodeSetParams, PFN_cuGraphExecKernelNodeSetParams_v12000) \
+  X(cuGraphExecDestroy, PFN_cuGraphExecDestroy_v10000)                     \
+  X(cuGraphLaunch, PFN_cuGraphLaunch_v10000)
 
 // The driver's entry points.  Filled by load_driver() in cuda_backend.cpp.
 struct Driver {

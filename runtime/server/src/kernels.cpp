@@ -241,15 +241,64 @@ Status Worker::launch(const ipc::CommandHeader& h, const ipc::LaunchCmd& c, cons
   Status st;
   StreamEntry* s = find_stream(h, st);
   if (s == nullptr) return st;
+  // Held back (LaunchBatch): a one-way plain launch, while launches of the same stream are
+  // held or the next record is already in the ring.  Cooperative, cluster and per-launch
+  // priority launches go alone.
+  const bool plain = !d.cooperative && d.cluster[0] == 0 && d.cluster[1] == 0 && d.cluster[2] == 0 && d.priority == 0;
+  const bool may_hold = shared_.launch_batch >= 2 && plain && h.reply_slot == ipc::kNoReply;
+  if (!batch_.empty() && (!may_hold || batch_.stream != s)) flush_launches();
+  const bool hold = may_hold && (!batch_.empty() || !reader_.empty());
+  // Nothing ran since the batch's first launch, so for a later one this enqueues nothing.
   if (st = streams_.before_work(*s); st != Status::Success) return st;
-  if (st = backend_.launch(*s->stream, *k->kernel, d, {params, c.param_bytes}); st != Status::Success) return st;
+  if (hold) {
+    batch_.stream = s;
+    const auto offset = static_cast<uint32_t>(batch_.params.size());
+    batch_.params.insert(batch_.params.end(), params, params + c.param_bytes);
+    batch_.items.push_back({h, k, d, offset, c.param_bytes});
+  } else if (st = backend_.launch(*s->stream, *k->kernel, d, {params, c.param_bytes}); st != Status::Success) {
+    return st;
+  }
   streams_.after_work(*s);
   add(counters_.launches, 1);
   // For the fault log (assign reuses the string's storage: no allocation per launch).
   last_kernel_.assign(k->name);
   ++launches_since_sync_;
   answer(h);
+  if (batch_.items.size() >= shared_.launch_batch) flush_launches();
   return Status::Success;
+}
+
+void Worker::flush_launches() {
+  if (batch_.empty() || flushing_) return;
+  flushing_ = true;  // a launch's failure reported below must not flush again
+  LaunchBatch& b = batch_;
+  BackendStream& stream = *b.stream->stream;
+  size_t launched = 0;
+  Status st = Status::NotSupported;
+  if (b.items.size() >= 2) {
+    b.launches.clear();
+    for (const auto& i : b.items)
+      b.launches.push_back({i.kernel->kernel.get(), i.desc, {b.params.data() + i.offset, i.size}});
+    st = backend_.launch_batch(stream, b.launches, launched);
+  }
+  // The rest one by one, each with its own error, as if never held; past a sticky error
+  // (the device faulted) every later one gets it, as refuse_poisoned would answer it.
+  Status sticky = Status::Success;
+  for (size_t n = launched; st != Status::Success && n < b.items.size(); ++n) {
+    const auto& i = b.items[n];
+    Status r = sticky;
+    if (r == Status::Success) r = backend_.launch(stream, *i.kernel->kernel, i.desc, {b.params.data() + i.offset, i.size});
+    if (r == Status::Success) continue;
+    if (ipc::is_sticky(r) && sticky == Status::Success) {
+      sticky = r;
+      observe(b.stream->device, r);
+    }
+    failed(i.header, r);
+  }
+  b.items.clear();
+  b.params.clear();
+  b.stream = nullptr;
+  flushing_ = false;
 }
 
 // ---- symbols, attributes, occupancy -------------------------------------------

@@ -189,6 +189,7 @@ int main(int argc, char** argv) {
   uint32_t workers = settings.server_workers;
   std::string affinity = settings.server_affinity ? "auto" : "off";
   bool gpu_replies = settings.gpu_replies;
+  uint32_t launch_batch = settings.launch_batch;
   bool job_report = settings.job_report;
   int sim_devices = 1;
   uint64_t sim_memory_mb = 16 * 1024;
@@ -226,6 +227,10 @@ int main(int argc, char** argv) {
   app.add_option("--gpu-replies", gpu_replies,
                  "1: the GPU answers synchronous copies and stream synchronisations itself; 0: the server's "
                  "worker does (FUNNEL_GPU_REPLIES)");
+  app.add_option("--launch-batch", launch_batch,
+                 "the most consecutive launches on one stream issued as one CUDA graph launch when they are "
+                 "queued at once; 0 or 1: each on its own (FUNNEL_LAUNCH_BATCH)")
+      ->check(CLI::Range(0u, 64u));
   app.add_option("--job-report", job_report,
                  "1: at its stop write a job report of every client to the log directory (text, JSON and a "
                  "chart); 0: none (FUNNEL_JOB_REPORT)");
@@ -297,6 +302,7 @@ int main(int argc, char** argv) {
     opt.inherited_listen_fd = listen_fd;
     opt.thread_affinity = affinity == "auto";
     opt.gpu_replies = gpu_replies;
+    opt.launch_batch = launch_batch;
     if (job_report) {
       // The report's paths are logged and handed to the chart's script: absolute.
       std::error_code abs_ec;

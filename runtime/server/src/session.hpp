@@ -58,6 +58,7 @@ struct SessionShared {
   ServerTotals* totals = nullptr;
   std::chrono::microseconds pending_spin = kDefaultPendingSpin;  // ServerOptions::pending_spin
   bool gpu_replies = true;                                        // ServerOptions::gpu_replies
+  uint32_t launch_batch = kDefaultLaunchBatch;                    // ServerOptions::launch_batch
   ModuleCache* modules = nullptr;  // the server's, shared by every session
   DeviceHealth* health = nullptr;  // the server's
   // Per device: the fault generation (DeviceHealth::State::generation) whose resources
@@ -154,6 +155,26 @@ struct HostFuncWait {
   uint32_t generation;
 };
 
+// Consecutive launches of a client on one stream that the worker holds back while the next
+// record is already in the ring, then hands to Backend::launch_batch at once
+// (FUNNEL_LAUNCH_BATCH; doc/design/overview.md, "Launch batches").  It never outlives a
+// turn, and any other command flushes it first, so the driver sees the same calls in the
+// same order, fewer of them.
+struct LaunchBatch {
+  struct Item {
+    ipc::CommandHeader header;  // for a launch's own error, should the batch fail
+    KernelEntry* kernel;
+    LaunchDesc desc;
+    uint32_t offset;  // of its parameter buffer in params
+    uint32_t size;
+  };
+  StreamEntry* stream = nullptr;
+  std::vector<Item> items;
+  std::vector<std::byte> params;      // the items' parameter buffers, back to back
+  std::vector<BatchedLaunch> launches;  // handed to the backend (kept for its capacity)
+  bool empty() const noexcept { return items.empty(); }
+};
+
 class Worker {
  public:
   Worker(SessionShared& shared, const ipc::ChannelView& view);
@@ -198,6 +219,10 @@ class Worker {
   // Answers every completed pending entry; true if any completed.
   bool poll_pending();
   void drop_for_protocol_error(const char* why);
+  // The failure of a command: counted, logged and reported to the client (fail).
+  void failed(const ipc::CommandHeader& h, Status st);
+  // Issues the held-back launches (batch_); a no-op when there are none.
+  void flush_launches();
 
   // device_fault.cpp: a sticky fault of a device (doc/design/faults.md)
   // Reports a sticky status seen on `device` to the server's DeviceHealth.
@@ -321,6 +346,8 @@ class Worker {
   std::array<bool, ipc::kMaxDevices> blocked_{};      // faulted, not used by this client: DevicesUnavailable
   std::string last_kernel_;                         // name of the last kernel launched
   uint64_t launches_since_sync_ = 0;                // launches since the last completed synchronize
+  LaunchBatch batch_;                                // launches held back within a turn
+  bool flushing_ = false;                            // in flush_launches
 };
 
 }  // namespace funnel::server

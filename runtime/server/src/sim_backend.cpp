@@ -699,6 +699,24 @@ class SimBackend final : public Backend {
   }
 
   Status launch(BackendStream& s, BackendKernel& kernel, const LaunchDesc& d, std::span<const std::byte> params) override {
+    return launch_one(s, kernel, d, params, 0);
+  }
+
+  // As the cuda backend: not on a partition's stream (there each launch goes alone).
+  Status launch_batch(BackendStream& s, std::span<const BatchedLaunch> launches, size_t& launched) override {
+    launched = 0;
+    if (stream(s).partition() != nullptr) return Status::NotSupported;
+    for (const BatchedLaunch& l : launches) {
+      if (Status st = launch_one(s, *l.kernel, l.desc, l.params, static_cast<uint32_t>(launches.size()));
+          st != Status::Success)
+        return st;
+      ++launched;
+    }
+    return Status::Success;
+  }
+
+  Status launch_one(BackendStream& s, BackendKernel& kernel, const LaunchDesc& d, std::span<const std::byte> params,
+                    uint32_t batch) {
     if (Status st = usable(s.device()); st != Status::Success) return st;
     auto& k = static_cast<SimKernel&>(kernel);
     const uint64_t threads = uint64_t{d.block[0]} * d.block[1] * d.block[2];
@@ -727,6 +745,7 @@ class SimBackend final : public Backend {
     std::copy(std::begin(d.grid), std::end(d.grid), r.grid);
     std::copy(std::begin(d.block), std::end(d.block), r.block);
     r.shared_bytes = d.shared_bytes;
+    r.batch = batch;
     r.params.resize(params.size());
     if (!params.empty()) std::memcpy(r.params.data(), params.data(), params.size());
     const bool faults = !options_.fault_kernel.empty() && r.kernel == options_.fault_kernel;
@@ -912,6 +931,7 @@ class SimBackend final : public Backend {
                                    {"sms", r.sms},
                                    {"priority", r.priority},
                                    {"sm_groups", r.sm_groups},
+                                   {"batch", r.batch},
                                    {"params", hex(std::as_bytes(std::span(r.params)))}};
       std::lock_guard lk(log_m_);
       log_ << line.dump() << '\n';

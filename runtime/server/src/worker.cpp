@@ -120,18 +120,25 @@ Worker::Turn Worker::turn(unsigned max_records) {
   const DeviceHealth& health = *shared_.health;
   if (health.epoch() != seen_epoch_) on_health_change();
   bool busy = !pending_.empty() && poll_pending();
-  for (unsigned i = 0; i < max_records; ++i) {
+  // Held-back launches (batch_) do not count: while some are held, the turn reads on until
+  // the ring is empty or a record that is not one of them flushes them (a batch is full
+  // after at most FUNNEL_LAUNCH_BATCH records).
+  for (unsigned i = 0; i < max_records || !batch_.empty(); ++i) {
     uint32_t size = 0;
     const char* why = nullptr;
     const auto next = reader_.next(record_.data(), size, &why);
     if (next == ipc::RingReader::Next::Empty) break;
     if (next == ipc::RingReader::Next::Corrupt) {
+      flush_launches();
       drop_for_protocol_error(why);
       return Turn::Stopped;
     }
     // Again after the record: a command sent after a recovery the client saw must
     // see it too (the ring read orders this load after the client's write).
-    if (health.epoch() != seen_epoch_) on_health_change();
+    if (health.epoch() != seen_epoch_) {
+      flush_launches();
+      on_health_change();
+    }
     ipc::CommandHeader h;
     std::memcpy(&h, record_.data(), sizeof h);
     execute(h, record_.data() + sizeof h);
@@ -139,6 +146,7 @@ Worker::Turn Worker::turn(unsigned max_records) {
     busy = true;
     if (shared_.stop.load(std::memory_order_acquire)) break;  // a Detach: the next turn stops
   }
+  flush_launches();  // the ring has no more of them now: they go
   if (busy) idle_since_ = Clock::now();
   return busy ? Turn::Busy : Turn::Idle;
 }
@@ -200,6 +208,11 @@ void Worker::drop_for_protocol_error(const char* why) {
 }
 
 void Worker::execute(const ipc::CommandHeader& h, const std::byte* payload) {
+  // Only a launch may join the held-back ones (Worker::launch decides); anything else
+  // runs after them.
+  if (!batch_.empty() &&
+      (h.opcode != ipc::Opcode::Launch || h.reply_slot != ipc::kNoReply || poisoned_ != Status::Success))
+    flush_launches();
   const auto op = static_cast<uint16_t>(h.opcode);
   if (h.reply_slot != ipc::kNoReply && h.reply_slot >= view_.header().reply_slots) {
     spdlog::warn("client {}: command {} seq {} names reply slot {} of {}", shared_.id, op, h.seq, h.reply_slot,
@@ -231,13 +244,17 @@ void Worker::execute(const ipc::CommandHeader& h, const std::byte* payload) {
     st = trailing && h.size == ipc::record_size_for(static_cast<uint64_t>(want) + *trailing) ? run()
                                                                                                : Status::InvalidValue;
   }
-  if (st != Status::Success) {
-    if (st == Status::NotSupported || st == Status::InvalidValue || st == Status::InvalidResourceHandle ||
-        st == Status::InvalidDevice)
-      add(shared_.totals->bad_commands, 1);
-    spdlog::debug("client {}: command {} seq {} failed: status {}", shared_.id, op, h.seq, static_cast<int>(st));
-    fail(h, st);
-  }
+  if (st != Status::Success) failed(h, st);
+}
+
+void Worker::failed(const ipc::CommandHeader& h, Status st) {
+  flush_launches();  // errors reach the client in command order
+  if (st == Status::NotSupported || st == Status::InvalidValue || st == Status::InvalidResourceHandle ||
+      st == Status::InvalidDevice)
+    add(shared_.totals->bad_commands, 1);
+  spdlog::debug("client {}: command {} seq {} failed: status {}", shared_.id, static_cast<uint16_t>(h.opcode), h.seq,
+                static_cast<int>(st));
+  fail(h, st);
 }
 
 Status Worker::dispatch(const ipc::CommandHeader& h, const std::byte* p) {

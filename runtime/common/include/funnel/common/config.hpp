@@ -45,6 +45,7 @@ struct Settings {
   uint32_t device_connections = 8;  // FUNNEL_DEVICE_CONNECTIONS
   uint32_t server_spin_us = 2000;   // FUNNEL_SERVER_SPIN_US
   uint32_t server_workers = 0;      // FUNNEL_SERVER_WORKERS (0: a worker thread per client)
+  uint32_t launch_batch = 32;       // FUNNEL_LAUNCH_BATCH (0, 1: every launch on its own)
   std::filesystem::path sim_launch_log;  // FUNNEL_SIM_LAUNCH_LOG; empty: launches are not logged
   std::string sim_fault_kernel;     // FUNNEL_SIM_FAULT_KERNEL; empty: no fault injection
   // FUNNEL_DEVICE_MEM_LIMIT, else CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: the most device memory

@@ -44,13 +44,19 @@ class RingWriter {
   // Dekker pairing (all seq_cst): we store tail, then load consumer_sleeping; the server
   // stores consumer_sleeping, then loads tail before it sleeps.  One of us sees the other.
   void publish() noexcept {
-    tail_ += reserved_;
-    reserved_ = 0;
+    stage();
     ctl_->tail.store(tail_, std::memory_order_seq_cst);
     if (ctl_->consumer_sleeping.load(std::memory_order_seq_cst) != 0) {
       ctl_->doorbell.fetch_add(1, std::memory_order_seq_cst);
       futex_wake_all(ctl_->doorbell);
     }
+  }
+
+  // Adds the reserved record to what the next publish() makes visible, without showing it
+  // to the server yet: several records then reach it at once (tests of launch batches).
+  void stage() noexcept {
+    tail_ += reserved_;
+    reserved_ = 0;
   }
 
  private:

@@ -82,6 +82,13 @@ struct LaunchDesc {
   int priority = 0;                 // 0: the stream's
 };
 
+// One launch of a batch (Backend::launch_batch); `params` as for Backend::launch.
+struct BatchedLaunch {
+  BackendKernel* kernel;
+  LaunchDesc desc;
+  std::span<const std::byte> params;
+};
+
 // One end of a copy: device memory, or host memory in the server's address space
 // (a staging slot or a pinned allocation, both registered with host_register).
 struct CopyEndpoint {
@@ -171,6 +178,18 @@ class Backend {
                             uint64_t& size) = 0;
   // `params` is exactly param_bytes long, laid out as kernel_get said; the caller checked it.
   virtual Status launch(BackendStream& s, BackendKernel& k, const LaunchDesc& d, std::span<const std::byte> params) = 0;
+  // Consecutive launches on one stream, nothing between them, that the worker held back
+  // (FUNNEL_LAUNCH_BATCH): launches them in order, as few driver submissions as the
+  // backend can (cuda: one CUDA graph launch per piece), each as `launch` would.  Sets
+  // `launched` to how many went out, in order; on an error, or NotSupported where the
+  // backend does not batch on this stream, the caller launches the rest one by one (which
+  // reports each launch's own error).  The default batches nothing.
+  virtual Status launch_batch(BackendStream& s, std::span<const BatchedLaunch> launches, size_t& launched) {
+    (void)s;
+    (void)launches;
+    launched = 0;
+    return Status::NotSupported;
+  }
   virtual Status func_attributes(BackendKernel& k, int device, ipc::FuncAttributes& out) = 0;
   // attribute as in ipc::FuncSetAttributeCmd.
   virtual Status func_set_attribute(BackendKernel& k, int device, uint32_t attribute, int32_t value) = 0;
@@ -212,6 +231,7 @@ struct SimLaunchRecord {
   uint32_t sms = 0;                // the SMs it could run on: its stream's partition's, or all
   std::vector<uint32_t> sm_groups;  // the partition's SM groups; empty: the whole device
   int priority = 0;                 // the launch's, else its stream's (as clamped)
+  uint32_t batch = 0;               // launched alone: 0; in a launch_batch of n launches: n
 };
 
 struct SimOptions {

@@ -19,6 +19,8 @@ namespace funnel::server {
 
 // FUNNEL_SERVER_SPIN_US's default (runtime/common's Settings::server_spin_us).
 inline constexpr std::chrono::microseconds kDefaultPendingSpin{2000};
+// FUNNEL_LAUNCH_BATCH's default (runtime/common's Settings::launch_batch).
+inline constexpr uint32_t kDefaultLaunchBatch = 32;
 
 struct ServerOptions {
   std::filesystem::path run_dir;
@@ -37,6 +39,9 @@ struct ServerOptions {
   // The GPU answers synchronous copies and stream synchronisations itself, by a stream
   // memory write into the client's reply word (FUNNEL_GPU_REPLIES).
   bool gpu_replies = true;
+  // The most consecutive launches on one stream that a worker issues together (one CUDA
+  // graph launch) when they are in the ring at once (FUNNEL_LAUNCH_BATCH); 0 or 1: none.
+  uint32_t launch_batch = kDefaultLaunchBatch;
   bool handle_signals = false;  // SIGTERM/SIGINT through a signalfd (the caller blocked them)
   // A listening socket bound to the run directory's socket, inherited from the server that
   // re-executed itself after a GPU fault (funnel-server --listen-fd); start() checks it and

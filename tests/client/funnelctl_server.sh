@@ -64,9 +64,11 @@ status-clients)
   done
   # --job and --all find run directories under /dev/shm by name; stale ones are listed as such.
   job=ctltest$$
-  live=/dev/shm/funnel-$(id -u)-$job stale=/dev/shm/funnel-$(id -u)-${job}x
-  mkdir -m 700 "$stale" || fail "mkdir $stale"
-  trap 'FUNNEL_RUN_DIR=$live timeout 5 "$ctl" shutdown --force >/dev/null 2>&1; rm -rf "$stale" "$dir"; kill $pid_a 2>/dev/null' EXIT
+  live=/dev/shm/funnel-$(id -u)-$job stale=/dev/shm/funnel-$(id -u)-${job}x stale2=/dev/shm/funnel-$(id -u)-${job}y
+  # Two stale ones: `--all shutdown` below must find several directories even once the live
+  # server has removed its own (with one, it would name that one and exit 1).
+  mkdir -m 700 "$stale" "$stale2" || fail "mkdir $stale $stale2"
+  trap 'FUNNEL_RUN_DIR=$live timeout 5 "$ctl" shutdown --force >/dev/null 2>&1; rm -rf "$stale" "$stale2" "$dir"; kill $pid_a 2>/dev/null' EXIT
   FUNNEL_RUN_DIR=$live "$bin/funnel-server" --sim-devices 1 --idle-exit-ms 60000 || fail "the /dev/shm server did not start"
   "$ctl" --job "$job" status >"$dir/job.out" 2>&1 || fail "--job status exited $?"
   grep -qE "^$live +[0-9]+ +root +sim +running" "$dir/job.out" || fail "--job did not find $live"
@@ -86,7 +88,7 @@ status-clients)
   # client; only where this runs as root and setpriv can start a server as nobody.
   if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then
     other=/dev/shm/funnel-65534-$job
-    trap 'FUNNEL_RUN_DIR=$other timeout 5 "$ctl" shutdown --force >/dev/null 2>&1; rm -rf "$stale" "$dir"' EXIT
+    trap 'FUNNEL_RUN_DIR=$other timeout 5 "$ctl" shutdown --force >/dev/null 2>&1; rm -rf "$stale" "$stale2" "$dir"' EXIT
     chmod 711 "$dir" && mkdir -m 777 "$dir/nobody-log"
     FUNNEL_RUN_DIR=$other FUNNEL_LOG_DIR=$dir/nobody-log setpriv --reuid=65534 --regid=65534 --clear-groups \
       env -u FUNNEL_SIM_LAUNCH_LOG "$bin/funnel-server" --sim-devices 1 --idle-exit-ms 60000 || fail "no server as nobody"

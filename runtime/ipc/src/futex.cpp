@@ -62,7 +62,6 @@ void futex_wake_all(std::atomic<uint32_t>& word) noexcept {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
 
-
 void futex_wait_any(const FutexWaitItem* items, size_t n, std::chrono::nanoseconds timeout) noexcept {
   if (n == 0 || waitv(items, n, timeout)) return;
   futex_wait(*items[0].word, items[0].expected, std::min<std::chrono::nanoseconds>(timeout, kFutexWaitAnyFallback));

@@ -17,7 +17,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <memory>
 #include <map>
 #include <mutex>
@@ -31,6 +30,7 @@
 #include "cuda_driver.hpp"
 #include "funnel/fatbin/fatbin.hpp"
 #include "funnel/server/backend.hpp"
+#include "funnel/server/server.hpp"
 
 namespace funnel::server {
 namespace {
@@ -338,17 +338,19 @@ class LaunchGraphs {
  public:
   static constexpr size_t kMaxGraphs = 16;
   static constexpr size_t kSeen = 32;
-  LaunchGraphs(const Driver& drv, std::function<Status()> bind) : drv_(&drv), bind_(std::move(bind)) {}
+  LaunchGraphs(const Shared& shared, int device) : shared_(&shared), device_(device) {}
   ~LaunchGraphs() {
-    if (graphs_.empty() || !ok(bind_())) return;
+    if (graphs_.empty() || !ok(shared_->bind(device_))) return;
     for (auto& g : graphs_) destroy(g);
   }
   LaunchGraphs(const LaunchGraphs&) = delete;
   LaunchGraphs& operator=(const LaunchGraphs&) = delete;
 
   // The graph of this shape; nullptr on its first sight (remembered) or when building failed.
-  LaunchGraph* find_or_build(const std::vector<NodeShape>& shape, uint64_t hash,
-                             const std::function<Status(CUgraph, std::vector<CUgraphNode>&)>& add_nodes) {
+  // add_nodes(CUgraph, std::vector<CUgraphNode>&) -> Status adds the chain of nodes.  (A
+  // template, not a std::function: this runs for every batch.)
+  template <class AddNodes>
+  LaunchGraph* find_or_build(const std::vector<NodeShape>& shape, uint64_t hash, AddNodes&& add_nodes) {
     ++tick_;
     for (auto& g : graphs_)
       if (g.shape == shape) {
@@ -363,8 +365,8 @@ class LaunchGraphs {
     LaunchGraph g;
     g.shape = shape;
     g.used = tick_;
-    if (!ok(FUNNEL_CU(*drv_, cuGraphCreate, &g.graph, 0)) || !ok(add_nodes(g.graph, g.nodes)) ||
-        !ok(FUNNEL_CU(*drv_, cuGraphInstantiateWithFlags, &g.exec, g.graph, 0))) {
+    if (!ok(FUNNEL_CU(shared_->drv, cuGraphCreate, &g.graph, 0)) || !ok(add_nodes(g.graph, g.nodes)) ||
+        !ok(FUNNEL_CU(shared_->drv, cuGraphInstantiateWithFlags, &g.exec, g.graph, 0))) {
       destroy(g);
       // Not again for this shape until it is seen anew.
       seen_.erase(std::remove(seen_.begin(), seen_.end(), hash), seen_.end());
@@ -382,14 +384,14 @@ class LaunchGraphs {
 
  private:
   void destroy(LaunchGraph& g) noexcept {
-    if (g.exec != nullptr) FUNNEL_CU(*drv_, cuGraphExecDestroy, g.exec);
-    if (g.graph != nullptr) FUNNEL_CU(*drv_, cuGraphDestroy, g.graph);
+    if (g.exec != nullptr) FUNNEL_CU(shared_->drv, cuGraphExecDestroy, g.exec);
+    if (g.graph != nullptr) FUNNEL_CU(shared_->drv, cuGraphDestroy, g.graph);
     g.exec = nullptr;
     g.graph = nullptr;
   }
 
-  const Driver* drv_;
-  std::function<Status()> bind_;
+  const Shared* shared_;
+  int device_;
   std::vector<LaunchGraph> graphs_;
   std::vector<uint64_t> seen_;
   uint64_t tick_ = 0;
@@ -400,7 +402,7 @@ class CudaStream final : public BackendStream {
   CudaStream(std::shared_ptr<const Shared> shared, int device, CUstream stream,
              std::shared_ptr<BackendPartition> partition = nullptr)
       : shared_(std::move(shared)), device_(device), stream_(stream), partition_(std::move(partition)),
-        graphs_(shared_->drv, [s = shared_.get(), device] { return s->bind(device); }) {}
+        graphs_(*shared_, device) {}
   ~CudaStream() override {
     // Returns at once; the driver frees the stream once its work completed.
     if (ok(shared_->bind(device_))) FUNNEL_CU(shared_->drv, cuStreamDestroy, stream_);
@@ -519,8 +521,8 @@ class CudaKernel final : public BackendKernel {
   std::vector<uint32_t> offsets_;
 };
 
-// The most launches one graph of a batch holds (FUNNEL_LAUNCH_BATCH's maximum).
-constexpr size_t kMaxGraphNodes = 64;
+// The most launches one graph of a batch holds.
+constexpr size_t kMaxGraphNodes = kMaxLaunchBatch;
 
 // Kernel arguments as cuLaunchKernelEx and kernel nodes take them: one pointer per parameter
 // into the packed buffer (the caller checked that the buffer is exactly the kernel's

@@ -230,7 +230,7 @@ int main(int argc, char** argv) {
   app.add_option("--launch-batch", launch_batch,
                  "the most consecutive launches on one stream issued as one CUDA graph launch when they are "
                  "queued at once; 0 or 1: each on its own (FUNNEL_LAUNCH_BATCH)")
-      ->check(CLI::Range(0u, 64u));
+      ->check(CLI::Range(0u, funnel::server::kMaxLaunchBatch));
   app.add_option("--job-report", job_report,
                  "1: at its stop write a job report of every client to the log directory (text, JSON and a "
                  "chart); 0: none (FUNNEL_JOB_REPORT)");

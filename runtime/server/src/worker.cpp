@@ -208,11 +208,9 @@ void Worker::drop_for_protocol_error(const char* why) {
 }
 
 void Worker::execute(const ipc::CommandHeader& h, const std::byte* payload) {
-  // Only a launch may join the held-back ones (Worker::launch decides); anything else
-  // runs after them.
-  if (!batch_.empty() &&
-      (h.opcode != ipc::Opcode::Launch || h.reply_slot != ipc::kNoReply || poisoned_ != Status::Success))
-    flush_launches();
+  // Only a one-way launch may join the held-back ones (Worker::launch decides); anything else
+  // runs after them.  (A refused command reports through failed(), which flushes too.)
+  if (!batch_.empty() && (h.opcode != ipc::Opcode::Launch || h.reply_slot != ipc::kNoReply)) flush_launches();
   const auto op = static_cast<uint16_t>(h.opcode);
   if (h.reply_slot != ipc::kNoReply && h.reply_slot >= view_.header().reply_slots) {
     spdlog::warn("client {}: command {} seq {} names reply slot {} of {}", shared_.id, op, h.seq, h.reply_slot,

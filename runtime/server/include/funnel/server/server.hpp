@@ -21,6 +21,7 @@ namespace funnel::server {
 inline constexpr std::chrono::microseconds kDefaultPendingSpin{2000};
 // FUNNEL_LAUNCH_BATCH's default (runtime/common's Settings::launch_batch).
 inline constexpr uint32_t kDefaultLaunchBatch = 32;
+inline constexpr uint32_t kMaxLaunchBatch = 64;  // its largest value (config.cpp's range)
 
 struct ServerOptions {
   std::filesystem::path run_dir;

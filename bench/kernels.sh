@@ -9,8 +9,8 @@
 #   MODES      default "native mps funnel threads"; "threads" is ONE native process with N
 #              threads, each on its own stream, in one context: the driver's single-process
 #              launch ceiling, which funnel's one server process per GPU lives under;
-#              "funnel-wK" (e.g. funnel-w4) is funnel with FUNNEL_SERVER_WORKERS=K,
-#              "funnel-bN" (e.g. funnel-b0) funnel with FUNNEL_LAUNCH_BATCH=N
+#              "funnel-wK", "funnel-bN", "funnel-cN" (e.g. funnel-w4, funnel-b0, funnel-c32):
+#              funnel with one server setting changed (bench/modes.sh)
 #   NS         client counts for throughput (default "1 4 8 16 32 48 64")
 #   SECONDS_PER_RUN  throughput window (default 1.5)
 #   START_NS   client counts for start-up and idle memory (default "16")
@@ -43,19 +43,18 @@ RESULTS=$OUT_DIR/results.jsonl
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # shellcheck source=bench/mps.sh
 source "$ROOT/bench/mps.sh"
+# shellcheck source=bench/modes.sh
+source "$ROOT/bench/modes.sh"
 
 # run_one MODE ARGS...: one kernelbench process in MODE (at most 5 minutes)
 run_one() {
-  local mode=$1
+  local mode=$1 setting
   shift
   if [[ $mode == funnel ]]; then
     timeout 300 "$FR" --backend cuda "$KB" "$@"
-  elif [[ $mode == funnel-w* ]]; then
-    # funnel-wK: K worker threads per GPU, each serving several clients (FUNNEL_SERVER_WORKERS)
-    FUNNEL_SERVER_WORKERS=${mode#funnel-w} timeout 300 "$FR" --backend cuda "$KB" "$@"
-  elif [[ $mode == funnel-b* ]]; then
-    # funnel-bN: launch batches of at most N (FUNNEL_LAUNCH_BATCH; funnel-b0: none)
-    FUNNEL_LAUNCH_BATCH=${mode#funnel-b} timeout 300 "$FR" --backend cuda "$KB" "$@"
+  elif setting=$(funnel_variant_env "$mode"); then
+    # funnel-wK / funnel-bN / funnel-cN: one server setting changed (bench/modes.sh)
+    env "$setting" timeout 300 "$FR" --backend cuda "$KB" "$@"
   else
     timeout 300 "$KB" "$@"
   fi
@@ -197,7 +196,7 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 val = {(r["mode"], r["bench"], r["n"]): r["value"] for r in rows}
 keys = sorted({(r["bench"], r["n"]) for r in rows}, key=lambda k: (k[0], k[1]))
 higher_better = lambda b: b.startswith("throughput")
-pooled = sorted({r["mode"] for r in rows if r["mode"].startswith(("funnel-w", "funnel-b"))})
+pooled = sorted({r["mode"] for r in rows if r["mode"].startswith(("funnel-w", "funnel-b", "funnel-c"))})
 print(f'{"bench":22} {"N":>4} {"native":>12} {"mps":>12} {"funnel":>12} {"1 proc":>12} {"funnel/native":>14} {"funnel/mps":>11} {"funnel/1proc":>12}'
       + "".join(f" {m + '/mps':>16}" for m in pooled))
 for b, n in keys:

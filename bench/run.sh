@@ -19,9 +19,9 @@
 #          windows: about 5 minutes on an H100 after the build (the full run: about 25).
 # Environment (defaults: full / --quick):
 #   OUT          output directory (default $PWD/bench-out)
-#   REPS         repetitions (3 / 1)          MODES     default "native mps funnel"; funnel-wK
-#                (e.g. funnel-w4: FUNNEL_SERVER_WORKERS=K) and funnel-bN (e.g. funnel-b0:
-#                FUNNEL_LAUNCH_BATCH=N) run in kernels and stencil only
+#   REPS         repetitions (3 / 1)          MODES     default "native mps funnel"; funnel-wK,
+#                funnel-bN and funnel-cN (bench/modes.sh: funnel with FUNNEL_SERVER_WORKERS,
+#                FUNNEL_LAUNCH_BATCH or FUNNEL_DEVICE_CONNECTIONS set) run in kernels and stencil only
 #   NS           "1 2 4 8 16 32 48 64 128" / "1 4 16 32"   (kernel throughput clients)
 #   START_NS     "1 16 32 48" / "16"           (start-up and idle GPU memory)
 #   RANKS        "1 2 4 8 16" / "1 16"         (stencil ranks; STENCIL_MODES adds "hooks")
@@ -71,6 +71,8 @@ if [[ -n ${BUNDLE:-} ]]; then
     { echo "bench/run.sh: BUNDLE ($BUNDLE) and OUT ($OUT_DIR) must be apart (neither inside the other)" >&2; exit 2; }
 fi
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=bench/modes.sh
+source "$ROOT/bench/modes.sh"
 cd "$ROOT" || exit 2
 export PATH=/usr/local/cuda/bin:$PATH
 BUILD_DIR=${BUILD_DIR:-$ROOT/build-gpu}
@@ -120,8 +122,7 @@ for b in $BENCHES; do
 done
 for m in $MODES $STENCIL_MODES; do
   case $m in native | mps | funnel | hooks | threads) ;;
-    funnel-w*) [[ ${m#funnel-w} =~ ^[1-9][0-9]*$ ]] || { echo "bench/run.sh: funnel-wK needs a number K, not '$m'" >&2; exit 2; } ;;
-    funnel-b*) [[ ${m#funnel-b} =~ ^[0-9]+$ ]] || { echo "bench/run.sh: funnel-bN needs a number N, not '$m'" >&2; exit 2; } ;;
+    funnel-[wbc]*) funnel_variant_env "$m" >/dev/null || exit 2 ;;
     *) echo "bench/run.sh: unknown mode '$m'" >&2; exit 2 ;;
   esac
 done
@@ -256,9 +257,8 @@ bench_modes() {
   local m out=""
   for m in $1; do
     [[ $m == mps && $HAVE_MPS == 0 ]] && continue
-    # "funnel-w*" in the list admits every funnel-wK (FUNNEL_SERVER_WORKERS=K) and
-    # funnel-bN (FUNNEL_LAUNCH_BATCH=N)
-    [[ " $2 " == *" $m "* || ($m == funnel-[wb]* && " $2 " == *" funnel-w* "*) ]] || continue
+    # "funnel-w*" in the list admits every variant mode (bench/modes.sh)
+    [[ " $2 " == *" $m "* || ($m == funnel-[wbc]* && " $2 " == *" funnel-w* "*) ]] || continue
     out="$out $m"
   done
   echo "${out:- }"  # never empty: the step scripts take an empty MODES for their defaults

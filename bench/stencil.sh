@@ -13,8 +13,8 @@
 #   OUT        logs and results (default $PWD/bench-out/stencil)
 #   MODES      default "native mps funnel hooks"; hooks = bin/stencil_funnel (linked with
 #              funnel::mpi, no funnel-run: the server comes and goes with MPI_Init/Finalize);
-#              "funnel-wK" (e.g. funnel-w4): funnel with FUNNEL_SERVER_WORKERS=K;
-#              "funnel-bN" (e.g. funnel-b0): funnel with FUNNEL_LAUNCH_BATCH=N
+#              "funnel-wK", "funnel-bN", "funnel-cN" (e.g. funnel-w4, funnel-b0, funnel-c32):
+#              funnel with one server setting changed (bench/modes.sh)
 #   RANKS      rank counts (default "1 2 4 8 16")
 #   N          global grid is N^3 (default 256)
 #   STEPS      timed steps (default 200); WARMUP untimed steps before them (default 20)
@@ -47,6 +47,8 @@ rm -f "$REF"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # shellcheck source=bench/mps.sh
 source "$ROOT/bench/mps.sh"
+# shellcheck source=bench/modes.sh
+source "$ROOT/bench/modes.sh"
 # Open MPI: oversubscribe the cores (16 ranks may exceed them), do not bind (the GPU, not the
 # cores, is what is shared), and run as root where the bench machine does.
 MPI_ARGS=(--oversubscribe --bind-to none)
@@ -59,7 +61,7 @@ run_one() {
   local mode=$1 np=$2 log=$3
   local env_args=(-x LD_LIBRARY_PATH)
   [[ $mode == mps ]] && env_args+=(-x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY)
-  local wrap=() app=$ST pre=()
+  local wrap=() app=$ST pre=() setting
   if [[ $mode == hooks ]]; then
     # The linked app finds funnel's libcudart.so.13 through its rpath; LD_LIBRARY_PATH with
     # NVIDIA's runtime would come first (local ranks inherit mpirun's environment), so it is
@@ -67,15 +69,12 @@ run_one() {
     app=$BUILD_DIR/bin/stencil_funnel
     pre=(env -u LD_LIBRARY_PATH "FUNNEL_JOB_ID=stencil-hooks-$np-$$")
     env_args=(-x FUNNEL_JOB_ID)
-  elif [[ $mode == funnel || $mode == funnel-w* || $mode == funnel-b* ]]; then
-    # funnel-wK: the server with K worker threads per GPU (FUNNEL_SERVER_WORKERS=K), each
-    # serving several ranks; a job id of its own, so a fresh server with that setting.
+  elif [[ $mode == funnel ]] || setting=$(funnel_variant_env "$mode"); then
+    # A job id of its own per run, so a fresh server with the mode's setting (bench/modes.sh).
     export FUNNEL_JOB_ID=stencil-$mode-$np-$$
     env_args+=(-x FUNNEL_JOB_ID)
     wrap=("$FR" --backend cuda)
-    [[ $mode == funnel-w* ]] && wrap=(env "FUNNEL_SERVER_WORKERS=${mode#funnel-w}" "${wrap[@]}")
-    # funnel-bN: launch batches of at most N (FUNNEL_LAUNCH_BATCH; funnel-b0: none)
-    [[ $mode == funnel-b* ]] && wrap=(env "FUNNEL_LAUNCH_BATCH=${mode#funnel-b}" "${wrap[@]}")
+    [[ $mode != funnel ]] && wrap=(env "$setting" "${wrap[@]}")
   fi
   timeout 600 "${pre[@]}" "$MPIRUN" "${MPI_ARGS[@]}" "${env_args[@]}" -np "$np" "${wrap[@]}" "$app" \
     --n "$N" --steps "$STEPS" --warmup "$WARMUP" --reference "$REF" >"$log" 2>&1
@@ -133,7 +132,7 @@ ms = lambda m, n: (by.get((m, n)) or {}).get("ms_per_step")
 ok = lambda m, n: (m, n) not in by or (by[(m, n)].get("reference") == "match" and by[(m, n)].get("rc") == 0)
 f = lambda v: "-" if v is None else f"{v:.4g}"
 r = lambda a, b: "-" if a is None or not b else f"{a / b:.3f}"
-pooled = sorted({r["mode"] for r in rows if r["mode"].startswith(("funnel-w", "funnel-b"))})
+pooled = sorted({r["mode"] for r in rows if r["mode"].startswith(("funnel-w", "funnel-b", "funnel-c"))})
 print(f'{"ranks":>5} {"native ms/step":>15} {"MPS ms/step":>12} {"funnel ms/step":>15} {"linked ms/step":>15}'
       f' {"funnel/MPS":>11} {"linked/MPS":>11}' + "".join(f" {m + '/MPS':>16}" for m in pooled) + f' {"checksum ok":>12}')
 for n in ranks:

@@ -193,6 +193,25 @@ int main(int argc, char** argv) {
     emit_us("event_record_sync", median(t));
     CK(cudaEventDestroy(ev));
   }
+  {  // the same with work before the record: a 4-byte memset, so the record is not of an idle stream
+    cudaEvent_t ev;
+    CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    std::vector<double> t;
+    t.reserve(size_t(sync_iters));
+    auto once = [&] {
+      CK(cudaMemsetAsync(dp, 0, 4, s));
+      CK(cudaEventRecord(ev, s));
+      CK(cudaEventSynchronize(ev));
+    };
+    for (int w = 0; w < 100; ++w) once();
+    for (int i = 0; i < sync_iters; ++i) {
+      const auto t0 = Clock::now();
+      once();
+      t.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    }
+    emit_us("memset_event_sync", median(t));
+    CK(cudaEventDestroy(ev));
+  }
   {  // cudaEventQuery of a completed event: a polling loop's steady state
     cudaEvent_t ev;
     CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));

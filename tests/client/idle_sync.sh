@@ -4,6 +4,9 @@
 # since, are answered in the client (doc/design/channel.md, "Idle streams"):
 #   - 20000 of each on an idle stream add (almost) no command at the server (funnelctl
 #     clients --json: the client's command count; at most 20 more, for whatever else runs);
+#     nor do 40000 records of an event without timing on that stream, with 20000
+#     synchronizes and 20000 queries of it, and 20000 records and synchronizes of one on an
+#     idle blocking stream while the legacy stream has nothing ("Records on idle streams");
 #   - work queued afterwards, on that stream or on one sharing its bucket, is waited for
 #     (tests/client/programs/idle_sync.cu checks the data).
 set -u
@@ -42,10 +45,10 @@ before=$(commands $pid)
 echo >&3
 wait_for "$dir/prog.out" '^idle done$'
 after=$(commands $pid)
-echo "commands before the idle calls: $before, after 20000 synchronizes and 20000 queries: $after"
+echo "commands before the idle calls: $before, after 20000 synchronizes and 20000 queries, 60000 event records, 40000 event synchronizes and 20000 event queries: $after"
 [ $((after - before)) -le 20 ] || fail "the idle stream's calls went to the server ($before -> $after commands)"
 echo >&3
 exec 3>&-
 wait $pid || fail "idle_sync exited $?"
 grep -q '^ok$' "$dir/prog.out" || fail "idle_sync did not print ok"
-echo "PASS: idle synchronizes and queries answered in the client; later work waited for"
+echo "PASS: idle synchronizes and queries, and event records on an idle stream, answered in the client; later work waited for"

@@ -85,6 +85,7 @@ inline cudaError_t attach() noexcept { return to_cuda(Runtime::get().ready()); }
 struct StreamRef {
   uint64_t id = 0;  // 0: the legacy default stream
   int device = 0;
+  bool blocking = true;  // synchronizes with the legacy stream (not cudaStreamNonBlocking)
 };
 
 // Resolves an application's stream handle.  `per_thread` is true in the _ptsz/_ptds

@@ -53,7 +53,7 @@ cudaError_t resolve_stream(cudaStream_t s, bool per_thread, StreamRef& out) noex
   auto* obj = reinterpret_cast<StreamObj*>(s);
   std::lock_guard lk(rt.tables_mu);
   if (!rt.streams.contains(obj)) return cudaErrorInvalidResourceHandle;
-  out = {obj->id, obj->device};
+  out = {obj->id, obj->device, (obj->flags & cudaStreamNonBlocking) == 0};
   return cudaSuccess;
 }
 

@@ -66,7 +66,11 @@ cudaError_t record_event(cudaEvent_t event, cudaStream_t stream, unsigned flags,
   EventRef ev;
   if (!lookup(event, ev, Use::Record)) return cudaErrorInvalidResourceHandle;
   funnel::ipc::EventRecordCmd c{ev.id, flags, ev.slot, ev.generation, 0};
-  return to_cuda(Runtime::get().post(Opcode::EventRecord, ref.device, ref.id, &c, sizeof c));
+  // Without timing, nothing tells a record on an idle stream of a complete event from none
+  // (doc/design/channel.md, "Records on idle streams"); the server still checks the rest.
+  const bool quiet = flags == 0 && (ev.flags & cudaEventDisableTiming) != 0 && ev.device == ref.device && ref.id != 0;
+  return to_cuda(Runtime::get().record_event(*reinterpret_cast<EventObj*>(event), ref.device, ref.id, ref.blocking,
+                                             quiet, &c, sizeof c));
 }
 
 // Whether the GPU already stored the event's last record generation (wrapping compare:
@@ -87,12 +91,17 @@ cudaError_t event_call(cudaEvent_t event, Opcode op) {
   EventRef ev;
   if (!lookup(event, ev, op == Opcode::EventQuery ? Use::Query : Use::Plain)) return cudaErrorInvalidResourceHandle;
   Runtime& rt = Runtime::get();
-  if (completed_locally(ev)) {
+  auto& obj = *reinterpret_cast<EventObj*>(event);
+  if (obj.known_complete() || completed_locally(ev)) {
     if (cudaError_t e = attach(); e != cudaSuccess) return e;  // sticky error or server gone
     return to_cuda(rt.take_deferred());
   }
+  // What was recorded before this call, the server's Success covers.
+  const uint64_t written = obj.written.load(std::memory_order_acquire);
   EventCmd c{ev.id, 0, 0};
-  return to_cuda(rt.call(op, ev.device, 0, &c, sizeof c));
+  const Status s = rt.call(op, ev.device, 0, &c, sizeof c);
+  if (s == Status::Success) obj.mark_completed(written);
+  return to_cuda(s);
 }
 
 }  // namespace

@@ -69,6 +69,19 @@ struct EventObj {
   uint32_t state_slot = ipc::kNoEventSlot;  // event state word the GPU stores into (tables_mu)
   uint32_t generation = 0;  // of the last record if it asked for the store; else 0 (tables_mu)
   bool polled = false;      // cudaEventQuery was called on it: its records ask for the store
+  // Records of it written to the ring (under the ring lock), and how many of them a
+  // synchronize or query found complete.  Equal: the event is complete, and its synchronize
+  // and query need no round trip (doc/design/channel.md, "Records on idle streams").
+  std::atomic<uint64_t> written{0};
+  std::atomic<uint64_t> completed{0};
+  bool known_complete() const noexcept {
+    return completed.load(std::memory_order_acquire) == written.load(std::memory_order_acquire);
+  }
+  void mark_completed(uint64_t written_before) noexcept {
+    uint64_t c = completed.load(std::memory_order_relaxed);
+    while (c < written_before && !completed.compare_exchange_weak(c, written_before, std::memory_order_release)) {
+    }
+  }
 };
 
 // Where a pointer lives, by the client's own maps.
@@ -107,6 +120,13 @@ class Runtime {
   // `trailing`: bytes written after the payload (names).
   Status ask(Opcode op, int device, const void* payload, uint32_t n, std::span<const std::byte> trailing,
              Reply* reply) noexcept;
+  // cudaEventRecord of `ev` on `stream`.  A record that nothing can tell from none is not
+  // written (doc/design/channel.md, "Records on idle streams"): `quiet` (the caller's check:
+  // an event without timing, of the stream's device, default flags, not the legacy stream)
+  // and, under the ring lock, the event known complete and the stream known idle (for a
+  // `blocking` stream, the device's legacy stream too).  Otherwise written and counted.
+  Status record_event(EventObj& ev, int device, uint64_t stream, bool blocking, bool quiet, const void* payload,
+                      uint32_t n) noexcept;
   // A one-way command, optionally followed by trailing bytes (a launch's parameters).
   Status post(Opcode op, int device, uint64_t stream, const void* payload, uint32_t n,
               std::span<const std::byte> trailing = {}) noexcept;
@@ -214,6 +234,12 @@ class Runtime {
   // implicit synchronization with the other streams is the server's.
   bool known_idle(uint64_t stream) noexcept;
   void mark_idle(uint64_t stream, uint64_t posts) noexcept;
+  // The legacy stream of each device: records that queue work on it (ipc::queues_on_stream),
+  // and that count when a DeviceSynchronize or StreamSynchronize of it last answered Success.
+  // Equal: nothing is pending there, so a blocking stream's next work waits for nothing.
+  bool legacy_idle(int device) noexcept;
+  std::array<std::atomic<uint64_t>, ipc::kMaxDevices> legacy_posts_{};
+  std::array<std::atomic<uint64_t>, ipc::kMaxDevices> legacy_idle_at_{};
   static constexpr size_t kStreamBuckets = 256;
   struct IdleMark {
     uint64_t stream = 0;

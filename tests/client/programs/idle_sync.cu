@@ -1,13 +1,23 @@
 // Idle streams answered in the client (doc/design/channel.md, "Idle streams"), for
 // tests/client/idle_sync.sh: prints "ready", waits for a line on stdin, synchronizes and
-// queries an idle stream IDLE_CALLS times each (the script counts the server's commands
-// around it: they must not be round trips), prints "idle done", waits for a line again,
-// then checks that work queued after a stream was found idle is waited for:
+// queries an idle stream IDLE_CALLS times each, and records an event without timing on it
+// and synchronizes or queries that event as often, and the same on an idle blocking stream (doc/design/channel.md, "Records on idle
+// streams"; the script counts the server's commands around it: they must be neither round
+// trips nor records), prints "idle done", waits for a line again, then checks that work
+// queued after a stream was found idle is waited for:
 //   1. a 64 MiB device-to-host copy queued on the idle stream, then synchronize: the data
 //      is there (the copy made the stream busy again);
 //   2. streams that share the client's bucket of stream ids (ids 256 apart): one found
 //      idle, work queued on the other, then both synchronized: the data is there;
 //   3. cudaStreamQuery right after queuing work is not answered "idle" from an old mark.
+//   4. an event found complete, recorded again after work on its stream: its synchronize
+//      and query wait for that work;
+//   5. a blocking stream found idle, work on the legacy stream, an event recorded on the
+//      blocking stream: its synchronize waits for the legacy stream's work (a blocking
+//      stream's work follows it);
+//   6. events with timing on an idle stream are recorded for real: cudaEventElapsedTime
+//      answers, >= 0;
+//   7. after cudaDeviceSynchronize, the same as 5 with nothing on the legacy stream.
 // Prints "ok" at the end; a failure prints FAIL and exits 1.
 #include <cstdio>
 #include <cstdlib>
@@ -46,12 +56,28 @@ int main() {
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   CHECK(cudaMemsetAsync(d, 1, n, s));
   CHECK(cudaStreamSynchronize(s));
+  cudaEvent_t ev, evb;
+  CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  CHECK(cudaEventCreateWithFlags(&evb, cudaEventDisableTiming));
+  // A blocking stream, found idle, with nothing ever queued on the legacy stream.
+  cudaStream_t bs;
+  CHECK(cudaStreamCreate(&bs));
+  CHECK(cudaStreamSynchronize(bs));
   std::printf("ready\n");
   std::fflush(stdout);
   wait_line();
   for (int i = 0; i < calls; ++i) {
     CHECK(cudaStreamSynchronize(s));
     CHECK(cudaStreamQuery(s));
+    CHECK(cudaEventRecord(ev, s));
+    CHECK(cudaEventSynchronize(ev));
+    CHECK(cudaEventRecord(ev, s));
+    cudaError_t q;
+    while ((q = cudaEventQuery(ev)) == cudaErrorNotReady) {
+    }
+    CHECK(q);
+    CHECK(cudaEventRecord(evb, bs));
+    CHECK(cudaEventSynchronize(evb));
   }
   std::printf("idle done\n");
   std::fflush(stdout);
@@ -88,6 +114,60 @@ int main() {
   }
   CHECK(q);
   expect_filled(h, n, 3, "cudaStreamQuery Success with a copy queued");
+
+  // 4. An event known complete, recorded again after work: its calls wait for the work.
+  CHECK(cudaEventSynchronize(ev));
+  std::memset(h, 0, n);
+  CHECK(cudaMemsetAsync(d, 4, n, s));
+  CHECK(cudaMemcpyAsync(h, d, n, cudaMemcpyDeviceToHost, s));
+  CHECK(cudaEventRecord(ev, s));
+  CHECK(cudaEventSynchronize(ev));
+  expect_filled(h, n, 4, "cudaEventSynchronize of an event recorded after a copy");
+  std::memset(h, 0, n);
+  CHECK(cudaMemsetAsync(d, 5, n, s));
+  CHECK(cudaMemcpyAsync(h, d, n, cudaMemcpyDeviceToHost, s));
+  CHECK(cudaEventRecord(ev, s));
+  while ((q = cudaEventQuery(ev)) == cudaErrorNotReady) {
+  }
+  CHECK(q);
+  expect_filled(h, n, 5, "cudaEventQuery Success of an event recorded after a copy");
+
+  // 5. A blocking stream found idle; work on the legacy stream; a record on the blocking
+  // stream follows that work.
+  CHECK(cudaStreamSynchronize(bs));
+  CHECK(cudaEventSynchronize(ev));
+  std::memset(h, 0, n);
+  CHECK(cudaMemsetAsync(d, 6, n, 0));
+  CHECK(cudaMemcpyAsync(h, d, n, cudaMemcpyDeviceToHost, 0));
+  CHECK(cudaEventRecord(ev, bs));
+  CHECK(cudaEventSynchronize(ev));
+  expect_filled(h, n, 6, "an event recorded on a blocking stream after legacy-stream work");
+
+  // 6. Events with timing are recorded even on an idle stream.
+  cudaEvent_t t0, t1;
+  CHECK(cudaEventCreate(&t0));
+  CHECK(cudaEventCreate(&t1));
+  CHECK(cudaStreamSynchronize(s));
+  CHECK(cudaEventRecord(t0, s));
+  CHECK(cudaEventRecord(t1, s));
+  CHECK(cudaEventSynchronize(t1));
+  float ms = -1;
+  CHECK(cudaEventElapsedTime(&ms, t0, t1));
+  if (!(ms >= 0)) {
+    std::printf("FAIL cudaEventElapsedTime of two records on an idle stream: %f\n", double(ms));
+    return 1;
+  }
+
+  // 7. Nothing pending anywhere: a record on the blocking stream is complete.
+  CHECK(cudaDeviceSynchronize());
+  CHECK(cudaStreamSynchronize(bs));
+  CHECK(cudaEventRecord(ev, bs));
+  CHECK(cudaEventSynchronize(ev));
+  CHECK(cudaEventDestroy(evb));
+  CHECK(cudaEventDestroy(t0));
+  CHECK(cudaEventDestroy(t1));
+  CHECK(cudaEventDestroy(ev));
+  CHECK(cudaStreamDestroy(bs));
 
   for (auto& m : more) CHECK(cudaStreamDestroy(m));
   CHECK(cudaStreamDestroy(a));

@@ -67,6 +67,25 @@ enum class Opcode : uint16_t {
   Detach = 100,  // the client leaves; the server frees what it held
 };
 
+// Whether a command queues work on header.stream (0: the legacy stream), so that the stream
+// is busy after it: what the client's idle-stream bookkeeping counts (doc/design/channel.md,
+// "Idle streams").  Every other command that names stream 0 only means "no stream".
+constexpr bool queues_on_stream(Opcode op) noexcept {
+  switch (op) {
+    case Opcode::MemAllocAsync:
+    case Opcode::MemFreeAsync:
+    case Opcode::Copy:
+    case Opcode::Memset:
+    case Opcode::StreamWaitEvent:
+    case Opcode::EventRecord:
+    case Opcode::Launch:
+    case Opcode::HostFunc:
+      return true;
+    default:
+      return false;
+  }
+}
+
 struct CommandHeader {
   uint32_t size;        // bytes of the whole record, a multiple of kRecordAlign
   Opcode opcode;

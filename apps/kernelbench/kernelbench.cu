@@ -10,6 +10,12 @@
 //              [--threads T]                  T host threads, each on its own stream (one
 //                                              process, one context: the single-process
 //                                              ceiling that funnel's server lives under)
+//   kernelbench copies --bytes B --dir h2d|d2h --seconds S --barrier DIR --clients N [--threads T]
+//                                              cudaMemcpyAsync of B bytes between pinned host
+//                                              and device memory + cudaStreamSynchronize, in a
+//                                              loop per thread, for S seconds after all N are
+//                                              ready: whether copies of several processes
+//                                              (or streams) overlap (bench/probes/copies.sh)
 //   kernelbench first                          attach + one kernel + exit (start-up)
 //   kernelbench idle --barrier DIR --clients N attach, run one kernel, mark ready, wait for
 //                                              DIR/stop (GPU memory of idle clients)
@@ -61,12 +67,14 @@ struct Args {
   int threads = 1;
   int launches = 20000;
   unsigned small_ns = 5000;
+  size_t bytes = size_t{384} << 10;
+  std::string dir = "h2d";
 };
 
 Args parse(int argc, char** argv) {
   Args a;
   if (argc < 2) {
-    std::fprintf(stderr, "usage: kernelbench issue|roundtrip|throughput|first|idle [options]\n");
+    std::fprintf(stderr, "usage: kernelbench issue|roundtrip|throughput|copies|first|idle [options]\n");
     std::exit(2);
   }
   a.mode = argv[1];
@@ -86,10 +94,16 @@ Args parse(int argc, char** argv) {
     else if (k == "--threads") a.threads = std::max(1, std::atoi(next().c_str()));
     else if (k == "--launches") a.launches = std::atoi(next().c_str());
     else if (k == "--small-ns") a.small_ns = static_cast<unsigned>(std::atoi(next().c_str()));
+    else if (k == "--bytes") a.bytes = std::max<size_t>(1, std::strtoull(next().c_str(), nullptr, 0));
+    else if (k == "--dir") a.dir = next();
     else {
       std::fprintf(stderr, "kernelbench: unknown option %s\n", k.c_str());
       std::exit(2);
     }
+  }
+  if (a.dir != "h2d" && a.dir != "d2h") {
+    std::fprintf(stderr, "kernelbench: --dir must be h2d or d2h\n");
+    std::exit(2);
   }
   if (a.kernel != "empty" && a.kernel != "small") {
     std::fprintf(stderr, "kernelbench: --kernel must be empty or small\n");
@@ -229,6 +243,64 @@ int main(int argc, char** argv) {
     const bool ok = a.kernel == "empty" || counted == 4 * (n + 10LL * a.threads);
     std::printf("{\"bench\":\"throughput_%s\",\"launches\":%lld,\"seconds\":%.4f,\"per_s\":%.1f,\"ok\":%s}\n",
                 a.kernel.c_str(), n, secs, static_cast<double>(n) / secs, ok ? "true" : "false");
+    return ok ? 0 : 1;
+  }
+
+  if (a.mode == "copies") {
+    struct Lane {
+      cudaStream_t stream;
+      char* host;
+      char* dev;
+      long long copies = 0;
+    };
+    std::vector<Lane> lanes(static_cast<size_t>(a.threads));
+    for (size_t t = 0; t < lanes.size(); ++t) {
+      Lane& l = lanes[t];
+      l.stream = t == 0 ? s : nullptr;
+      if (t != 0) CK(cudaStreamCreateWithFlags(&l.stream, cudaStreamNonBlocking));
+      CK(cudaMallocHost(&l.host, a.bytes));
+      CK(cudaMalloc(&l.dev, a.bytes));
+      std::memset(l.host, int(t + 1), a.bytes);
+      CK(cudaMemcpy(l.dev, l.host, a.bytes, cudaMemcpyHostToDevice));
+    }
+    const bool h2d = a.dir == "h2d";
+    if (!h2d)
+      for (Lane& l : lanes) std::memset(l.host, 0, a.bytes);  // the copies bring the pattern back
+    auto copy = [&](Lane& l) {
+      if (h2d) CK(cudaMemcpyAsync(l.dev, l.host, a.bytes, cudaMemcpyHostToDevice, l.stream));
+      else CK(cudaMemcpyAsync(l.host, l.dev, a.bytes, cudaMemcpyDeviceToHost, l.stream));
+      CK(cudaStreamSynchronize(l.stream));
+    };
+    for (Lane& l : lanes)
+      for (int i = 0; i < 10; ++i) copy(l);
+    barrier(a);
+    const auto t0 = Clock::now();
+    const auto until = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.seconds));
+    auto run = [&](size_t t) {
+      while (Clock::now() < until) {
+        copy(lanes[t]);
+        ++lanes[t].copies;
+      }
+    };
+    std::vector<std::thread> workers;
+    for (size_t t = 1; t < lanes.size(); ++t) workers.emplace_back(run, t);
+    run(0);
+    for (auto& w : workers) w.join();
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    long long n = 0;
+    for (const Lane& l : lanes) n += l.copies;
+    // The data arrived: the pattern is at both ends of the destination (h2d: read back).
+    bool ok = true;
+    for (size_t t = 0; t < lanes.size() && ok; ++t) {
+      std::vector<char> back(a.bytes);
+      if (h2d) CK(cudaMemcpy(back.data(), lanes[t].dev, a.bytes, cudaMemcpyDeviceToHost));
+      else std::memcpy(back.data(), lanes[t].host, a.bytes);
+      ok = back[0] == char(t + 1) && back[a.bytes - 1] == char(t + 1);
+    }
+    std::printf("{\"bench\":\"copies_%s\",\"bytes\":%zu,\"copies\":%lld,\"seconds\":%.4f,\"per_s\":%.1f,"
+                "\"gbps\":%.3f,\"us_per_copy\":%.2f,\"ok\":%s}\n",
+                a.dir.c_str(), a.bytes, n, secs, double(n) / secs, double(n) * double(a.bytes) / secs / 1e9,
+                secs * 1e6 * double(lanes.size()) / double(std::max(n, 1LL)), ok ? "true" : "false");
     return ok ? 0 : 1;
   }
 

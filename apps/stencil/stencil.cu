@@ -22,7 +22,9 @@
 //
 // Output: one JSON line from rank 0, {"ranks":..,"n":..,"steps":..,"ms_per_step":..,
 // "checksum":..,"max":..,...}; ms_per_step is the slowest rank's time over the timed steps,
-// measured after --warmup steps between MPI_Barrier + cudaDeviceSynchronize.
+// measured after --warmup steps between MPI_Barrier + cudaDeviceSynchronize; "phase_us" and
+// "phase_us_max" split a GPU step into its parts (enum Phase), per step, the mean over the ranks
+// and the slowest rank's (zeros with --host).
 //
 // Sizing (why 256^3): the grid is 16.8 M points, two double arrays of 2 x 258^3 x 8 B = 275 MB.
 // At 1 rank a step is one update kernel streaming ~270 MB, ~100 us on an H100 (HBM ~3 TB/s),
@@ -35,6 +37,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -235,6 +238,13 @@ void send_and_wait(const Layout& l, const double* send, std::vector<MPI_Request>
 }
 
 // Sum (compensated) and max of a local array's interior.
+// The parts of a GPU step, timed on the host: issuing the pack kernels, the device-to-host
+// copy of the packed faces (it waits for them and for the previous step's update), the MPI
+// exchange, the host-to-device copy, issuing the unpack and update kernels.
+enum Phase { kPack, kD2H, kMpi, kH2D, kUpdate, kPhases };
+constexpr const char* kPhaseNames[kPhases] = {"pack", "d2h", "mpi", "h2d", "update"};
+using PhaseTimes = std::array<double, kPhases>;
+
 struct Partial {
   double sum = 0, max = -INFINITY;
 };
@@ -289,17 +299,31 @@ class GpuSolver {
 
   void step() {
     const Box& b = l_.box;
+    double t = MPI_Wtime();
+    auto lap = [&](Phase p) {
+      const double now = MPI_Wtime();
+      phase_s_[p] += now - t;
+      t = now;
+    };
     post_receives(l_, recv_h_, req_);
     const std::size_t halo_bytes = l_.halo_points * sizeof(double);
     for (int f : l_.faces) pack_kernel<<<face_grid(b, f), kBlockFace>>>(u_, send_d_ + l_.offset[f], b, f);
+    lap(kPack);
     if (halo_bytes != 0) CK(cudaMemcpy(send_h_, send_d_, halo_bytes, cudaMemcpyDeviceToHost));
+    lap(kD2H);
     send_and_wait(l_, send_h_, req_);
+    lap(kMpi);
     if (halo_bytes != 0) CK(cudaMemcpy(recv_d_, recv_h_, halo_bytes, cudaMemcpyHostToDevice));
+    lap(kH2D);
     for (int f : l_.faces) unpack_kernel<<<face_grid(b, f), kBlockFace>>>(u_, recv_d_ + l_.offset[f], b, f);
     const dim3 grid(unsigned(b.n[0] + 31) / 32, unsigned(b.n[1] + 7) / 8, unsigned(b.n[2]));
     update_kernel<<<grid, kBlock3>>>(u_, v_, b);
+    lap(kUpdate);
     std::swap(u_, v_);
   }
+  // Seconds spent in each part of step() since the last reset (the JSON line's "phase_us").
+  const PhaseTimes& phases() const { return phase_s_; }
+  void reset_phases() { phase_s_ = {}; }
 
   void sync() {
     CK(cudaGetLastError());  // a failed launch in step(), which does not check each one
@@ -313,6 +337,7 @@ class GpuSolver {
   }
 
  private:
+  PhaseTimes phase_s_{};
   const Layout& l_;
   double* u_ = nullptr;
   double* v_ = nullptr;
@@ -356,11 +381,14 @@ class HostSolver {
 
   void sync() {}
   Partial result() { return interior_sum(u_.data(), l_.box); }
+  const PhaseTimes& phases() const { return phase_s_; }  // not measured on the host: zeros
+  void reset_phases() {}
 
  private:
   const Layout& l_;
   std::vector<double> u_, v_, send_, recv_;
   std::vector<MPI_Request> req_;
+  PhaseTimes phase_s_{};
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -421,6 +449,7 @@ template <class Solver>
 int run(const Args& a, const Layout& l, Solver& s, const char* mode) {
   for (int i = 0; i < a.warmup; ++i) s.step();
   s.sync();
+  s.reset_phases();
   MPI_Barrier(l.cart);
   const double t0 = MPI_Wtime();
   for (int i = 0; i < a.steps; ++i) s.step();
@@ -429,6 +458,9 @@ int run(const Args& a, const Layout& l, Solver& s, const char* mode) {
   MPI_Barrier(l.cart);
   double slowest_s = 0;
   MPI_Reduce(&local_s, &slowest_s, 1, MPI_DOUBLE, MPI_MAX, 0, l.cart);
+  PhaseTimes phase_sum{}, phase_max{};
+  MPI_Reduce(s.phases().data(), phase_sum.data(), kPhases, MPI_DOUBLE, MPI_SUM, 0, l.cart);
+  MPI_Reduce(s.phases().data(), phase_max.data(), kPhases, MPI_DOUBLE, MPI_MAX, 0, l.cart);
 
   const Partial p = s.result();
   double checksum = 0, max = 0;
@@ -440,11 +472,24 @@ int run(const Args& a, const Layout& l, Solver& s, const char* mode) {
     std::string ref = "none";
     if (!a.reference.empty()) ref = check_reference(a, mode, checksum, max);
     if (ref.rfind("mismatch", 0) == 0) status = 3;
+    // Per step, in microseconds: the mean over the ranks and the slowest rank's.
+    auto object = [](const char* name, const PhaseTimes& v, double scale) {
+      std::string o = std::string(",\"") + name + "\":{";
+      for (int p = 0; p < kPhases; ++p) {
+        char item[48];
+        std::snprintf(item, sizeof item, "%s\"%s\":%.2f", p != 0 ? "," : "", kPhaseNames[p], v[p] * scale);
+        o += item;
+      }
+      return o + "}";
+    };
+    const double per_step_us = 1e6 / a.steps;
+    const std::string phases =
+        object("phase_us", phase_sum, per_step_us / l.size) + object("phase_us_max", phase_max, per_step_us);
     std::printf(
         "{\"ranks\":%d,\"n\":%d,\"steps\":%d,\"warmup\":%d,\"dims\":[%d,%d,%d],\"mode\":\"%s\",\"ms_per_step\":%.6f,"
-        "\"checksum\":%.17g,\"max\":%.17g,\"reference\":\"%s\"}\n",
+        "\"checksum\":%.17g,\"max\":%.17g,\"reference\":\"%s\"%s}\n",
         l.size, a.n, a.steps, a.warmup, l.dims[0], l.dims[1], l.dims[2], mode, slowest_s * 1e3 / a.steps, checksum, max,
-        ref.c_str());
+        ref.c_str(), phases.c_str());
     std::fflush(stdout);
   }
   MPI_Bcast(&status, 1, MPI_INT, 0, l.cart);

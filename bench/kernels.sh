@@ -9,7 +9,7 @@
 #   MODES      default "native mps funnel threads"; "threads" is ONE native process with N
 #              threads, each on its own stream, in one context: the driver's single-process
 #              launch ceiling, which funnel's one server process per GPU lives under;
-#              "funnel-wK", "funnel-bN", "funnel-cN", "funnel-sN" (e.g. funnel-w4, funnel-b0):
+#              "funnel-wK", "funnel-bN", "funnel-cN", "funnel-sN", "funnel-iN" (e.g. funnel-w4, funnel-b0):
 #              funnel with one server setting changed (bench/modes.sh)
 #   NS         client counts for throughput (default "1 4 8 16 32 48 64")
 #   SECONDS_PER_RUN  throughput window (default 1.5)
@@ -196,7 +196,7 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 val = {(r["mode"], r["bench"], r["n"]): r["value"] for r in rows}
 keys = sorted({(r["bench"], r["n"]) for r in rows}, key=lambda k: (k[0], k[1]))
 higher_better = lambda b: b.startswith("throughput")
-pooled = sorted({r["mode"] for r in rows if r["mode"].startswith(("funnel-w", "funnel-b", "funnel-c", "funnel-s"))})
+pooled = sorted({r["mode"] for r in rows if r["mode"].startswith(("funnel-w", "funnel-b", "funnel-c", "funnel-s", "funnel-i"))})
 print(f'{"bench":22} {"N":>4} {"native":>12} {"mps":>12} {"funnel":>12} {"1 proc":>12} {"funnel/native":>14} {"funnel/mps":>11} {"funnel/1proc":>12}'
       + "".join(f" {m + '/mps':>16}" for m in pooled))
 for b, n in keys:

@@ -20,7 +20,7 @@
 # Environment (defaults: full / --quick):
 #   OUT          output directory (default $PWD/bench-out)
 #   REPS         repetitions (3 / 1)          MODES     default "native mps funnel"; funnel-wK,
-#                funnel-bN, funnel-cN, funnel-sN (bench/modes.sh: funnel with one server
+#                funnel-bN, funnel-cN, funnel-sN, funnel-iN (bench/modes.sh: funnel with one server
 #                setting changed) run in kernels and stencil only
 #   NS           "1 2 4 8 16 32 48 64 128" / "1 4 16 32"   (kernel throughput clients)
 #   START_NS     "1 16 32 48" / "16"           (start-up and idle GPU memory)
@@ -122,7 +122,7 @@ for b in $BENCHES; do
 done
 for m in $MODES $STENCIL_MODES; do
   case $m in native | mps | funnel | hooks | threads) ;;
-    funnel-[wbcs]*) funnel_variant_env "$m" >/dev/null || exit 2 ;;
+    funnel-[wbcsi]*) funnel_variant_env "$m" >/dev/null || exit 2 ;;
     *) echo "bench/run.sh: unknown mode '$m'" >&2; exit 2 ;;
   esac
 done
@@ -258,7 +258,7 @@ bench_modes() {
   for m in $1; do
     [[ $m == mps && $HAVE_MPS == 0 ]] && continue
     # "funnel-w*" in the list admits every variant mode (bench/modes.sh)
-    [[ " $2 " == *" $m "* || ($m == funnel-[wbcs]* && " $2 " == *" funnel-w* "*) ]] || continue
+    [[ " $2 " == *" $m "* || ($m == funnel-[wbcsi]* && " $2 " == *" funnel-w* "*) ]] || continue
     out="$out $m"
   done
   echo "${out:- }"  # never empty: the step scripts take an empty MODES for their defaults

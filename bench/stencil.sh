@@ -13,7 +13,7 @@
 #   OUT        logs and results (default $PWD/bench-out/stencil)
 #   MODES      default "native mps funnel hooks"; hooks = bin/stencil_funnel (linked with
 #              funnel::mpi, no funnel-run: the server comes and goes with MPI_Init/Finalize);
-#              "funnel-wK", "funnel-bN", "funnel-cN", "funnel-sN" (e.g. funnel-w4, funnel-b0):
+#              "funnel-wK", "funnel-bN", "funnel-cN", "funnel-sN", "funnel-iN" (e.g. funnel-w4, funnel-b0):
 #              funnel with one server setting changed (bench/modes.sh)
 #   RANKS      rank counts (default "1 2 4 8 16")
 #   N          global grid is N^3 (default 256)
@@ -137,7 +137,7 @@ ms = lambda m, n: (by.get((m, n)) or {}).get("ms_per_step")
 ok = lambda m, n: (m, n) not in by or (by[(m, n)].get("reference") == "match" and by[(m, n)].get("rc") == 0)
 f = lambda v: "-" if v is None else f"{v:.4g}"
 r = lambda a, b: "-" if a is None or not b else f"{a / b:.3f}"
-pooled = sorted({r["mode"] for r in rows if r["mode"].startswith(("funnel-w", "funnel-b", "funnel-c", "funnel-s"))})
+pooled = sorted({r["mode"] for r in rows if r["mode"].startswith(("funnel-w", "funnel-b", "funnel-c", "funnel-s", "funnel-i"))})
 print(f'{"ranks":>5} {"native ms/step":>15} {"MPS ms/step":>12} {"funnel ms/step":>15} {"linked ms/step":>15}'
       f' {"funnel/MPS":>11} {"linked/MPS":>11}' + "".join(f" {m + '/MPS':>16}" for m in pooled) + f' {"checksum ok":>12}')
 for n in ranks:

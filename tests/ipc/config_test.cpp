@@ -416,6 +416,10 @@ WATCHED_TEST(Settings, ServerSpin) {
   EXPECT_EQ(settings({{"FUNNEL_SERVER_SPIN_US", "0"}}).server_spin_us, 0u);
   EXPECT_EQ(value_text(settings({{"FUNNEL_SERVER_SPIN_US", "300"}}), "FUNNEL_SERVER_SPIN_US"), "300");
   for (const char* v : {"", "-1", "100001", "2ms"}) expect_bad("FUNNEL_SERVER_SPIN_US", v, "integer 0..100000");
+  EXPECT_EQ(settings({}).server_idle_spin_us, 50u);
+  EXPECT_EQ(settings({{"FUNNEL_SERVER_IDLE_SPIN_US", "1000"}}).server_idle_spin_us, 1000u);
+  EXPECT_EQ(value_text(settings({{"FUNNEL_SERVER_IDLE_SPIN_US", "0"}}), "FUNNEL_SERVER_IDLE_SPIN_US"), "0");
+  for (const char* v : {"", "-1", "100001", "1ms"}) expect_bad("FUNNEL_SERVER_IDLE_SPIN_US", v, "integer 0..100000");
   EXPECT_EQ(settings({}).server_workers, 0u);
   EXPECT_EQ(settings({{"FUNNEL_SERVER_WORKERS", "4"}}).server_workers, 4u);
   EXPECT_EQ(value_text(settings({{"FUNNEL_SERVER_WORKERS", "2"}}), "FUNNEL_SERVER_WORKERS"), "2");

@@ -52,6 +52,11 @@ const std::vector<SettingInfo>& setting_table() {
        "how long (microseconds) a server worker keeps polling a client's unfinished GPU work, yielding its core "
        "past the first 20 us, before it polls every 50 us instead: longer answers synchronous copies and stream "
        "synchronisations sooner, shorter leaves more CPU to the ranks when they fill the node's cores"},
+      {"FUNNEL_SERVER_IDLE_SPIN_US", "50", "integer 0..100000",
+       "how long (microseconds) a server worker keeps polling its client's empty command ring, yielding its core "
+       "past the first 20 us, before it sleeps; the client's next command then wakes it (a futex wake, 10-30 us "
+       "or more on a busy node). Longer catches a command that follows a pause (an MPI exchange) sooner, at the "
+       "price of a polling thread per client for that long"},
       {"FUNNEL_SERVER_WORKERS", "0", "integer 0..1024",
        "worker threads of the server per GPU, each serving several of that GPU's clients in turn; 0: every "
        "client has a worker thread of its own. Fewer threads than clients leave cores to ranks that fill the "
@@ -419,6 +424,7 @@ Settings Settings::from(const Lookup& env) {
   if (auto v = integer("FUNNEL_COPY_THREADS", 1, 64)) s.copy_threads = static_cast<uint32_t>(*v);
   if (auto v = integer("FUNNEL_DEVICE_CONNECTIONS", 1, 32)) s.device_connections = static_cast<uint32_t>(*v);
   if (auto v = integer("FUNNEL_SERVER_SPIN_US", 0, 100000)) s.server_spin_us = static_cast<uint32_t>(*v);
+  if (auto v = integer("FUNNEL_SERVER_IDLE_SPIN_US", 0, 100000)) s.server_idle_spin_us = static_cast<uint32_t>(*v);
   if (auto v = integer("FUNNEL_SERVER_WORKERS", 0, 1024)) s.server_workers = static_cast<uint32_t>(*v);
   if (auto v = integer("FUNNEL_LAUNCH_BATCH", 0, 64)) s.launch_batch = static_cast<uint32_t>(*v);
   if (auto p = non_empty("FUNNEL_SIM_LAUNCH_LOG")) s.sim_launch_log = *p;
@@ -500,6 +506,7 @@ std::string value_text(const Settings& s, const std::string& var) {
   if (var == "FUNNEL_COPY_THREADS") return std::to_string(s.copy_threads);
   if (var == "FUNNEL_DEVICE_CONNECTIONS") return std::to_string(s.device_connections);
   if (var == "FUNNEL_SERVER_SPIN_US") return std::to_string(s.server_spin_us);
+  if (var == "FUNNEL_SERVER_IDLE_SPIN_US") return std::to_string(s.server_idle_spin_us);
   if (var == "FUNNEL_SERVER_WORKERS") return std::to_string(s.server_workers);
   if (var == "FUNNEL_LAUNCH_BATCH") return std::to_string(s.launch_batch);
   if (var == "FUNNEL_SIM_LAUNCH_LOG") return s.sim_launch_log.empty() ? "(none)" : s.sim_launch_log.string();

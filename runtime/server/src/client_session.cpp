@@ -42,6 +42,7 @@ void ClientSession::create_channel(const ChannelSpec& spec) {
   shared_.backend = spec.backend;
   shared_.totals = spec.totals;
   shared_.pending_spin = spec.pending_spin;
+  shared_.idle_spin = spec.idle_spin;
   shared_.gpu_replies = spec.gpu_replies;
   shared_.launch_batch = spec.launch_batch;
   shared_.modules = spec.modules;

@@ -27,6 +27,7 @@ struct ChannelSpec {
   Backend* backend = nullptr;
   ServerTotals* totals = nullptr;
   std::chrono::microseconds pending_spin = kDefaultPendingSpin;
+  std::chrono::microseconds idle_spin = kDefaultIdleSpin;
   bool gpu_replies = true;
   uint32_t launch_batch = kDefaultLaunchBatch;
   ModuleCache* modules = nullptr;

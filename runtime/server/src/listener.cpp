@@ -293,6 +293,7 @@ void Server::Impl::attach(Connection& c, const ipc::HelloMsg& hello) {
   spec.backend = backend.get();
   spec.totals = &totals;
   spec.pending_spin = options.pending_spin;
+  spec.idle_spin = options.idle_spin;
   spec.gpu_replies = options.gpu_replies;
   spec.launch_batch = options.launch_batch;
   spec.modules = modules.get();

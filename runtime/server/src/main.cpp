@@ -186,6 +186,7 @@ int main(int argc, char** argv) {
   uint64_t staging_slot_kb = settings.staging_slot_bytes / 1024;
   uint32_t device_connections = settings.device_connections;
   uint32_t spin_us = settings.server_spin_us;
+  uint32_t idle_spin_us = settings.server_idle_spin_us;
   uint32_t workers = settings.server_workers;
   std::string affinity = settings.server_affinity ? "auto" : "off";
   bool gpu_replies = settings.gpu_replies;
@@ -216,6 +217,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1u, 32u));
   app.add_option("--spin-us", spin_us,
                  "how long a worker polls a client's pending GPU work before polling every 50 us (FUNNEL_SERVER_SPIN_US)")
+      ->check(CLI::Range(0u, 100000u));
+  app.add_option("--idle-spin-us", idle_spin_us,
+                 "how long a worker polls its client's empty ring before it sleeps (FUNNEL_SERVER_IDLE_SPIN_US)")
       ->check(CLI::Range(0u, 100000u));
   app.add_option("--workers", workers,
                  "worker threads per GPU, each serving several clients; 0: one per client (FUNNEL_SERVER_WORKERS)")
@@ -295,6 +299,7 @@ int main(int argc, char** argv) {
     if (idle_exit_ms) opt.idle_exit = std::chrono::milliseconds(*idle_exit_ms);
     opt.max_clients = max_clients;
     opt.pending_spin = std::chrono::microseconds(spin_us);
+    opt.idle_spin = std::chrono::microseconds(idle_spin_us);
     opt.worker_threads = workers;
     opt.staging_slots = staging_slots;
     opt.staging_slot_bytes = staging_slot_kb * 1024;

@@ -57,6 +57,7 @@ struct SessionShared {
   Backend* backend = nullptr;
   ServerTotals* totals = nullptr;
   std::chrono::microseconds pending_spin = kDefaultPendingSpin;  // ServerOptions::pending_spin
+  std::chrono::microseconds idle_spin = kDefaultIdleSpin;        // ServerOptions::idle_spin
   bool gpu_replies = true;                                        // ServerOptions::gpu_replies
   uint32_t launch_batch = kDefaultLaunchBatch;                    // ServerOptions::launch_batch
   ModuleCache* modules = nullptr;  // the server's, shared by every session

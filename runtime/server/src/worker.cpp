@@ -19,9 +19,9 @@ namespace funnel::server {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-// Spinning this long on an empty ring catches the next command of a chatty client
-// without a futex round trip; after it, sleep on the doorbell.
-constexpr auto kSpin = std::chrono::microseconds(50);
+// Spinning on an empty ring for ServerOptions::idle_spin (50 us by default) catches the
+// next command of a chatty client without a futex round trip; after it, sleep on the
+// doorbell.
 constexpr auto kSleep = std::chrono::milliseconds(20);
 // While GPU work is pending, keep spinning (polling completions) until nothing has
 // progressed for ServerOptions::pending_spin (2 ms by default): a synchronous copy or a
@@ -155,7 +155,7 @@ std::chrono::nanoseconds Worker::spin_window() const noexcept {
   // Work the GPU answers itself (gpu_reply) needs this thread only to wake a client that
   // went to sleep: it is polled every kPendingSleep, not spun on.
   const bool urgent = !pending_.empty() && urgent_pending_ != 0;
-  return urgent ? std::chrono::nanoseconds(shared_.pending_spin) : std::chrono::nanoseconds(kSpin);
+  return urgent ? std::chrono::nanoseconds(shared_.pending_spin) : std::chrono::nanoseconds(shared_.idle_spin);
 }
 
 void Worker::poll_pause(std::chrono::nanoseconds idle) noexcept {

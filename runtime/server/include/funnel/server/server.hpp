@@ -19,6 +19,8 @@ namespace funnel::server {
 
 // FUNNEL_SERVER_SPIN_US's default (runtime/common's Settings::server_spin_us).
 inline constexpr std::chrono::microseconds kDefaultPendingSpin{2000};
+// FUNNEL_SERVER_IDLE_SPIN_US's default (runtime/common's Settings::server_idle_spin_us).
+inline constexpr std::chrono::microseconds kDefaultIdleSpin{50};
 // FUNNEL_LAUNCH_BATCH's default (runtime/common's Settings::launch_batch).
 inline constexpr uint32_t kDefaultLaunchBatch = 32;
 inline constexpr uint32_t kMaxLaunchBatch = 64;  // its largest value (config.cpp's range)
@@ -34,6 +36,10 @@ struct ServerOptions {
   // How long a client's worker keeps polling its pending GPU work (with sched_yield past
   // the first 20 us) before it polls every 50 us instead (FUNNEL_SERVER_SPIN_US).
   std::chrono::microseconds pending_spin = kDefaultPendingSpin;
+  // How long a worker with nothing pending polls its empty ring (pause, then sched_yield)
+  // before it sleeps on the doorbell, which the client's next command then has to wake
+  // (FUNNEL_SERVER_IDLE_SPIN_US).
+  std::chrono::microseconds idle_spin = kDefaultIdleSpin;
   // Worker threads per GPU, each serving several clients (FUNNEL_SERVER_WORKERS); 0: one
   // worker thread per client.
   uint32_t worker_threads = 0;

@@ -324,6 +324,27 @@ TEST_F(ServerTest, StatsCountPerClient) {
     EXPECT_TRUE(ca.contains(k)) << k;
 }
 
+// A waited call's pick-up delay is counted from the record's posted_us: calls whose records
+// say they were written 2.5 ms ago land in a bucket ending at 4096 us or later, fresh ones far
+// below it; one-way commands are not counted.
+TEST_F(ServerTest, StatsCountWaitedCallsByPickupDelay) {
+  start_server();
+  TestClient a(run_dir_, "app-a");
+  ASSERT_TRUE(a.ok());
+  for (int i = 0; i < 98; ++i) ASSERT_EQ(a.call(Opcode::Fence).status, Status::Success);
+  a.create_stream(1);  // one-way
+  a.backdate(2500);
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(a.call(Opcode::Fence).status, Status::Success);
+  const auto j = nlohmann::json::parse(control(run_dir_, "stats"));
+  ASSERT_EQ(j["clients"].size(), 1u);
+  const auto& p = j["clients"][0]["call_pickup_us"];
+  EXPECT_EQ(p["calls"], 100);
+  // At least 2.5 ms each (the clock only goes forward): their bucket ends at 4096 us or later.
+  EXPECT_GE(p["p99"].get<int>(), 4096);
+  EXPECT_GE(p["max"].get<int>(), 4096);
+  EXPECT_LE(p["p50"].get<int>(), 2048) << "fresh calls, taken at once by a spinning worker";
+}
+
 // EventRecord with a state slot: the stream itself stores the generation into the
 // channel's event state word once it reaches the record (the client's no-round-trip
 // completion check), not before the work ahead of it; a slot out of range is refused.

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -48,6 +49,30 @@ TEST(ClientRecord, JsonHasFunnelctlsNames) {
   ClientRecord attaching = record(4, -1, "./b");
   attaching.home_device = -1;
   EXPECT_TRUE(to_json(attaching).at("home_device").is_null());
+}
+
+TEST(ClientRecord, PickupDelaysAsBucketBoundsOfTheirQuantiles) {
+  EXPECT_EQ(pickup_bucket(0), 0u);
+  EXPECT_EQ(pickup_bucket(1), 1u);
+  EXPECT_EQ(pickup_bucket(3), 2u);
+  EXPECT_EQ(pickup_bucket(1000), 10u);
+  EXPECT_EQ(pickup_bucket(65535), kPickupBuckets - 1);
+  std::array<uint64_t, kPickupBuckets> b{};
+  const auto none = pickup_json(b);
+  EXPECT_EQ(none.at("calls"), 0);
+  EXPECT_TRUE(none.at("p50").is_null());
+  b[3] = 90;  // 4-7 us
+  b[10] = 9;  // 512-1023 us
+  b[14] = 1;  // 8-16 ms
+  const auto j = pickup_json(b);
+  EXPECT_EQ(j.at("calls"), 100);
+  EXPECT_EQ(j.at("p50"), 8);
+  EXPECT_EQ(j.at("p90"), 8);
+  EXPECT_EQ(j.at("p99"), 1024);
+  EXPECT_EQ(j.at("max"), 16384);
+  ClientRecord r = record(5, 0, "./c");
+  r.pickup = b;
+  EXPECT_EQ(to_json(r).at("call_pickup_us"), j);
 }
 
 JobReport sample() {

@@ -65,6 +65,7 @@ uint64_t TestClient::send(Opcode op, const void* payload, size_t payload_len, ui
   h.size = size;
   h.opcode = op;
   h.seq = ++seq_;
+  h.posted_us = static_cast<uint16_t>(ipc::monotonic_us16() - backdate_us_);
   h.reply_slot = reply_slot;
   h.device = device;
   h.stream = stream;

@@ -69,6 +69,10 @@ class TestClient {
     ring_.publish();
   }
 
+  // Records sent from now on say they were written `us` microseconds ago (posted_us), as
+  // a command that waited that long in the ring before the server took it.
+  void backdate(uint16_t us) noexcept { backdate_us_ = us; }
+
   int32_t take_deferred() { return view_.completion().deferred_error.exchange(0); }
   int32_t sticky() const { return view_.completion().sticky_error.load(); }
 
@@ -97,6 +101,7 @@ class TestClient {
   uint32_t slot_ = 0;
   bool mapped_ = false;
   bool held_ = false;
+  uint16_t backdate_us_ = 0;
 };
 
 // Forks a process that attaches as `command`, runs `setup` on its client (false: it exits

@@ -326,6 +326,8 @@ uint64_t Runtime::write_record_locked(Opcode op, int device, uint64_t stream, ui
   h.size = size;
   h.opcode = op;
   h.seq = ++next_seq_;
+  // Only the calls the client waits for are timed (a launch needs no clock read).
+  h.posted_us = reply_slot != ipc::kNoReply ? ipc::monotonic_us16() : 0;
   h.reply_slot = reply_slot;
   // This process's ordinal -> the server's (FUNNEL_GPU_MAP / FUNNEL_RANKS_PER_GPU); one
   // past the devices it sees stays invalid at the server too.

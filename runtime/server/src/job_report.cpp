@@ -218,7 +218,24 @@ ClientRecord record_of(const ClientSession& s) {
   r.device_memory_peak = load(c.device_memory_peak);
   r.errors = load(c.errors);
   r.gpu_busy_ns = load(c.gpu_busy_ns);
+  for (size_t b = 0; b < kPickupBuckets; ++b) r.pickup[b] = load(c.pickup[b]);
   return r;
+}
+
+nlohmann::json pickup_json(const std::array<uint64_t, kPickupBuckets>& buckets) {
+  uint64_t calls = 0;
+  for (uint64_t n : buckets) calls += n;
+  auto upper_us = [](size_t b) { return uint64_t{1} << b; };  // bucket b: below 2^b us
+  auto quantile = [&](double q) -> nlohmann::json {
+    if (calls == 0) return nullptr;
+    const auto want = static_cast<uint64_t>(q * static_cast<double>(calls - 1)) + 1;  // the want-th call
+    uint64_t seen = 0;
+    for (size_t b = 0; b < kPickupBuckets; ++b)
+      if ((seen += buckets[b]) >= want) return upper_us(b);
+    return upper_us(kPickupBuckets - 1);
+  };
+  return {{"calls", calls}, {"p50", quantile(0.5)}, {"p90", quantile(0.9)}, {"p99", quantile(0.99)},
+          {"max", quantile(1.0)}};
 }
 
 nlohmann::json to_json(const ClientRecord& r) {
@@ -236,7 +253,8 @@ nlohmann::json to_json(const ClientRecord& r) {
           {"bytes_h2d", r.bytes_h2d},
           {"bytes_d2h", r.bytes_d2h},
           {"launches", r.launches},
-          {"errors", r.errors}};
+          {"errors", r.errors},
+          {"call_pickup_us", pickup_json(r.pickup)}};
 }
 
 void ClientLedger::add(ClientRecord record, ClientEnd ended) {

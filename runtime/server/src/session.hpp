@@ -6,6 +6,7 @@
 
 #include <array>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -41,6 +42,7 @@ struct ClientCounters {
       pinned_allocations{0}, commands{0}, bytes_h2d{0}, bytes_d2h{0}, errors{0}, launches{0};
   std::atomic<uint64_t> device_memory_peak{0};  // the most device_memory_bytes ever held (funnelctl clients)
   std::atomic<uint64_t> gpu_busy_ns{0};  // GPU time of the client's work (doc/accounting.md says how it is measured)
+  std::array<std::atomic<uint64_t>, kPickupBuckets> pickup{};  // waited calls by pick-up delay
 };
 
 struct ServerTotals {

@@ -141,6 +141,9 @@ Worker::Turn Worker::turn(unsigned max_records) {
     }
     ipc::CommandHeader h;
     std::memcpy(&h, record_.data(), sizeof h);
+    // A call its client waits for: how long it lay in the ring (doc/accounting.md).
+    if (h.reply_slot != ipc::kNoReply)
+      bump(counters_.pickup[pickup_bucket(static_cast<uint16_t>(ipc::monotonic_us16() - h.posted_us))], 1);
     execute(h, record_.data() + sizeof h);
     bump(counters_.commands, 1);
     busy = true;

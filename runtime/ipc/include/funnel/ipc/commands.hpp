@@ -4,6 +4,7 @@
 // ring before it looks at it, then validates it (see decode.hpp).
 #pragma once
 #include <cstdint>
+#include <ctime>
 #include <type_traits>
 
 #include "funnel/ipc/channel_layout.hpp"
@@ -86,10 +87,21 @@ constexpr bool queues_on_stream(Opcode op) noexcept {
   }
 }
 
+// CLOCK_MONOTONIC (one clock for every process of the node) in microseconds, modulo 2^16:
+// CommandHeader::posted_us; the delay since `then` is uint16_t(monotonic_us16() - then).
+inline uint16_t monotonic_us16() noexcept {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint16_t>(static_cast<uint64_t>(ts.tv_sec) * 1000000u + static_cast<uint64_t>(ts.tv_nsec) / 1000u);
+}
+
 struct CommandHeader {
   uint32_t size;        // bytes of the whole record, a multiple of kRecordAlign
   Opcode opcode;
-  uint16_t flags;
+  // For a waited call (reply_slot given): the client's CLOCK_MONOTONIC in microseconds,
+  // modulo 2^16, when it wrote the record, from which the server counts its pick-up delay
+  // (ClientCounters::pickup).  Any value is valid (65.5 ms or more reads as its remainder).
+  uint16_t posted_us;
   uint64_t seq;         // client-assigned, strictly increasing
   uint32_t reply_slot;  // kNoReply for one-way commands
   int32_t device;       // index into the client's device table

@@ -53,7 +53,7 @@ run_one() {
   if [[ $mode == funnel ]]; then
     timeout 300 "$FR" --backend cuda "$KB" "$@"
   elif setting=$(funnel_variant_env "$mode"); then
-    # funnel-wK / funnel-bN / funnel-cN: one server setting changed (bench/modes.sh)
+    # a funnel variant: one server setting changed (bench/modes.sh)
     env "$setting" timeout 300 "$FR" --backend cuda "$KB" "$@"
   else
     timeout 300 "$KB" "$@"
@@ -196,7 +196,7 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 val = {(r["mode"], r["bench"], r["n"]): r["value"] for r in rows}
 keys = sorted({(r["bench"], r["n"]) for r in rows}, key=lambda k: (k[0], k[1]))
 higher_better = lambda b: b.startswith("throughput")
-pooled = sorted({r["mode"] for r in rows if r["mode"].startswith(("funnel-w", "funnel-b", "funnel-c", "funnel-s", "funnel-i"))})
+pooled = sorted({r["mode"] for r in rows if r["mode"].startswith("funnel-")})
 print(f'{"bench":22} {"N":>4} {"native":>12} {"mps":>12} {"funnel":>12} {"1 proc":>12} {"funnel/native":>14} {"funnel/mps":>11} {"funnel/1proc":>12}'
       + "".join(f" {m + '/mps':>16}" for m in pooled))
 for b, n in keys:

@@ -122,8 +122,9 @@ for b in $BENCHES; do
 done
 for m in $MODES $STENCIL_MODES; do
   case $m in native | mps | funnel | hooks | threads) ;;
-    funnel-[wbcsi]*) funnel_variant_env "$m" >/dev/null || exit 2 ;;
-    *) echo "bench/run.sh: unknown mode '$m'" >&2; exit 2 ;;
+    *)
+      funnel_variant_env "$m" >/dev/null
+      case $? in 0) ;; 1) echo "bench/run.sh: unknown mode '$m'" >&2; exit 2 ;; *) exit 2 ;; esac ;;
   esac
 done
 
@@ -258,7 +259,7 @@ bench_modes() {
   for m in $1; do
     [[ $m == mps && $HAVE_MPS == 0 ]] && continue
     # "funnel-w*" in the list admits every variant mode (bench/modes.sh)
-    [[ " $2 " == *" $m "* || ($m == funnel-[wbcsi]* && " $2 " == *" funnel-w* "*) ]] || continue
+    [[ " $2 " == *" $m "* || (" $2 " == *" funnel-w* "* && $(funnel_variant_env "$m" 2>/dev/null) != "") ]] || continue
     out="$out $m"
   done
   echo "${out:- }"  # never empty: the step scripts take an empty MODES for their defaults

@@ -137,7 +137,7 @@ ms = lambda m, n: (by.get((m, n)) or {}).get("ms_per_step")
 ok = lambda m, n: (m, n) not in by or (by[(m, n)].get("reference") == "match" and by[(m, n)].get("rc") == 0)
 f = lambda v: "-" if v is None else f"{v:.4g}"
 r = lambda a, b: "-" if a is None or not b else f"{a / b:.3f}"
-pooled = sorted({r["mode"] for r in rows if r["mode"].startswith(("funnel-w", "funnel-b", "funnel-c", "funnel-s", "funnel-i"))})
+pooled = sorted({r["mode"] for r in rows if r["mode"].startswith("funnel-")})
 print(f'{"ranks":>5} {"native ms/step":>15} {"MPS ms/step":>12} {"funnel ms/step":>15} {"linked ms/step":>15}'
       f' {"funnel/MPS":>11} {"linked/MPS":>11}' + "".join(f" {m + '/MPS':>16}" for m in pooled) + f' {"checksum ok":>12}')
 for n in ranks:

@@ -164,52 +164,32 @@ int main(int argc, char** argv) {
   bench_copy("h2d_pageable", H2D, false, false);
   bench_copy("d2h_pageable", D2H, false, false);
 
-  {  // empty stream synchronize round trip
+  // A round trip: `once` 100 times to warm up, then sync_iters times timed; the median (µs).
+  auto round_trip = [&](const char* name, auto once) {
     std::vector<double> t;
     t.reserve(size_t(sync_iters));
-    for (int w = 0; w < 100; ++w) CK(cudaStreamSynchronize(s));
-    for (int i = 0; i < sync_iters; ++i) {
-      const auto t0 = Clock::now();
-      CK(cudaStreamSynchronize(s));
-      t.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-    }
-    emit_us("stream_sync_empty", median(t));
-  }
-  {  // event record + synchronize
-    cudaEvent_t ev;
-    CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-    std::vector<double> t;
-    t.reserve(size_t(sync_iters));
-    for (int w = 0; w < 100; ++w) {
-      CK(cudaEventRecord(ev, s));
-      CK(cudaEventSynchronize(ev));
-    }
-    for (int i = 0; i < sync_iters; ++i) {
-      const auto t0 = Clock::now();
-      CK(cudaEventRecord(ev, s));
-      CK(cudaEventSynchronize(ev));
-      t.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-    }
-    emit_us("event_record_sync", median(t));
-    CK(cudaEventDestroy(ev));
-  }
-  {  // the same with work before the record: a 4-byte memset, so the record is not of an idle stream
-    cudaEvent_t ev;
-    CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-    std::vector<double> t;
-    t.reserve(size_t(sync_iters));
-    auto once = [&] {
-      CK(cudaMemsetAsync(dp, 0, 4, s));
-      CK(cudaEventRecord(ev, s));
-      CK(cudaEventSynchronize(ev));
-    };
     for (int w = 0; w < 100; ++w) once();
     for (int i = 0; i < sync_iters; ++i) {
       const auto t0 = Clock::now();
       once();
       t.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
     }
-    emit_us("memset_event_sync", median(t));
+    emit_us(name, median(t));
+  };
+  round_trip("stream_sync_empty", [&] { CK(cudaStreamSynchronize(s)); });
+  {
+    cudaEvent_t ev;
+    CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    round_trip("event_record_sync", [&] {
+      CK(cudaEventRecord(ev, s));
+      CK(cudaEventSynchronize(ev));
+    });
+    // The same with work before the record: a 4-byte memset, so the record is not of an idle stream.
+    round_trip("memset_event_sync", [&] {
+      CK(cudaMemsetAsync(dp, 0, 4, s));
+      CK(cudaEventRecord(ev, s));
+      CK(cudaEventSynchronize(ev));
+    });
     CK(cudaEventDestroy(ev));
   }
   {  // cudaEventQuery of a completed event: a polling loop's steady state

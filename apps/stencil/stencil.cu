@@ -237,7 +237,6 @@ void send_and_wait(const Layout& l, const double* send, std::vector<MPI_Request>
   MPI_Waitall(int(req.size()), req.data(), MPI_STATUSES_IGNORE);
 }
 
-// Sum (compensated) and max of a local array's interior.
 // The parts of a GPU step, timed on the host: issuing the pack kernels, the device-to-host
 // copy of the packed faces (it waits for them and for the previous step's update), the MPI
 // exchange, the host-to-device copy, issuing the unpack and update kernels.
@@ -245,6 +244,7 @@ enum Phase { kPack, kD2H, kMpi, kH2D, kUpdate, kPhases };
 constexpr const char* kPhaseNames[kPhases] = {"pack", "d2h", "mpi", "h2d", "update"};
 using PhaseTimes = std::array<double, kPhases>;
 
+// Sum (compensated) and max of a local array's interior.
 struct Partial {
   double sum = 0, max = -INFINITY;
 };

@@ -341,15 +341,20 @@ uint64_t Runtime::write_record_locked(Opcode op, int device, uint64_t stream, ui
   // only look.
   if (stream != 0 && op != Opcode::StreamSynchronize && op != Opcode::StreamQuery)
     stream_posts_[stream % kStreamBuckets].fetch_add(1, std::memory_order_release);
-  else if (stream == 0 && ipc::queues_on_stream(op) && device >= 0 && device < static_cast<int>(ipc::kMaxDevices))
-    legacy_posts_[static_cast<size_t>(device)].fetch_add(1, std::memory_order_release);
+  else if (stream == 0 && ipc::queues_on_stream(op))
+    if (auto* posts = legacy_posts(device)) posts->fetch_add(1, std::memory_order_release);
   return h.seq;
 }
 
+std::atomic<uint64_t>* Runtime::legacy_posts(int device) noexcept {
+  if (device < 0 || device >= static_cast<int>(ipc::kMaxDevices)) return nullptr;
+  return &legacy_posts_[static_cast<size_t>(device)];
+}
+
 bool Runtime::legacy_idle(int device) noexcept {
-  if (device < 0 || device >= static_cast<int>(ipc::kMaxDevices)) return false;
-  const auto d = static_cast<size_t>(device);
-  return legacy_idle_at_[d].load(std::memory_order_acquire) == legacy_posts_[d].load(std::memory_order_acquire);
+  const auto* posts = legacy_posts(device);
+  return posts != nullptr && legacy_idle_at_[static_cast<size_t>(device)].load(std::memory_order_acquire) ==
+                                 posts->load(std::memory_order_acquire);
 }
 
 Status Runtime::record_event(EventObj& ev, int device, uint64_t stream, bool blocking, bool quiet,
@@ -433,10 +438,9 @@ Status Runtime::call(Opcode op, int device, uint64_t stream, const void* payload
   // The count before our record: what was written before it, the server's answer covers.
   const uint64_t posts = looks ? stream_posts_[stream % kStreamBuckets].load(std::memory_order_acquire) : 0;
   // A synchronize of the device or of its legacy stream: what was queued there before it is done.
-  const bool drains_legacy = (op == Opcode::DeviceSynchronize || (op == Opcode::StreamSynchronize && stream == 0)) &&
-                             device >= 0 && device < static_cast<int>(ipc::kMaxDevices);
-  const uint64_t legacy_posts =
-      drains_legacy ? legacy_posts_[static_cast<size_t>(device)].load(std::memory_order_acquire) : 0;
+  const bool drains_legacy = op == Opcode::DeviceSynchronize || (op == Opcode::StreamSynchronize && stream == 0);
+  const auto* legacy = drains_legacy ? legacy_posts(device) : nullptr;
+  const uint64_t legacy_before = legacy != nullptr ? legacy->load(std::memory_order_acquire) : 0;
   const int slot = acquire_reply_slot();
   if (slot < 0) return Status::DevicesUnavailable;
   const uint64_t seq = write_record(op, device, stream, static_cast<uint32_t>(slot), payload, n);
@@ -445,8 +449,8 @@ Status Runtime::call(Opcode op, int device, uint64_t stream, const void* payload
   if (s == Status::DevicesUnavailable && dead_.load()) return s;
   if (looks && s == Status::Success) mark_idle(stream, posts);
   // A late store of an older count only makes the legacy stream look busy.
-  if (drains_legacy && s == Status::Success)
-    legacy_idle_at_[static_cast<size_t>(device)].store(legacy_posts, std::memory_order_release);
+  if (legacy != nullptr && s == Status::Success)
+    legacy_idle_at_[static_cast<size_t>(device)].store(legacy_before, std::memory_order_release);
   // A synchronising call reports the first error of earlier asynchronous work.
   const Status deferred = take_deferred();
   if (deferred != Status::Success && (s == Status::Success || s == Status::NotReady)) return deferred;

@@ -238,6 +238,7 @@ class Runtime {
   // and that count when a DeviceSynchronize or StreamSynchronize of it last answered Success.
   // Equal: nothing is pending there, so a blocking stream's next work waits for nothing.
   bool legacy_idle(int device) noexcept;
+  std::atomic<uint64_t>* legacy_posts(int device) noexcept;  // nullptr for a device out of range
   std::array<std::atomic<uint64_t>, ipc::kMaxDevices> legacy_posts_{};
   std::array<std::atomic<uint64_t>, ipc::kMaxDevices> legacy_idle_at_{};
   static constexpr size_t kStreamBuckets = 256;

@@ -9,7 +9,7 @@
 #   MODES      default "native mps funnel threads"; "threads" is ONE native process with N
 #              threads, each on its own stream, in one context: the driver's single-process
 #              launch ceiling, which funnel's one server process per GPU lives under;
-#              "funnel-wK", "funnel-bN", "funnel-cN", "funnel-sN", "funnel-iN" (e.g. funnel-w4, funnel-b0):
+#              "funnel-wK", "funnel-bN", "funnel-cN", "funnel-sN", "funnel-iN", "funnel-yN" (e.g. funnel-w4, funnel-b0):
 #              funnel with one server setting changed (bench/modes.sh)
 #   NS         client counts for throughput (default "1 4 8 16 32 48 64")
 #   SECONDS_PER_RUN  throughput window (default 1.5)
@@ -54,7 +54,8 @@ run_one() {
     timeout 300 "$FR" --backend cuda "$KB" "$@"
   elif setting=$(funnel_variant_env "$mode"); then
     # a funnel variant: one server setting changed (bench/modes.sh)
-    env "$setting" timeout 300 "$FR" --backend cuda "$KB" "$@"
+    # shellcheck disable=SC2086  # one word per setting
+    env $setting timeout 300 "$FR" --backend cuda "$KB" "$@"
   else
     timeout 300 "$KB" "$@"
   fi

@@ -20,7 +20,7 @@
 # Environment (defaults: full / --quick):
 #   OUT          output directory (default $PWD/bench-out)
 #   REPS         repetitions (3 / 1)          MODES     default "native mps funnel"; funnel-wK,
-#                funnel-bN, funnel-cN, funnel-sN, funnel-iN (bench/modes.sh: funnel with one server
+#                funnel-bN, funnel-cN, funnel-sN, funnel-iN, funnel-yN (bench/modes.sh: funnel with one server
 #                setting changed) run in kernels and stencil only
 #   NS           "1 2 4 8 16 32 48 64 128" / "1 4 16 32"   (kernel throughput clients)
 #   START_NS     "1 16 32 48" / "16"           (start-up and idle GPU memory)

@@ -13,7 +13,8 @@
 #   OUT        logs and results (default $PWD/bench-out/stencil)
 #   MODES      default "native mps funnel hooks"; hooks = bin/stencil_funnel (linked with
 #              funnel::mpi, no funnel-run: the server comes and goes with MPI_Init/Finalize);
-#              "funnel-wK", "funnel-bN", "funnel-cN", "funnel-sN", "funnel-iN" (e.g. funnel-w4, funnel-b0):
+#              "funnel-wK", "funnel-bN", "funnel-cN", "funnel-sN", "funnel-iN", "funnel-yN" (e.g. funnel-w4,
+#              funnel-b0, funnel-i0+s0):
 #              funnel with one server setting changed (bench/modes.sh)
 #   RANKS      rank counts (default "1 2 4 8 16")
 #   N          global grid is N^3 (default 256)
@@ -71,13 +72,42 @@ run_one() {
     env_args=(-x FUNNEL_JOB_ID)
   elif [[ $mode == funnel ]] || setting=$(funnel_variant_env "$mode"); then
     # A job id of its own per run, so a fresh server with the mode's setting (bench/modes.sh).
-    export FUNNEL_JOB_ID=stencil-$mode-$np-$$
+    export FUNNEL_JOB_ID=stencil-${mode//+/_}-$np-$$  # a job id has no '+'
     env_args+=(-x FUNNEL_JOB_ID)
     wrap=("$FR" --backend cuda)
-    [[ $mode != funnel ]] && wrap=(env "$setting" "${wrap[@]}")
+    # shellcheck disable=SC2206  # one word per setting
+    [[ $mode != funnel ]] && wrap=(env $setting "${wrap[@]}")
+    # The server's log and job report of this run (server_figures reads the report).
+    export FUNNEL_LOG_DIR=$OUT_DIR/$mode/np$np.server
+    rm -rf "$FUNNEL_LOG_DIR"
+    env_args+=(-x FUNNEL_LOG_DIR)
   fi
   timeout 600 "${pre[@]}" "$MPIRUN" "${MPI_ARGS[@]}" "${env_args[@]}" -np "$np" "${wrap[@]}" "$app" \
     --n "$N" --steps "$STEPS" --warmup "$WARMUP" --reference "$REF" >"$log" 2>&1
+}
+
+# server_figures DIR: the job report's figures of a funnel run as one JSON object (null when
+# there is none): the clients' waited-call pick-up (the median of their p50s, the largest p99),
+# and the CPU seconds of the workers and of the ranks, on a core and waiting for one (summed
+# over the clients; doc/accounting.md).
+server_figures() {
+  python3 - "$1" <<'PY'
+import glob, json, statistics, sys
+files = glob.glob(sys.argv[1] + "/funnel-report-*.json")
+if not files:
+    print("null")
+    sys.exit()
+clients = json.load(open(files[0]))["clients"]
+p50 = [c["call_pickup_us"]["p50"] for c in clients if c["call_pickup_us"]["p50"] is not None]
+p99 = [c["call_pickup_us"]["p99"] for c in clients if c["call_pickup_us"]["p99"] is not None]
+cpu = {}
+for k in ("worker", "worker_runqueue", "client", "client_runqueue"):
+    v = [c["cpu_s"][k] for c in clients if c.get("cpu_s", {}).get(k) is not None]
+    cpu[k] = round(sum(v), 4) if v else None
+print(json.dumps({"clients": len(clients), "pickup_p50_us": statistics.median(p50) if p50 else None,
+                  "pickup_p99_us": max(p99) if p99 else None, "cpu_s": cpu,
+                  "spin_backoffs": sum(c.get("spin_backoffs", 0) for c in clients)}, separators=(",", ":")))
+PY
 }
 
 # The reference: one rank, natively.  Every run below (the native 1-rank one included) is
@@ -109,8 +139,14 @@ for mode in $MODES; do
     run_one "$mode" "$np" "$log"
     rc=$?
     line=$(grep -m1 '^{"ranks":' "$log")
+    server=null
+    if [[ -d $OUT_DIR/$mode/np$np.server ]]; then
+      server=$(server_figures "$OUT_DIR/$mode/np$np.server")
+      # A good run's server files go (the GPU machine returns few files); a bad one's stay.
+      [[ $rc == 0 ]] && rm -rf "$OUT_DIR/$mode/np$np.server"
+    fi
     if [[ -n $line ]]; then
-      echo "$line" | sed "s/\"mode\":\"gpu\"/\"mode\":\"$mode\"/; s/}\$/,\"rc\":$rc}/" >>"$RESULTS"
+      echo "$line" | sed "s/\"mode\":\"gpu\"/\"mode\":\"$mode\"/; s/}\$/,\"rc\":$rc,\"server\":$server}/" >>"$RESULTS"
     else
       printf '{"ranks":%s,"n":%s,"mode":"%s","ms_per_step":null,"reference":"no result","rc":%s}\n' \
         "$np" "$N" "$mode" "$rc" >>"$RESULTS"
@@ -118,6 +154,7 @@ for mode in $MODES; do
     ms=$(echo "$line" | grep -o '"ms_per_step":[0-9.]*' | cut -d: -f2)
     ref=$(echo "$line" | grep -o '"reference":"[^"]*"' | cut -d'"' -f4)
     echo "$mode ranks=$np: ${ms:-?} ms/step, checksum ${ref:-no result} (rc $rc)"
+    [[ $server != null ]] && echo "  server: $server"
     if [[ $rc != 0 || $ref != match ]]; then
       bad=1
       # The failing run's own words, here too: the logs may not come back from the GPU machine.

@@ -87,6 +87,13 @@ for c in report["clients"]:
     for k in ("id", "command", "home_device", "gpu_fraction", "attached", "left", "attached_s", "commands",
               "errors", "gpu_busy_s"):
         check(k in c, f"client field {k}")
+# CPU times (/proc schedstat): the worker thread's when it stopped, the client's at its Detach;
+# a client that died sent none.
+for pid in (memory, kernels, hostfunc):
+    cpu = by_pid[pid]["cpu_s"]
+    check(all(isinstance(cpu[k], float) for k in cpu), f"pid {pid}'s cpu_s measured")
+    check(cpu["worker"] > 0 and cpu["client"] > 0 and cpu["worker_runqueue"] >= 0, f"pid {pid}'s cpu_s")
+check(by_pid[killed]["cpu_s"]["client"] is None and by_pid[killed]["cpu_s"]["worker"] > 0, "the killed client's cpu_s")
 ranks = [(c["mpi_rank"], c["id"]) for c in report["clients"]]
 check(ranks == sorted(ranks), "clients ordered by rank, then id")
 PY

@@ -420,6 +420,10 @@ WATCHED_TEST(Settings, ServerSpin) {
   EXPECT_EQ(settings({{"FUNNEL_SERVER_IDLE_SPIN_US", "1000"}}).server_idle_spin_us, 1000u);
   EXPECT_EQ(value_text(settings({{"FUNNEL_SERVER_IDLE_SPIN_US", "0"}}), "FUNNEL_SERVER_IDLE_SPIN_US"), "0");
   for (const char* v : {"", "-1", "100001", "1ms"}) expect_bad("FUNNEL_SERVER_IDLE_SPIN_US", v, "integer 0..100000");
+  EXPECT_EQ(settings({}).server_spin_backoff_ms, 100u);
+  EXPECT_EQ(settings({{"FUNNEL_SERVER_SPIN_BACKOFF_MS", "0"}}).server_spin_backoff_ms, 0u);
+  EXPECT_EQ(value_text(settings({{"FUNNEL_SERVER_SPIN_BACKOFF_MS", "2500"}}), "FUNNEL_SERVER_SPIN_BACKOFF_MS"), "2500");
+  for (const char* v : {"", "-1", "60001", "1s"}) expect_bad("FUNNEL_SERVER_SPIN_BACKOFF_MS", v, "integer 0..60000");
   EXPECT_EQ(settings({}).server_workers, 0u);
   EXPECT_EQ(settings({{"FUNNEL_SERVER_WORKERS", "4"}}).server_workers, 4u);
   EXPECT_EQ(value_text(settings({{"FUNNEL_SERVER_WORKERS", "2"}}), "FUNNEL_SERVER_WORKERS"), "2");

@@ -1,11 +1,15 @@
 // Commands that move and order data: copies through staging and pinned memory,
 // memsets, streams, events, and the legacy default stream's ordering.
+#include <sched.h>
 #include <sys/mman.h>
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <bit>
+#include <chrono>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -322,6 +326,16 @@ TEST_F(ServerTest, StatsCountPerClient) {
   EXPECT_EQ(j["totals"]["clients_attached"], 2);
   for (const char* k : {"pid", "events", "pinned_bytes", "pinned_allocations", "commands", "errors"})
     EXPECT_TRUE(ca.contains(k)) << k;
+  // Read now, while they run: the worker thread's CPU time (none for a pooled thread, which
+  // serves others too) and the client's (this process).
+  if (std::filesystem::exists("/proc/thread-self/schedstat")) {
+    if (options().worker_threads == 0)
+      EXPECT_GT(ca["cpu_s"]["worker"].get<double>(), 0.0);
+    else
+      EXPECT_TRUE(ca["cpu_s"]["worker"].is_null());
+    EXPECT_GT(ca["cpu_s"]["client"].get<double>(), 0.0);
+    EXPECT_GE(ca["cpu_s"]["client_runqueue"].get<double>(), 0.0);
+  }
 }
 
 // A waited call's pick-up delay is counted from the record's posted_us: calls whose records
@@ -343,6 +357,57 @@ TEST_F(ServerTest, StatsCountWaitedCallsByPickupDelay) {
   EXPECT_GE(p["p99"].get<int>(), 4096);
   EXPECT_GE(p["max"].get<int>(), 4096);
   EXPECT_LE(p["p50"].get<int>(), 2048) << "fresh calls, taken at once by a spinning worker";
+}
+
+// A worker whose polling finds its core wanted backs off (FUNNEL_SERVER_SPIN_BACKOFF_MS):
+// the server's threads and a thread that never yields share one CPU, so the worker's
+// sched_yield past its first 20 us of polling hands that thread the core for a slice.  With
+// the back-off at 0 it never backs off.
+TEST_F(ServerTest, AWorkerWhoseCoreIsWantedBacksOff) {
+  cpu_set_t was;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof was, &was), 0);
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &was)) ++cpu;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  // Threads inherit their creator's affinity: the server's, the client's and the hog's.
+  ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
+  // Stopped, joined and the affinity restored however the test leaves (a failed ASSERT too).
+  struct Hog {
+    cpu_set_t was;
+    std::atomic<bool> stop{false};
+    std::thread thread{[this] {
+      while (!stop.load(std::memory_order_relaxed)) {
+      }
+    }};
+    ~Hog() {
+      stop = true;
+      thread.join();
+      ::sched_setaffinity(0, sizeof was, &was);
+    }
+  } hog{was};
+  uint64_t backoffs[2] = {0, 0};
+  for (const int ms : {100, 0}) {
+    auto o = options();
+    o.spin_backoff = std::chrono::milliseconds(ms);
+    start_server(o);
+    {
+      TestClient c(run_dir_, "app");
+      ASSERT_TRUE(c.ok());
+      // Each call leaves the worker idle and polling; the next comes after 5 ms.
+      for (int i = 0; i < 20; ++i) {
+        ASSERT_EQ(c.call(Opcode::Fence).status, Status::Success);
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      const auto j = nlohmann::json::parse(control(run_dir_, "stats"));
+      ASSERT_EQ(j["clients"].size(), 1u);
+      backoffs[ms == 0] = j["clients"][0]["spin_backoffs"].get<uint64_t>();
+    }
+    stop_server();
+  }
+  EXPECT_GE(backoffs[0], 1u) << "the worker kept polling a core another thread wanted";
+  EXPECT_EQ(backoffs[1], 0u) << "FUNNEL_SERVER_SPIN_BACKOFF_MS=0 backed off";
 }
 
 // EventRecord with a state slot: the stream itself stores the generation into the

@@ -4,6 +4,7 @@
 #include "../../runtime/server/src/job_report.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <array>
 #include <filesystem>
@@ -73,6 +74,32 @@ TEST(ClientRecord, PickupDelaysAsBucketBoundsOfTheirQuantiles) {
   ClientRecord r = record(5, 0, "./c");
   r.pickup = b;
   EXPECT_EQ(to_json(r).at("call_pickup_us"), j);
+}
+
+TEST(ClientRecord, CpuTimesFromSchedstat) {
+  const auto t = parse_schedstat("4580791 353787 12\n");
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->run_ns, 4580791u);
+  EXPECT_EQ(t->wait_ns, 353787u);
+  for (const char* bad : {"", "1 2", "1 2 3 4", "a b c", "1 -2 3", "1 2 3x"}) EXPECT_FALSE(parse_schedstat(bad)) << bad;
+  // This thread's, as the worker reads its own (kernels without schedstat give none).
+  if (std::filesystem::exists("/proc/thread-self/schedstat")) {
+    const auto own = own_cpu_times();
+    ASSERT_TRUE(own.has_value());
+    EXPECT_GT(own->run_ns, 0u);
+    const auto all = process_cpu_times(::getpid());
+    ASSERT_TRUE(all.has_value());
+    EXPECT_GE(all->run_ns, own->run_ns);
+  }
+  EXPECT_FALSE(process_cpu_times(-5).has_value());
+  ClientRecord r = record(6, 0, "./d");
+  const auto none = to_json(r).at("cpu_s");
+  for (const char* k : {"worker", "worker_runqueue", "client", "client_runqueue"}) EXPECT_TRUE(none.at(k).is_null()) << k;
+  r.worker_cpu = CpuTimes{1500000000, 250000000};
+  const auto j = to_json(r).at("cpu_s");
+  EXPECT_DOUBLE_EQ(j.at("worker").get<double>(), 1.5);
+  EXPECT_DOUBLE_EQ(j.at("worker_runqueue").get<double>(), 0.25);
+  EXPECT_TRUE(j.at("client").is_null());
 }
 
 JobReport sample() {

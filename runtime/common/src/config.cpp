@@ -57,6 +57,12 @@ const std::vector<SettingInfo>& setting_table() {
        "past the first 20 us, before it sleeps; the client's next command then wakes it (a futex wake, 10-30 us "
        "or more on a busy node). Longer catches a command that follows a pause (an MPI exchange) sooner, at the "
        "price of a polling thread per client for that long"},
+      {"FUNNEL_SERVER_SPIN_BACKOFF_MS", "100", "integer 0..60000",
+       "how long (milliseconds) a server worker stops polling once it found its core wanted: when one of its "
+       "sched_yield calls while polling let another thread run for more than 200 us (the node's cores are all "
+       "busy, e.g. 16 ranks that busy-wait in MPI on 16 cores), it polls neither its empty ring nor its pending "
+       "GPU work for this long: idle, it sleeps until its client's next command; with work pending, it looks "
+       "every 50 us. 0: always poll for the whole FUNNEL_SERVER_SPIN_US / FUNNEL_SERVER_IDLE_SPIN_US"},
       {"FUNNEL_SERVER_WORKERS", "0", "integer 0..1024",
        "worker threads of the server per GPU, each serving several of that GPU's clients in turn; 0: every "
        "client has a worker thread of its own. Fewer threads than clients leave cores to ranks that fill the "
@@ -425,6 +431,7 @@ Settings Settings::from(const Lookup& env) {
   if (auto v = integer("FUNNEL_DEVICE_CONNECTIONS", 1, 32)) s.device_connections = static_cast<uint32_t>(*v);
   if (auto v = integer("FUNNEL_SERVER_SPIN_US", 0, 100000)) s.server_spin_us = static_cast<uint32_t>(*v);
   if (auto v = integer("FUNNEL_SERVER_IDLE_SPIN_US", 0, 100000)) s.server_idle_spin_us = static_cast<uint32_t>(*v);
+  if (auto v = integer("FUNNEL_SERVER_SPIN_BACKOFF_MS", 0, 60000)) s.server_spin_backoff_ms = static_cast<uint32_t>(*v);
   if (auto v = integer("FUNNEL_SERVER_WORKERS", 0, 1024)) s.server_workers = static_cast<uint32_t>(*v);
   if (auto v = integer("FUNNEL_LAUNCH_BATCH", 0, 64)) s.launch_batch = static_cast<uint32_t>(*v);
   if (auto p = non_empty("FUNNEL_SIM_LAUNCH_LOG")) s.sim_launch_log = *p;
@@ -507,6 +514,7 @@ std::string value_text(const Settings& s, const std::string& var) {
   if (var == "FUNNEL_DEVICE_CONNECTIONS") return std::to_string(s.device_connections);
   if (var == "FUNNEL_SERVER_SPIN_US") return std::to_string(s.server_spin_us);
   if (var == "FUNNEL_SERVER_IDLE_SPIN_US") return std::to_string(s.server_idle_spin_us);
+  if (var == "FUNNEL_SERVER_SPIN_BACKOFF_MS") return std::to_string(s.server_spin_backoff_ms);
   if (var == "FUNNEL_SERVER_WORKERS") return std::to_string(s.server_workers);
   if (var == "FUNNEL_LAUNCH_BATCH") return std::to_string(s.launch_batch);
   if (var == "FUNNEL_SIM_LAUNCH_LOG") return s.sim_launch_log.empty() ? "(none)" : s.sim_launch_log.string();

@@ -43,6 +43,7 @@ void ClientSession::create_channel(const ChannelSpec& spec) {
   shared_.totals = spec.totals;
   shared_.pending_spin = spec.pending_spin;
   shared_.idle_spin = spec.idle_spin;
+  shared_.spin_backoff = spec.spin_backoff;
   shared_.gpu_replies = spec.gpu_replies;
   shared_.launch_batch = spec.launch_batch;
   shared_.modules = spec.modules;
@@ -162,6 +163,19 @@ void ClientSession::join() noexcept {
   if (hangups_ != nullptr && worker_) hangups_->remove(fd());
   if (thread_.joinable()) thread_.join();
   worker_.reset();
+}
+
+std::optional<CpuTimes> ClientSession::worker_cpu() const noexcept {
+  if (group_ != nullptr) return std::nullopt;  // the group's thread serves other clients too
+  if (auto t = shared_.counters.worker_cpu.load()) return t;
+  const pid_t tid = shared_.worker_tid.load(std::memory_order_acquire);
+  return phase_ == Phase::Running && tid != 0 && !finished() ? task_cpu_times(tid) : std::nullopt;
+}
+
+std::optional<CpuTimes> ClientSession::client_cpu() const noexcept {
+  if (auto t = shared_.counters.client_cpu.load()) return t;
+  // Only while it is attached: the pid of a client that is gone may name another process.
+  return phase_ == Phase::Running && !finished() ? process_cpu_times(pid_) : std::nullopt;
 }
 
 // ---- the worker's side of the teardown ---------------------------------------

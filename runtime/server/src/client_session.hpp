@@ -28,6 +28,7 @@ struct ChannelSpec {
   ServerTotals* totals = nullptr;
   std::chrono::microseconds pending_spin = kDefaultPendingSpin;
   std::chrono::microseconds idle_spin = kDefaultIdleSpin;
+  std::chrono::milliseconds spin_backoff = kDefaultSpinBackoff;
   bool gpu_replies = true;
   uint32_t launch_batch = kDefaultLaunchBatch;
   ModuleCache* modules = nullptr;
@@ -87,6 +88,10 @@ class ClientSession {
   uint64_t segment_size() const noexcept { return channel_.size(); }
   bool detached() const noexcept { return shared_.detached.load(); }
   const ClientCounters& counters() const noexcept { return shared_.counters; }
+  // CPU and run-queue time of the thread that serves the client (none when pooled) and of
+  // the client's threads: final once measured (cpu_times.hpp), else read now while it runs.
+  std::optional<CpuTimes> worker_cpu() const noexcept;
+  std::optional<CpuTimes> client_cpu() const noexcept;
   // The fault generation of `device` whose resources this session no longer holds
   // (DeviceHealth); a session without a running worker holds nothing on any device.
   uint64_t released_fault(int device) const noexcept {

@@ -219,6 +219,9 @@ ClientRecord record_of(const ClientSession& s) {
   r.errors = load(c.errors);
   r.gpu_busy_ns = load(c.gpu_busy_ns);
   for (size_t b = 0; b < kPickupBuckets; ++b) r.pickup[b] = load(c.pickup[b]);
+  r.spin_backoffs = load(c.spin_backoffs);
+  r.worker_cpu = s.worker_cpu();
+  r.client_cpu = s.client_cpu();
   return r;
 }
 
@@ -238,6 +241,17 @@ nlohmann::json pickup_json(const std::array<uint64_t, kPickupBuckets>& buckets) 
           {"max", quantile(1.0)}};
 }
 
+nlohmann::json cpu_json(const std::optional<CpuTimes>& worker, const std::optional<CpuTimes>& client) {
+  auto s = [](const std::optional<CpuTimes>& t, bool wait) -> nlohmann::json {
+    if (!t) return nullptr;
+    return static_cast<double>(wait ? t->wait_ns : t->run_ns) * 1e-9;
+  };
+  return {{"worker", s(worker, false)},
+          {"worker_runqueue", s(worker, true)},
+          {"client", s(client, false)},
+          {"client_runqueue", s(client, true)}};
+}
+
 nlohmann::json to_json(const ClientRecord& r) {
   using nlohmann::json;
   return {{"id", r.id},
@@ -254,7 +268,9 @@ nlohmann::json to_json(const ClientRecord& r) {
           {"bytes_d2h", r.bytes_d2h},
           {"launches", r.launches},
           {"errors", r.errors},
-          {"call_pickup_us", pickup_json(r.pickup)}};
+          {"call_pickup_us", pickup_json(r.pickup)},
+          {"cpu_s", cpu_json(r.worker_cpu, r.client_cpu)},
+          {"spin_backoffs", r.spin_backoffs}};
 }
 
 void ClientLedger::add(ClientRecord record, ClientEnd ended) {

@@ -294,6 +294,7 @@ void Server::Impl::attach(Connection& c, const ipc::HelloMsg& hello) {
   spec.totals = &totals;
   spec.pending_spin = options.pending_spin;
   spec.idle_spin = options.idle_spin;
+  spec.spin_backoff = options.spin_backoff;
   spec.gpu_replies = options.gpu_replies;
   spec.launch_batch = options.launch_batch;
   spec.modules = modules.get();

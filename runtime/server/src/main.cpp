@@ -187,6 +187,7 @@ int main(int argc, char** argv) {
   uint32_t device_connections = settings.device_connections;
   uint32_t spin_us = settings.server_spin_us;
   uint32_t idle_spin_us = settings.server_idle_spin_us;
+  uint32_t spin_backoff_ms = settings.server_spin_backoff_ms;
   uint32_t workers = settings.server_workers;
   std::string affinity = settings.server_affinity ? "auto" : "off";
   bool gpu_replies = settings.gpu_replies;
@@ -221,6 +222,10 @@ int main(int argc, char** argv) {
   app.add_option("--idle-spin-us", idle_spin_us,
                  "how long a worker polls its client's empty ring before it sleeps (FUNNEL_SERVER_IDLE_SPIN_US)")
       ->check(CLI::Range(0u, 100000u));
+  app.add_option("--spin-backoff-ms", spin_backoff_ms,
+                 "how long a worker stops polling once its core is wanted by another thread; 0: never "
+                 "(FUNNEL_SERVER_SPIN_BACKOFF_MS)")
+      ->check(CLI::Range(0u, 60000u));
   app.add_option("--workers", workers,
                  "worker threads per GPU, each serving several clients; 0: one per client (FUNNEL_SERVER_WORKERS)")
       ->check(CLI::Range(0u, 1024u));
@@ -300,6 +305,7 @@ int main(int argc, char** argv) {
     opt.max_clients = max_clients;
     opt.pending_spin = std::chrono::microseconds(spin_us);
     opt.idle_spin = std::chrono::microseconds(idle_spin_us);
+    opt.spin_backoff = std::chrono::milliseconds(spin_backoff_ms);
     opt.worker_threads = workers;
     opt.staging_slots = staging_slots;
     opt.staging_slot_bytes = staging_slot_kb * 1024;

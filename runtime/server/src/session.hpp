@@ -28,6 +28,7 @@
 #include "funnel/server/backend.hpp"
 #include "funnel/server/server.hpp"
 #include "counter_ops.hpp"
+#include "cpu_times.hpp"
 #include "device_health.hpp"
 #include "legacy_stream.hpp"
 
@@ -43,6 +44,10 @@ struct ClientCounters {
   std::atomic<uint64_t> device_memory_peak{0};  // the most device_memory_bytes ever held (funnelctl clients)
   std::atomic<uint64_t> gpu_busy_ns{0};  // GPU time of the client's work (doc/accounting.md says how it is measured)
   std::array<std::atomic<uint64_t>, kPickupBuckets> pickup{};  // waited calls by pick-up delay
+  std::atomic<uint64_t> spin_backoffs{0};  // Worker::back_off: its polling found the core wanted
+  // CPU and run-queue time, final: of the worker's own thread when it stopped (none for a
+  // pooled worker, whose thread serves others too), of the client's threads at its Detach.
+  CpuTimesCell worker_cpu, client_cpu;
 };
 
 struct ServerTotals {
@@ -60,6 +65,7 @@ struct SessionShared {
   ServerTotals* totals = nullptr;
   std::chrono::microseconds pending_spin = kDefaultPendingSpin;  // ServerOptions::pending_spin
   std::chrono::microseconds idle_spin = kDefaultIdleSpin;        // ServerOptions::idle_spin
+  std::chrono::milliseconds spin_backoff = kDefaultSpinBackoff;  // ServerOptions::spin_backoff
   bool gpu_replies = true;                                        // ServerOptions::gpu_replies
   uint32_t launch_batch = kDefaultLaunchBatch;                    // ServerOptions::launch_batch
   ModuleCache* modules = nullptr;  // the server's, shared by every session
@@ -197,8 +203,11 @@ class Worker {
   // When the last work was done, and how long after it to keep polling before a sleep.
   std::chrono::steady_clock::time_point idle_since() const noexcept { return idle_since_; }
   std::chrono::nanoseconds spin_window() const noexcept;
-  // One poll of the spin: a pause in its first microseconds, then sched_yield.
-  static void poll_pause(std::chrono::nanoseconds idle) noexcept;
+  // One poll of the spin: a pause in its first microseconds, then sched_yield.  True when
+  // that yield let another thread run for long (kWantedCore): the core is wanted.
+  static bool poll_pause(std::chrono::nanoseconds idle) noexcept;
+  // The core is wanted: no spin for ServerOptions::spin_backoff (counted in spin_backoffs).
+  void back_off() noexcept;
   // An idle worker's chores before it sleeps (the busy sweep); how long it may sleep.
   std::chrono::nanoseconds before_sleep();
   // ipc::RingReader::arm_sleep / end_sleep of this client's ring.
@@ -335,6 +344,7 @@ class Worker {
   std::vector<HostFuncWait> host_funcs_;
   bool host_funcs_released_ = false;  // the client is gone: every wait is released as it comes
   std::chrono::steady_clock::time_point idle_since_{};  // the last work done (turn)
+  std::chrono::steady_clock::time_point no_spin_until_{};  // back_off()
   std::chrono::steady_clock::time_point last_sweep_{};  // the last GPU busy sweep (worker.cpp)
   uint64_t next_pinned_id_ = 1;
   std::vector<Pending> pending_;

@@ -31,6 +31,19 @@ constexpr auto kSleep = std::chrono::milliseconds(20);
 // kPendingSleep costs it little.
 constexpr auto kPendingSleep = std::chrono::microseconds(50);
 constexpr auto kPauseSpin = std::chrono::microseconds(20);
+// A sched_yield of the spin that returns this late let another thread run: on a node whose
+// cores are all busy (16 ranks busy-waiting in MPI on 16 cores), each poll takes the core
+// from a rank for a slice and the worker waits its turn like any thread, so the spin costs
+// the ranks and does not even answer sooner.  Such a worker backs off (ServerOptions::
+// spin_backoff): measured on the H100 with the stencil at 16 ranks, the workers' run-queue
+// time fell from 2-3x their CPU time to a third of it (doc/performance.md).  A yield with no
+// one else runnable returns in about a microsecond; one to a thread that busy-waits without
+// yielding (an MPI rank) returns after that thread's time slice, 0.75 ms or more.  In
+// between lie yields to threads that poll politely: a client's wait pauses up to 20 us before
+// it yields back (ipc::spin_until), and a client woken by this worker tends to be placed on
+// its core.  20 us here made membench's pageable copies, whose worker polls the staging
+// copies, back off on an idle node and run 7-14x slower; so the bar is well above that.
+constexpr auto kWantedCore = std::chrono::microseconds(200);
 // The longest an idle worker sleeps while one of its streams has an open busy span
 // (doc/accounting.md: the bound on how late such a span closes).
 constexpr auto kBusySweep = std::chrono::milliseconds(1);
@@ -80,6 +93,7 @@ void Worker::run(WorkerGroup* group) noexcept {
     else
       serve();
     after_stop();
+    if (group == nullptr) counters_.worker_cpu.store(own_cpu_times());
   } catch (const std::exception& e) {
     spdlog::error("client {}: worker failed: {}", shared_.id, e.what());
     view_.completion().sticky_error.store(static_cast<int32_t>(Status::Unknown), std::memory_order_release);
@@ -107,7 +121,7 @@ void Worker::serve() {
     if (t == Turn::Busy) continue;
     const auto idle = Clock::now() - idle_since_;
     if (idle < spin_window()) {
-      poll_pause(idle);
+      if (poll_pause(idle)) back_off();
       continue;
     }
     reader_.sleep(before_sleep());
@@ -155,13 +169,14 @@ Worker::Turn Worker::turn(unsigned max_records) {
 }
 
 std::chrono::nanoseconds Worker::spin_window() const noexcept {
+  if (no_spin_until_ != Clock::time_point{} && Clock::now() < no_spin_until_) return {};
   // Work the GPU answers itself (gpu_reply) needs this thread only to wake a client that
   // went to sleep: it is polled every kPendingSleep, not spun on.
   const bool urgent = !pending_.empty() && urgent_pending_ != 0;
   return urgent ? std::chrono::nanoseconds(shared_.pending_spin) : std::chrono::nanoseconds(shared_.idle_spin);
 }
 
-void Worker::poll_pause(std::chrono::nanoseconds idle) noexcept {
+bool Worker::poll_pause(std::chrono::nanoseconds idle) noexcept {
   // Past the first microseconds, poll with sched_yield: when the node's cores are all
   // busy (16 ranks on 16 cores, each with a worker here), a pause loop would hold a
   // core for the whole pending spin that the ranks need.
@@ -169,9 +184,17 @@ void Worker::poll_pause(std::chrono::nanoseconds idle) noexcept {
 #if defined(__x86_64__)
     __builtin_ia32_pause();
 #endif
-  } else {
-    ipc::yield_now();
+    return false;
   }
+  const auto before = Clock::now();
+  ipc::yield_now();
+  return Clock::now() - before > kWantedCore;
+}
+
+void Worker::back_off() noexcept {
+  if (shared_.spin_backoff.count() == 0) return;
+  no_spin_until_ = Clock::now() + shared_.spin_backoff;
+  bump(counters_.spin_backoffs, 1);
 }
 
 std::chrono::nanoseconds Worker::before_sleep() {
@@ -302,6 +325,8 @@ Status Worker::dispatch(const ipc::CommandHeader& h, const std::byte* p) {
     case Opcode::MaxActiveClusters: return max_active_clusters(h, payload_as<ipc::LaunchCmd>(p));
     case Opcode::Fence: answer(h); return Status::Success;
     case Opcode::Detach:
+      // The client waits for this answer: its threads' CPU times are final enough now.
+      counters_.client_cpu.store(process_cpu_times(shared_.pid));
       shared_.detached.store(true);
       shared_.stop.store(true);
       answer(h);

@@ -102,7 +102,8 @@ void WorkerGroup::loop() noexcept {
       least_idle = std::min(least_idle, idle);
     }
     if (spin) {
-      Worker::poll_pause(least_idle);
+      if (Worker::poll_pause(least_idle))
+        for (const auto& e : members) e->worker->back_off();  // the group's one core is wanted
       continue;
     }
     std::chrono::nanoseconds nap = std::chrono::seconds(1);

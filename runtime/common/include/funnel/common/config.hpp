@@ -45,6 +45,7 @@ struct Settings {
   uint32_t device_connections = 8;  // FUNNEL_DEVICE_CONNECTIONS
   uint32_t server_spin_us = 2000;   // FUNNEL_SERVER_SPIN_US
   uint32_t server_idle_spin_us = 50;  // FUNNEL_SERVER_IDLE_SPIN_US
+  uint32_t server_spin_backoff_ms = 100;  // FUNNEL_SERVER_SPIN_BACKOFF_MS (0: never back off)
   uint32_t server_workers = 0;      // FUNNEL_SERVER_WORKERS (0: a worker thread per client)
   uint32_t launch_batch = 32;       // FUNNEL_LAUNCH_BATCH (0, 1: every launch on its own)
   std::filesystem::path sim_launch_log;  // FUNNEL_SIM_LAUNCH_LOG; empty: launches are not logged

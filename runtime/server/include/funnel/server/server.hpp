@@ -21,6 +21,8 @@ namespace funnel::server {
 inline constexpr std::chrono::microseconds kDefaultPendingSpin{2000};
 // FUNNEL_SERVER_IDLE_SPIN_US's default (runtime/common's Settings::server_idle_spin_us).
 inline constexpr std::chrono::microseconds kDefaultIdleSpin{50};
+// FUNNEL_SERVER_SPIN_BACKOFF_MS's default (runtime/common's Settings::server_spin_backoff_ms).
+inline constexpr std::chrono::milliseconds kDefaultSpinBackoff{100};
 // FUNNEL_LAUNCH_BATCH's default (runtime/common's Settings::launch_batch).
 inline constexpr uint32_t kDefaultLaunchBatch = 32;
 inline constexpr uint32_t kMaxLaunchBatch = 64;  // its largest value (config.cpp's range)
@@ -40,6 +42,9 @@ struct ServerOptions {
   // before it sleeps on the doorbell, which the client's next command then has to wake
   // (FUNNEL_SERVER_IDLE_SPIN_US).
   std::chrono::microseconds idle_spin = kDefaultIdleSpin;
+  // How long a worker stops polling (both spins above) once a sched_yield of its polling let
+  // another thread run for long: its core is wanted (FUNNEL_SERVER_SPIN_BACKOFF_MS; 0: never).
+  std::chrono::milliseconds spin_backoff = kDefaultSpinBackoff;
   // Worker threads per GPU, each serving several clients (FUNNEL_SERVER_WORKERS); 0: one
   // worker thread per client.
   uint32_t worker_threads = 0;

@@ -219,7 +219,8 @@ class Session {
   }
 
   void detach() {
-    if (!hung_up()) send(Opcode::Detach, nullptr, 0, ipc::kNoReply);
+    const ipc::DetachCmd cpu{ipc::kNoCpuTime, ipc::kNoCpuTime};
+    if (!hung_up()) send(Opcode::Detach, &cpu, sizeof cpu, ipc::kNoReply);
   }
 
  private:

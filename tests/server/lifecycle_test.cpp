@@ -47,6 +47,38 @@ TEST_F(ServerTest, DetachFreesAndCounts) {
   EXPECT_EQ(j["server"]["clients"], 0);
 }
 
+// A client reports its own threads' CPU times in its Detach (it may have exited before its
+// worker reads the record, and then /proc has nothing of it): the job report keeps them; a
+// value out of range, or none, is null.
+TEST_F(ServerTest, DetachCarriesTheClientsCpuTimes) {
+  auto o = options();
+  o.job_report_dir = dir_ / "report";
+  std::filesystem::create_directories(o.job_report_dir);
+  start_server(o);
+  const ipc::DetachCmd sent[] = {{1500000000, 250000000},
+                                 {ipc::kMaxCpuTimeNs, 5},
+                                 {ipc::kNoCpuTime, ipc::kNoCpuTime}};
+  for (const auto& cpu : sent) {
+    TestClient c(run_dir_);
+    ASSERT_TRUE(c.ok());
+    c.detach(cpu);
+  }
+  ASSERT_TRUE(eventually([&] { return stats(run_dir_)["totals"]["clients_detached"] == 3; }));
+  stop_server();
+  std::vector<std::filesystem::path> json;
+  for (const auto& e : std::filesystem::directory_iterator(dir_ / "report"))
+    if (e.path().extension() == ".json") json.push_back(e.path());
+  ASSERT_EQ(json.size(), 1u);
+  const auto report = nlohmann::json::parse(std::ifstream(json[0]));
+  const auto& clients = report["clients"];
+  ASSERT_EQ(clients.size(), 3u);
+  for (const auto& c : clients) EXPECT_EQ(c["ended"], "detached");
+  EXPECT_DOUBLE_EQ(clients[0]["cpu_s"]["client"].get<double>(), 1.5);
+  EXPECT_DOUBLE_EQ(clients[0]["cpu_s"]["client_runqueue"].get<double>(), 0.25);
+  EXPECT_TRUE(clients[1]["cpu_s"]["client"].is_null()) << "out of range: not kept";
+  EXPECT_TRUE(clients[2]["cpu_s"]["client"].is_null()) << "not measured";
+}
+
 TEST_F(ServerTest, KilledClientIsCleanedUpAndOthersUnharmed) {
   start_server();
   TestClient other(run_dir_, "survivor");

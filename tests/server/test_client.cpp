@@ -173,8 +173,8 @@ void TestClient::create_event(uint64_t id, uint32_t flags) { post(Opcode::EventC
 void TestClient::record(uint64_t event, uint64_t stream) { post(Opcode::EventRecord, ipc::EventRecordCmd{event, 0, ipc::kNoEventSlot, 0, 0}, stream); }
 Status TestClient::sync_device() { return call(Opcode::DeviceSynchronize).status; }
 
-void TestClient::detach() {
-  send(Opcode::Detach, nullptr, 0);
+void TestClient::detach(ipc::DetachCmd cpu) {
+  send(Opcode::Detach, &cpu, sizeof cpu);
   fd_.reset();
   map_ = ipc::MappedFile();
   mapped_ = false;

@@ -85,7 +85,8 @@ class TestClient {
   void create_event(uint64_t id, uint32_t flags = 0);
   void record(uint64_t event, uint64_t stream);
   Status sync_device();
-  void detach();
+  // Sends a Detach (with `cpu` as this client's CPU times) and hangs up.
+  void detach(ipc::DetachCmd cpu = {ipc::kNoCpuTime, ipc::kNoCpuTime});
   bool server_hung_up() const noexcept { return ipc::peer_hung_up(fd_.get()); }
 
  private:

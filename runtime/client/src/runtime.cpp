@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "funnel/common/control_client.hpp"
+#include "funnel/common/cpu_times.hpp"
 #include "funnel/common/launcher.hpp"
 #include "funnel/ipc/protocol.hpp"
 #include "log.hpp"
@@ -82,7 +83,10 @@ void Runtime::detach_at_exit() noexcept {
     if (std::chrono::steady_clock::now() >= give_up_at) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  write_record_locked(Opcode::Detach, 0, 0, ipc::kNoReply, nullptr, 0, {},
+  // Our threads' CPU times for the job report: the server cannot read them once we are gone.
+  ipc::DetachCmd cpu{ipc::kNoCpuTime, ipc::kNoCpuTime};
+  if (const auto t = common::process_cpu_times(::getpid())) cpu = {t->run_ns, t->wait_ns};
+  write_record_locked(Opcode::Detach, 0, 0, ipc::kNoReply, &cpu, sizeof cpu, {},
                       [&] { return gone() || std::chrono::steady_clock::now() >= give_up_at; });
   dead_.store(true);  // the server reads nothing after a Detach
 }

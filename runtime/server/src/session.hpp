@@ -46,7 +46,7 @@ struct ClientCounters {
   std::array<std::atomic<uint64_t>, kPickupBuckets> pickup{};  // waited calls by pick-up delay
   std::atomic<uint64_t> spin_backoffs{0};  // Worker::back_off: its polling found the core wanted
   // CPU and run-queue time, final: of the worker's own thread when it stopped (none for a
-  // pooled worker, whose thread serves others too), of the client's threads at its Detach.
+  // pooled worker, whose thread serves others too), of the client's threads as its Detach reports them.
   CpuTimesCell worker_cpu, client_cpu;
 };
 
@@ -222,6 +222,7 @@ class Worker {
   // worker.cpp: the loop and the dispatch
   void serve();
   void after_stop();  // the ring read to its end for a Detach
+  void take_detach(const ipc::DetachCmd& d);  // the client's CPU times; a clean exit
   void execute(const ipc::CommandHeader& h, const std::byte* payload);
   Status dispatch(const ipc::CommandHeader& h, const std::byte* payload);
   void fail(const ipc::CommandHeader& h, Status st);

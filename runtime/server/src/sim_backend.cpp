@@ -3,6 +3,7 @@
 // staging, accounting) can be tested on a machine without a GPU.  Kernels are not
 // executed: a launch is recorded (kernel, shape, parameter buffer) in stream order, so
 // tests check what a client packed; modules are read with funnel::fatbin.
+#include <pthread.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -93,6 +94,9 @@ class SimStream final : public BackendStream {
   SimStream(int device, int priority, const std::atomic<bool>& dying, std::shared_ptr<BackendPartition> partition)
       : device_(device), priority_(priority), dying_(dying), partition_(std::move(partition)) {
     thread_ = std::thread([this] { loop(); });
+    // Not the name of the worker that made it (a new thread inherits it): `ps -L` and the
+    // placement test tell the sim's stand-in for the GPU from the worker.
+    ::pthread_setname_np(thread_.native_handle(), "funnel-simgpu");
   }
   // The partition the stream was made in; null: the whole device.
   const SimPartition* partition() const noexcept { return static_cast<const SimPartition*>(partition_.get()); }

@@ -219,8 +219,20 @@ void Worker::after_stop() {
     if (reader_.next(record_.data(), size, &why) != ipc::RingReader::Next::Record) break;
     ipc::CommandHeader h;
     std::memcpy(&h, record_.data(), sizeof h);
-    if (h.opcode == ipc::Opcode::Detach) shared_.detached.store(true);
+    if (h.opcode == ipc::Opcode::Detach && size >= sizeof h + sizeof(ipc::DetachCmd))
+      take_detach(payload_as<ipc::DetachCmd>(record_.data() + sizeof h));
   }
+}
+
+void Worker::take_detach(const ipc::DetachCmd& d) {
+  // The client's own report of its threads' CPU times (it may be gone by now); a value out
+  // of range is dropped, not trusted.
+  if (d.run_ns < ipc::kMaxCpuTimeNs && d.wait_ns < ipc::kMaxCpuTimeNs)
+    counters_.client_cpu.store(CpuTimes{d.run_ns, d.wait_ns});
+  else if (d.run_ns != ipc::kNoCpuTime || d.wait_ns != ipc::kNoCpuTime)
+    spdlog::warn("client {}: Detach reports CPU times out of range ({} ns, {} ns); not kept", shared_.id, d.run_ns,
+                 d.wait_ns);
+  shared_.detached.store(true);
 }
 
 void Worker::drop_for_protocol_error(const char* why) {
@@ -325,9 +337,7 @@ Status Worker::dispatch(const ipc::CommandHeader& h, const std::byte* p) {
     case Opcode::MaxActiveClusters: return max_active_clusters(h, payload_as<ipc::LaunchCmd>(p));
     case Opcode::Fence: answer(h); return Status::Success;
     case Opcode::Detach:
-      // The client waits for this answer: its threads' CPU times are final enough now.
-      counters_.client_cpu.store(process_cpu_times(shared_.pid));
-      shared_.detached.store(true);
+      take_detach(payload_as<ipc::DetachCmd>(p));
       shared_.stop.store(true);
       answer(h);
       return Status::Success;

@@ -175,6 +175,14 @@ struct EventRecordCmd { uint64_t event_id; uint32_t flags; uint32_t state_slot; 
 
 struct LimitCmd { uint32_t limit; uint32_t reserved; uint64_t value; };
 
+// The client's own threads' CPU times (funnel/common/cpu_times.hpp), read just before it
+// sends its Detach: the server cannot read them itself once the client has exited, which it
+// may have by the time its worker takes the record.  kNoCpuTime: the client could not read
+// them.  Only reported (job report, funnelctl clients); the server checks the range.
+inline constexpr uint64_t kNoCpuTime = ~uint64_t{0};
+inline constexpr uint64_t kMaxCpuTimeNs = uint64_t{1} << 62;
+struct DetachCmd { uint64_t run_ns; uint64_t wait_ns; };
+
 // ---- kernels ---------------------------------------------------------------------
 // A fat binary (the bytes nvcc's __cudaRegisterFatBinary wrapper points at) is known by
 // its digest (funnel::ipc::module_digest: Boost.Uuid's SHA-1 name generator over the
@@ -316,7 +324,8 @@ constexpr int64_t payload_size(Opcode op) noexcept {
     case Opcode::EventElapsedTime: return sizeof(EventPairCmd);
     case Opcode::DeviceSynchronize: case Opcode::DeviceReset: return 0;
     case Opcode::SetLimit: case Opcode::GetLimit: return sizeof(LimitCmd);
-    case Opcode::Fence: case Opcode::Detach: return 0;
+    case Opcode::Fence: return 0;
+    case Opcode::Detach: return sizeof(DetachCmd);
     case Opcode::ModuleQuery: case Opcode::ModuleLoad: case Opcode::ModuleUnload: return sizeof(ModuleCmd);
     case Opcode::ModuleData: return sizeof(ModuleDataCmd);
     case Opcode::KernelGet: return sizeof(KernelGetCmd);

@@ -1,11 +1,11 @@
-#include "cpu_times.hpp"
+#include "funnel/common/cpu_times.hpp"
 
 #include <charconv>
 #include <fstream>
 #include <string>
 #include <system_error>
 
-namespace funnel::server {
+namespace funnel::common {
 namespace fs = std::filesystem;
 
 std::optional<CpuTimes> parse_schedstat(std::string_view text) noexcept {
@@ -59,4 +59,4 @@ std::optional<CpuTimes> process_cpu_times(pid_t pid) noexcept {
   }
 }
 
-}  // namespace funnel::server
+}  // namespace funnel::common

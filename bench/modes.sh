@@ -8,6 +8,7 @@
 #   funnel-sN  FUNNEL_SERVER_SPIN_US=N      a worker polls N us before it polls slowly (0..)
 #   funnel-iN  FUNNEL_SERVER_IDLE_SPIN_US=N an idle worker polls N us before it sleeps (0..)
 #   funnel-yN  FUNNEL_SERVER_SPIN_BACKOFF_MS=N  no polling for N ms once the core is wanted (0: never)
+#   funnel-aX  FUNNEL_SERVER_AFFINITY=X     X is auto, gpu or off (funnel-agpu)
 # funnel_variant_env MODE: prints VAR=N (space-separated, one per setting) for a variant mode;
 # status 1 (nothing printed) for any other mode, status 2 with a message for a variant with a
 # bad setting.  Callers split the output into words.
@@ -24,15 +25,19 @@ funnel_variant_env() {
       s*) var=FUNNEL_SERVER_SPIN_US ;;
       i*) var=FUNNEL_SERVER_IDLE_SPIN_US ;;
       y*) var=FUNNEL_SERVER_SPIN_BACKOFF_MS ;;
+      a*) var=FUNNEL_SERVER_AFFINITY ;;
       '') var="a setting" ;;
       *) return 1 ;;
     esac
     n=${part:1}
-    if ! [[ $n =~ ^[0-9]+$ ]] || { [[ $part == [wc]* ]] && ((n == 0)); }; then
-      echo "bench: mode '$mode' needs a number ($var): funnel-w1.., funnel-b0.., funnel-c1..32, funnel-s0.., funnel-i0.., funnel-y0.., joined by + (funnel-i0+s0)" >&2
-      return 2
+    if [[ $part == a* ]]; then
+      [[ $n =~ ^(auto|gpu|off)$ ]] && { vars+=("$var=$n"); continue; }
+    elif [[ $n =~ ^[0-9]+$ ]] && ! { [[ $part == [wc]* ]] && ((n == 0)); }; then
+      vars+=("$var=$n")
+      continue
     fi
-    vars+=("$var=$n")
+    echo "bench: mode '$mode' needs a number or a value ($var): funnel-w1.., funnel-b0.., funnel-c1..32, funnel-s0.., funnel-i0.., funnel-y0.., funnel-aauto|agpu|aoff, joined by + (funnel-i0+s0)" >&2
+    return 2
   done
   echo "${vars[*]}"
 }

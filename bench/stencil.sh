@@ -20,6 +20,8 @@
 #   N          global grid is N^3 (default 256)
 #   STEPS      timed steps (default 200); WARMUP untimed steps before them (default 20)
 #   MPIRUN     default mpirun (Open MPI); MPIRUN_ARGS extra arguments for it
+#   BIND       Open MPI's --bind-to for every mode (default none; core: each rank on a core of
+#              its own, where funnel's workers share their ranks' CPUs, doc/placement.md)
 # Writes OUT/results.jsonl (the app's JSON line per run, with "mode" renamed to the run's mode)
 # and OUT/table.txt (printed last).
 set -u -o pipefail
@@ -50,9 +52,10 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH
 source "$ROOT/bench/mps.sh"
 # shellcheck source=bench/modes.sh
 source "$ROOT/bench/modes.sh"
-# Open MPI: oversubscribe the cores (16 ranks may exceed them), do not bind (the GPU, not the
-# cores, is what is shared), and run as root where the bench machine does.
-MPI_ARGS=(--oversubscribe --bind-to none)
+# Open MPI: oversubscribe the cores (16 ranks may exceed them), do not bind by default (the
+# GPU, not the cores, is what is shared), and run as root where the bench machine does.
+BIND=${BIND:-none}
+MPI_ARGS=(--oversubscribe --bind-to "$BIND")
 [[ $(id -u) == 0 ]] && MPI_ARGS+=(--allow-run-as-root)
 # shellcheck disable=SC2206  # MPIRUN_ARGS is split on purpose
 MPI_ARGS+=(${MPIRUN_ARGS:-})
@@ -146,10 +149,10 @@ for mode in $MODES; do
       [[ $rc == 0 ]] && rm -rf "$OUT_DIR/$mode/np$np.server"
     fi
     if [[ -n $line ]]; then
-      echo "$line" | sed "s/\"mode\":\"gpu\"/\"mode\":\"$mode\"/; s/}\$/,\"rc\":$rc,\"server\":$server}/" >>"$RESULTS"
+      echo "$line" | sed "s/\"mode\":\"gpu\"/\"mode\":\"$mode\"/; s/}\$/,\"rc\":$rc,\"bind\":\"$BIND\",\"server\":$server}/" >>"$RESULTS"
     else
-      printf '{"ranks":%s,"n":%s,"mode":"%s","ms_per_step":null,"reference":"no result","rc":%s}\n' \
-        "$np" "$N" "$mode" "$rc" >>"$RESULTS"
+      printf '{"ranks":%s,"n":%s,"mode":"%s","ms_per_step":null,"reference":"no result","rc":%s,"bind":"%s"}\n' \
+        "$np" "$N" "$mode" "$rc" "$BIND" >>"$RESULTS"
     fi
     ms=$(echo "$line" | grep -o '"ms_per_step":[0-9.]*' | cut -d: -f2)
     ref=$(echo "$line" | grep -o '"reference":"[^"]*"' | cut -d'"' -f4)

@@ -7,6 +7,8 @@
 #    on GPU 0 and an unbound one on GPU 1 put every server thread, both workers included, on
 #    CPU 1; once they left, the server is back on CPU 0; `funnelctl plan` and
 #    FUNNEL_PRINT_PLAN=1 show the plan with both clients;
+#  - two clients bound to CPU 0 and CPU 1 (every core): each worker on its own client's CPU,
+#    and with FUNNEL_SERVER_AFFINITY=gpu both on the GPU's CPUs 0-1;
 #  - FUNNEL_SERVER_AFFINITY=off: the server stays on CPU 1, and the plan says it is not applied;
 #  - on this machine (no GPU found): a server started on CPU 0 is widened to every CPU the
 #    test may use, not left on the core of the rank that started it.
@@ -95,6 +97,31 @@ expect_cpus 'funnel-server' 0 "the server once both clients left"
 grep -q 'placement plan (1 client(s), 1 of them bound)' "$dir"/log/*.log || fail "the log lacks the plan for the bound client"
 grep -q 'placement plan (1 client(s), 0 of them bound)' "$dir"/log/*.log || fail "the log lacks the plan once it left"
 stop_server
+
+# Ranks bound to every core (one on CPU 0, one on CPU 1, both on GPU 0): the workers must share
+# cores with ranks; each shares its own rank's CPU (auto), or both share the GPU's (gpu).
+for mode in auto gpu; do
+  FUNNEL_SERVER_AFFINITY=$mode start_server 1
+  FRACTION_HOLD_MS=3000 taskset -c 0 timeout 60 "$bin/funnel-run" "$prog" >/dev/null 2>"$dir/err1" &
+  c1=$!
+  sleep 0.3  # client 1 first
+  FRACTION_HOLD_MS=3000 taskset -c 1 timeout 60 "$bin/funnel-run" "$prog" >/dev/null 2>"$dir/err2" &
+  c2=$!
+  if [ $mode = auto ]; then
+    expect_cpus 'funnel-w1' 0 "auto, every core bound: the worker of the rank on CPU 0 shares its CPU"
+    expect_cpus 'funnel-w2' 1 "auto, every core bound: the worker of the rank on CPU 1 shares its CPU"
+    "$bin/funnelctl" plan >"$dir/out" 2>&1 || fail "funnelctl plan exited $?"
+    grep -qE '^client 1 \(pid [0-9]+\): GPU 0, the whole GPU, bound to CPUs 0, its worker shares them$' "$dir/out" ||
+      fail "the plan does not say that client 1's worker shares its CPUs"
+  else
+    expect_cpus 'funnel-w1|funnel-w2' 0-1 "gpu, every core bound: both workers share the GPU's cores"
+    "$bin/funnelctl" plan --json | python3 -c 'import json, sys; assert json.load(sys.stdin)["affinity"] == "gpu"' ||
+      fail "plan --json does not say gpu"
+  fi
+  wait $c1 || fail "client 1 exited $?"
+  wait $c2 || fail "client 2 exited $?"
+  stop_server
+done
 
 FUNNEL_SERVER_AFFINITY=off start_server 1
 FRACTION_HOLD_MS=1500 taskset -c 0 timeout 60 "$bin/funnel-run" "$prog" >/dev/null 2>"$dir/err1" &

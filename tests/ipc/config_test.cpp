@@ -440,10 +440,15 @@ WATCHED_TEST(Settings, ServerAffinityAndPrintPlan) {
   EXPECT_FALSE(settings({}).print_plan);
   EXPECT_FALSE(settings({{"FUNNEL_SERVER_AFFINITY", "off"}}).server_affinity);
   EXPECT_TRUE(settings({{"FUNNEL_SERVER_AFFINITY", "auto"}}).server_affinity);
+  EXPECT_TRUE(settings({}).worker_follows_rank);
+  const Settings gpu = settings({{"FUNNEL_SERVER_AFFINITY", "gpu"}});
+  EXPECT_TRUE(gpu.server_affinity);
+  EXPECT_FALSE(gpu.worker_follows_rank);
   EXPECT_EQ(value_text(settings({{"FUNNEL_SERVER_AFFINITY", "off"}}), "FUNNEL_SERVER_AFFINITY"), "off");
   EXPECT_TRUE(settings({{"FUNNEL_PRINT_PLAN", "1"}}).print_plan);
   EXPECT_EQ(value_text(settings({{"FUNNEL_PRINT_PLAN", "1"}}), "FUNNEL_PRINT_PLAN"), "1");
-  for (const char* v : {"", "on", "none", "0"}) expect_bad("FUNNEL_SERVER_AFFINITY", v, "auto | off");
+  EXPECT_EQ(value_text(gpu, "FUNNEL_SERVER_AFFINITY"), "gpu");
+  for (const char* v : {"", "on", "none", "0"}) expect_bad("FUNNEL_SERVER_AFFINITY", v, "auto | gpu | off");
   for (const char* v : {"", "yes", "2", "true"}) expect_bad("FUNNEL_PRINT_PLAN", v, "0 | 1");
   EXPECT_TRUE(settings({}).gpu_replies);
   EXPECT_FALSE(settings({{"FUNNEL_GPU_REPLIES", "0"}}).gpu_replies);

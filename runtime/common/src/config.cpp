@@ -131,11 +131,13 @@ const std::vector<SettingInfo>& setting_table() {
        "numeric address of one of its device allocations (doc/reliability.md); default: the usual top-down "
        "layout (the client runtime then moves clashing allocations, which can run out of tries); programs built "
        "with ThreadSanitizer need it, as their sanitizer keeps its shadow memory where the low layout maps"},
-      {"FUNNEL_SERVER_AFFINITY", "auto", "auto | off",
+      {"FUNNEL_SERVER_AFFINITY", "auto", "auto | gpu | off",
        "auto: the server pins its worker threads to cores near the GPU each serves and away from the cores the "
        "ranks are bound to, and its other threads to a core of their own where one is free, re-planning as "
-       "ranks attach and leave (doc/placement.md); off: its threads keep the CPU affinity they started with "
-       "(for sites that bind the server themselves, e.g. with taskset or a Slurm task prolog)"},
+       "ranks attach and leave; where ranks are bound to every core, each worker shares the CPUs of the rank it "
+       "serves (doc/placement.md); gpu: as auto, but such workers share every core near their GPU; off: its "
+       "threads keep the CPU affinity they started with (for sites that bind the server themselves, e.g. with "
+       "taskset or a Slurm task prolog)"},
       {"FUNNEL_PRINT_PLAN", "0", "0 | 1",
        "1: print the server's placement plan (GPUs and their cores, where the server and each GPU's workers "
        "run, which rank uses which GPU with what fraction and binding) to stderr once this process attached; "
@@ -480,6 +482,7 @@ Settings Settings::from(const Lookup& env) {
   }
   if (auto a = get("FUNNEL_SERVER_AFFINITY")) {
     if (*a == "off") s.server_affinity = false;
+    else if (*a == "gpu") s.worker_follows_rank = false;
     else if (*a != "auto") bad("FUNNEL_SERVER_AFFINITY", *a, accepted_of("FUNNEL_SERVER_AFFINITY"));
   }
   if (auto p = get("FUNNEL_PRINT_PLAN")) {
@@ -535,7 +538,7 @@ std::string value_text(const Settings& s, const std::string& var) {
     return s.gpu_share_bp == 0 ? "(the whole GPU)" : fmt::format("{:g}%", s.gpu_share_bp / 100.0);
   if (var == "FUNNEL_GPU_PLACEMENT") return s.gpu_disjoint ? "disjoint" : "shared";
   if (var == "FUNNEL_CLIENT_PRIORITY") return s.below_normal_priority ? "below-normal" : "normal";
-  if (var == "FUNNEL_SERVER_AFFINITY") return s.server_affinity ? "auto" : "off";
+  if (var == "FUNNEL_SERVER_AFFINITY") return !s.server_affinity ? "off" : s.worker_follows_rank ? "auto" : "gpu";
   if (var == "FUNNEL_PRINT_PLAN") return s.print_plan ? "1" : "0";
   if (var == "FUNNEL_GPU_REPLIES") return s.gpu_replies ? "1" : "0";
   if (var == "FUNNEL_JOB_REPORT") return s.job_report ? "1" : "0";

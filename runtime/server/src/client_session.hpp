@@ -79,6 +79,7 @@ class ClientSession {
     return group_ != nullptr ? group_->tid() : shared_.worker_tid.load(std::memory_order_acquire);
   }
   bool has_worker() const noexcept { return thread_.joinable(); }
+  bool pooled() const noexcept { return group_ != nullptr; }  // served by a WorkerGroup
   const StreamPlacement& stream_placement() const noexcept { return shared_.placement; }
   // The client's device-memory limit on `device` (0: none).
   uint64_t device_mem_limit(int device) const noexcept { return shared_.device_mem_limit[static_cast<size_t>(device)]; }

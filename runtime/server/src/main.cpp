@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
   uint32_t idle_spin_us = settings.server_idle_spin_us;
   uint32_t spin_backoff_ms = settings.server_spin_backoff_ms;
   uint32_t workers = settings.server_workers;
-  std::string affinity = settings.server_affinity ? "auto" : "off";
+  std::string affinity = !settings.server_affinity ? "off" : settings.worker_follows_rank ? "auto" : "gpu";
   bool gpu_replies = settings.gpu_replies;
   uint32_t launch_batch = settings.launch_batch;
   bool job_report = settings.job_report;
@@ -230,9 +230,10 @@ int main(int argc, char** argv) {
                  "worker threads per GPU, each serving several clients; 0: one per client (FUNNEL_SERVER_WORKERS)")
       ->check(CLI::Range(0u, 1024u));
   app.add_option("--affinity", affinity,
-                 "auto: pin the server's threads near their GPUs and away from the ranks' cores; off: leave them "
-                 "(FUNNEL_SERVER_AFFINITY)")
-      ->check(CLI::IsMember({"auto", "off"}));
+                 "auto: pin the server's threads near their GPUs and away from the ranks' cores (a worker shares "
+                 "its rank's CPUs when ranks fill every core); gpu: such workers share the GPU's cores instead; off: "
+                 "leave them (FUNNEL_SERVER_AFFINITY)")
+      ->check(CLI::IsMember({"auto", "gpu", "off"}));
   app.add_option("--gpu-replies", gpu_replies,
                  "1: the GPU answers synchronous copies and stream synchronisations itself; 0: the server's "
                  "worker does (FUNNEL_GPU_REPLIES)");
@@ -311,7 +312,8 @@ int main(int argc, char** argv) {
     opt.staging_slot_bytes = staging_slot_kb * 1024;
     opt.handle_signals = true;
     opt.inherited_listen_fd = listen_fd;
-    opt.thread_affinity = affinity == "auto";
+    opt.thread_affinity = affinity != "off";
+    opt.worker_follows_rank = affinity == "auto";
     opt.gpu_replies = gpu_replies;
     opt.launch_batch = launch_batch;
     if (job_report) {

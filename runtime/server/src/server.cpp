@@ -71,7 +71,8 @@ void Server::start() {
   m.started_wall = std::chrono::system_clock::now();
   std::vector<std::string> bus_ids;
   for (const auto& r : m.device_records) bus_ids.emplace_back(r.pci_bus_id, strnlen(r.pci_bus_id, sizeof r.pci_bus_id));
-  m.placement = std::make_unique<ThreadPlacement>(std::move(bus_ids), m.options.thread_affinity);
+  m.placement = std::make_unique<ThreadPlacement>(std::move(bus_ids), m.options.thread_affinity,
+                                                     m.options.worker_follows_rank);
   m.placement->cap_workers(m.options.worker_threads);
   // At once: a server started by a rank inherited that rank's binding.
   m.place_threads();
@@ -217,7 +218,7 @@ void Server::Impl::place_threads() {
   std::vector<ThreadPlacement::Worker> workers;
   for (auto& [id, s] : clients)
     if (s->phase() == ClientSession::Phase::Running && s->has_worker() && !s->finished())
-      workers.push_back({s->worker_thread(), s->worker_tid(), s->home_device()});
+      workers.push_back({s->worker_thread(), s->worker_tid(), s->home_device(), s->pooled() ? 0 : id});
   placement->apply(workers);
 }
 

@@ -39,8 +39,8 @@ std::string share_text(const ThreadPlacement::Client& c) {
 
 }  // namespace
 
-ThreadPlacement::ThreadPlacement(std::vector<std::string> gpu_bus_ids, bool enabled)
-    : bus_ids_(std::move(gpu_bus_ids)), enabled_(enabled) {}
+ThreadPlacement::ThreadPlacement(std::vector<std::string> gpu_bus_ids, bool enabled, bool follow_rank)
+    : bus_ids_(std::move(gpu_bus_ids)), enabled_(enabled), follow_rank_(follow_rank) {}
 
 bool ThreadPlacement::load_topology() {
   if (loaded_) return topology_.has_value();
@@ -97,6 +97,19 @@ aff::CpuList ThreadPlacement::worker_cpus(int device) const {
   return all_;
 }
 
+aff::CpuList ThreadPlacement::worker_cpus(int device, uint32_t id) const {
+  // Ranks are bound to every core, so the workers run on ranks' cores whatever we do.  On its
+  // own rank's core a worker takes the core from the one rank that waits for it anyway (a
+  // synchronous call), and the rank's wake-up hands the core straight to it; spread over all
+  // of the GPU's cores it preempts ranks that are computing or exchanging halos.
+  if (follow_rank_ && device >= 0 && static_cast<size_t>(device) < plan_.gpus.size() &&
+      plan_.gpus[static_cast<size_t>(device)].shared_with_ranks) {
+    const auto c = clients_.find(id);
+    if (c != clients_.end() && is_bound(c->second)) return c->second.binding;
+  }
+  return worker_cpus(device);
+}
+
 aff::CpuList ThreadPlacement::server_cpus() const { return plan_.server_cpus.empty() ? all_ : plan_.server_cpus; }
 
 void ThreadPlacement::apply(const std::vector<Worker>& workers) {
@@ -119,7 +132,7 @@ void ThreadPlacement::apply(const std::vector<Worker>& workers) {
   }
   for (const Worker& w : workers) {
     try {
-      aff::bind_thread(w.thread, worker_cpus(w.device));
+      aff::bind_thread(w.thread, w.client != 0 ? worker_cpus(w.device, w.client) : worker_cpus(w.device));
     } catch (const std::system_error& e) {
       if (e.code().value() != ESRCH) warn_once(e);
     }
@@ -149,7 +162,7 @@ nlohmann::json ThreadPlacement::to_json() const {
                        {"disjoint", c.disjoint},
                        {"binding", aff::format_cpu_list(c.binding)}});
   return {{"applied", binds()},
-          {"affinity", enabled_ ? "auto" : "off"},
+          {"affinity", !enabled_ ? "off" : follow_rank_ ? "auto" : "gpu"},
           {"topology_error", topology_error_},
           {"job_cpus", aff::format_cpu_list(all_)},
           {"gpus", gpus},
@@ -167,8 +180,11 @@ std::string ThreadPlacement::text() const {
   for (const auto& [id, c] : clients_) {
     const std::string who = c.mpi_rank >= 0 ? fmt::format("rank {} (client {}, pid {})", c.mpi_rank, id, c.pid)
                                             : fmt::format("client {} (pid {})", id, c.pid);
-    out += fmt::format("{}: GPU {}, {}, {}\n", who, c.device, share_text(c),
-                       is_bound(c) ? "bound to CPUs " + aff::format_cpu_list(c.binding) : "not bound");
+    out += fmt::format("{}: GPU {}, {}, {}{}\n", who, c.device, share_text(c),
+                       is_bound(c) ? "bound to CPUs " + aff::format_cpu_list(c.binding) : "not bound",
+                       workers_cap_ == 0 && worker_cpus(c.device, id) != worker_cpus(c.device)
+                           ? ", its worker shares them"
+                           : "");
   }
   return out;
 }

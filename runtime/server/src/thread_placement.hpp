@@ -29,17 +29,22 @@ class ThreadPlacement {
     uint32_t share_bp = 0;      // FUNNEL_GPU_FRACTION in 1/10000; 0: the whole GPU
     bool disjoint = false;
   };
-  // A worker thread to bind: the pthread and, once the thread has published it, its tid.
+  // A worker thread to bind: the pthread and, once the thread has published it, its tid;
+  // the client it serves alone (0: a pooled thread that serves several).
   struct Worker {
     pthread_t thread;
     pid_t tid = 0;
     int device = 0;
+    uint32_t client = 0;
   };
 
   // enabled = false (FUNNEL_SERVER_AFFINITY=off): plans for `funnelctl plan` but binds
   // nothing.  Loads this machine's topology (hwloc honours HWLOC_XMLFILE); when that fails
   // it logs why and binds nothing either.
-  ThreadPlacement(std::vector<std::string> gpu_bus_ids, bool enabled);
+  // follow_rank (FUNNEL_SERVER_AFFINITY=auto; gpu: false): where a GPU's workers must share
+  // cores with ranks (no core is free), the thread of a bound client shares that client's
+  // CPUs, not every core near the GPU.
+  ThreadPlacement(std::vector<std::string> gpu_bus_ids, bool enabled, bool follow_rank = true);
   ThreadPlacement(const ThreadPlacement&) = delete;
   ThreadPlacement& operator=(const ThreadPlacement&) = delete;
 
@@ -61,6 +66,9 @@ class ThreadPlacement {
   // CPUs of the current plan: a GPU's workers' (every CPU of the job when not pinned), the
   // server's other threads'.
   affinity::CpuList worker_cpus(int device) const;
+  // Where the worker of client `id` on `device` goes: its client's CPUs when it follows its
+  // rank (above), else worker_cpus(device).
+  affinity::CpuList worker_cpus(int device, uint32_t id) const;
   affinity::CpuList server_cpus() const;
 
   // The plan and the clients, for the control verb `plan` (funnelctl plan) and the log.
@@ -75,6 +83,7 @@ class ThreadPlacement {
 
   std::vector<std::string> bus_ids_;
   bool enabled_;
+  bool follow_rank_;
   std::optional<affinity::Topology> topology_;
   bool loaded_ = false;
   std::string topology_error_;

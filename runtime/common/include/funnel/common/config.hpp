@@ -76,6 +76,9 @@ struct Settings {
   // FUNNEL_SERVER_AFFINITY=auto (true): a server pins its threads near their GPU and away
   // from the ranks (doc/placement.md); off: it leaves its CPU affinity alone.
   bool server_affinity = true;
+  // auto (true): where ranks are bound to every core, a worker shares its own rank's CPUs;
+  // gpu (false): it shares every core near its GPU.
+  bool worker_follows_rank = true;
   // FUNNEL_PRINT_PLAN=1: the placement plan is printed to stderr once the process attached
   // (under the MPI hooks: by node rank 0, once every rank of the node attached).
   bool print_plan = false;

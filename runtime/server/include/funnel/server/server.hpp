@@ -63,6 +63,9 @@ struct ServerOptions {
   // clients come and go (doc/placement.md; FUNNEL_SERVER_AFFINITY).  Off by default for a
   // Server inside another program (tests); funnel-server turns it on.
   bool thread_affinity = false;
+  // Where ranks are bound to every core: a client's worker shares its rank's CPUs (true,
+  // FUNNEL_SERVER_AFFINITY=auto), or every core near its GPU (false, =gpu).
+  bool worker_follows_rank = true;
   // Where a stopping server writes its job report (doc/accounting.md; funnel-server: the log
   // directory unless FUNNEL_JOB_REPORT=0).  Empty: no report, and no record of clients kept.
   std::filesystem::path job_report_dir;

@@ -113,10 +113,17 @@ for mode in auto gpu; do
     "$bin/funnelctl" plan >"$dir/out" 2>&1 || fail "funnelctl plan exited $?"
     grep -qE '^client 1 \(pid [0-9]+\): GPU 0, the whole GPU, bound to CPUs 0, its worker shares them$' "$dir/out" ||
       fail "the plan does not say that client 1's worker shares its CPUs"
+    "$bin/funnelctl" plan --json | python3 -c '
+import json, sys
+assert [c["worker_shares_binding"] for c in json.load(sys.stdin)["clients"]] == [True, True]' ||
+      fail "plan --json: worker_shares_binding"
   else
     expect_cpus 'funnel-w1|funnel-w2' 0-1 "gpu, every core bound: both workers share the GPU's cores"
-    "$bin/funnelctl" plan --json | python3 -c 'import json, sys; assert json.load(sys.stdin)["affinity"] == "gpu"' ||
-      fail "plan --json does not say gpu"
+    "$bin/funnelctl" plan --json | python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+assert j["affinity"] == "gpu" and not any(c["worker_shares_binding"] for c in j["clients"]), j' ||
+      fail "plan --json does not say gpu, or says a worker shares its client's CPUs"
   fi
   wait $c1 || fail "client 1 exited $?"
   wait $c2 || fail "client 2 exited $?"

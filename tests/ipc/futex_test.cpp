@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "funnel/ipc/futex.hpp"
+#include "one_cpu.hpp"
 #include "watchdog.hpp"
 
 namespace funnel::ipc {
@@ -156,6 +157,25 @@ WATCHED_TEST(Futex, WaitUntilSeesThePredicateOrGivesUp) {
   int polls = 0;
   EXPECT_FALSE(wait_until(word, [] { return false; }, [&] { return ++polls == 3; }, {.spin = 10us, .slice = 5ms}));
   EXPECT_EQ(polls, 3);
+}
+
+// pause = 0 (the answering thread shares this core: Completion::worker_on_client_cpus):
+// no pause loop, the poll yields from the start, so a thread on the same CPU gets to answer;
+// a predicate that never holds still gives up after `spin`.
+WATCHED_TEST(Futex, SpinUntilWithoutPauseYieldsToTheAnswerer) {
+  bool seen = false;
+  {
+    test::OnOneCpu pinned;
+    ASSERT_TRUE(pinned.ok());
+    std::atomic<bool> flag{false};
+    std::thread t([&] { flag = true; });  // inherits the one CPU
+    seen = spin_until([&] { return flag.load(); }, 5s, 0ns);
+    t.join();
+  }
+  EXPECT_TRUE(seen);
+  const auto t0 = Clock::now();
+  EXPECT_FALSE(spin_until([] { return false; }, 2ms, 0ns));
+  EXPECT_GE(Clock::now() - t0, 2ms);
 }
 
 }  // namespace

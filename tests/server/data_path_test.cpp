@@ -1,6 +1,5 @@
 // Commands that move and order data: copies through staging and pinned memory,
 // memsets, streams, events, and the legacy default stream's ordering.
-#include <sched.h>
 #include <sys/mman.h>
 
 #include <gtest/gtest.h>
@@ -14,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../ipc/one_cpu.hpp"
 #include "fixture.hpp"
 #include "test_client.hpp"
 
@@ -364,18 +364,12 @@ TEST_F(ServerTest, StatsCountWaitedCallsByPickupDelay) {
 // sched_yield past its first 20 us of polling hands that thread the core for a slice.  With
 // the back-off at 0 it never backs off.
 TEST_F(ServerTest, AWorkerWhoseCoreIsWantedBacksOff) {
-  cpu_set_t was;
-  ASSERT_EQ(::sched_getaffinity(0, sizeof was, &was), 0);
-  int cpu = 0;
-  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &was)) ++cpu;
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(cpu, &one);
   // Threads inherit their creator's affinity: the server's, the client's and the hog's.
-  ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
-  // Stopped, joined and the affinity restored however the test leaves (a failed ASSERT too).
+  OnOneCpu pinned;
+  ASSERT_TRUE(pinned.ok());
+  // Stopped and joined however the test leaves (a failed ASSERT too), before the affinity
+  // is restored.
   struct Hog {
-    cpu_set_t was;
     std::atomic<bool> stop{false};
     std::thread thread{[this] {
       while (!stop.load(std::memory_order_relaxed)) {
@@ -384,9 +378,8 @@ TEST_F(ServerTest, AWorkerWhoseCoreIsWantedBacksOff) {
     ~Hog() {
       stop = true;
       thread.join();
-      ::sched_setaffinity(0, sizeof was, &was);
     }
-  } hog{was};
+  } hog;
   uint64_t backoffs[2] = {0, 0};
   for (const int ms : {100, 0}) {
     auto o = options();

@@ -80,6 +80,10 @@ class ClientSession {
   }
   bool has_worker() const noexcept { return thread_.joinable(); }
   bool pooled() const noexcept { return group_ != nullptr; }  // served by a WorkerGroup
+  // Completion::worker_on_client_cpus, for placement (while Running).
+  void set_worker_on_client_cpus(bool on) noexcept {
+    if (channel_) view_.completion().worker_on_client_cpus.store(on ? 1 : 0, std::memory_order_relaxed);
+  }
   const StreamPlacement& stream_placement() const noexcept { return shared_.placement; }
   // The client's device-memory limit on `device` (0: none).
   uint64_t device_mem_limit(int device) const noexcept { return shared_.device_mem_limit[static_cast<size_t>(device)]; }

@@ -220,6 +220,9 @@ void Server::Impl::place_threads() {
     if (s->phase() == ClientSession::Phase::Running && s->has_worker() && !s->finished())
       workers.push_back({s->worker_thread(), s->worker_tid(), s->home_device(), s->pooled() ? 0 : id});
   placement->apply(workers);
+  // Tell each client whether its worker now shares its CPUs (its waits yield at once).
+  for (const auto& w : workers)
+    if (w.client != 0) clients.at(w.client)->set_worker_on_client_cpus(placement->follows_rank(w.device, w.client));
 }
 
 void Server::Impl::reap_finished() {

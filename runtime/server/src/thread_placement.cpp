@@ -97,17 +97,20 @@ aff::CpuList ThreadPlacement::worker_cpus(int device) const {
   return all_;
 }
 
-aff::CpuList ThreadPlacement::worker_cpus(int device, uint32_t id) const {
+bool ThreadPlacement::follows_rank(int device, uint32_t id) const {
   // Ranks are bound to every core, so the workers run on ranks' cores whatever we do.  On its
   // own rank's core a worker takes the core from the one rank that waits for it anyway (a
-  // synchronous call), and the rank's wake-up hands the core straight to it; spread over all
-  // of the GPU's cores it preempts ranks that are computing or exchanging halos.
-  if (follow_rank_ && device >= 0 && static_cast<size_t>(device) < plan_.gpus.size() &&
-      plan_.gpus[static_cast<size_t>(device)].shared_with_ranks) {
-    const auto c = clients_.find(id);
-    if (c != clients_.end() && is_bound(c->second)) return c->second.binding;
-  }
-  return worker_cpus(device);
+  // synchronous call; the client yields at once, Completion::worker_on_client_cpus); spread
+  // over all of the GPU's cores it preempts ranks that are computing or exchanging halos.
+  if (!follow_rank_ || device < 0 || static_cast<size_t>(device) >= plan_.gpus.size() ||
+      !plan_.gpus[static_cast<size_t>(device)].shared_with_ranks)
+    return false;
+  const auto c = clients_.find(id);
+  return c != clients_.end() && is_bound(c->second);
+}
+
+aff::CpuList ThreadPlacement::worker_cpus(int device, uint32_t id) const {
+  return follows_rank(device, id) ? clients_.at(id).binding : worker_cpus(device);
 }
 
 aff::CpuList ThreadPlacement::server_cpus() const { return plan_.server_cpus.empty() ? all_ : plan_.server_cpus; }
@@ -160,7 +163,8 @@ nlohmann::json ThreadPlacement::to_json() const {
                        {"device", c.device},
                        {"gpu_share_bp", c.share_bp},
                        {"disjoint", c.disjoint},
-                       {"binding", aff::format_cpu_list(c.binding)}});
+                       {"binding", aff::format_cpu_list(c.binding)},
+                       {"worker_shares_binding", workers_cap_ == 0 && follows_rank(c.device, id)}});
   return {{"applied", binds()},
           {"affinity", !enabled_ ? "off" : follow_rank_ ? "auto" : "gpu"},
           {"topology_error", topology_error_},
@@ -182,7 +186,7 @@ std::string ThreadPlacement::text() const {
                                             : fmt::format("client {} (pid {})", id, c.pid);
     out += fmt::format("{}: GPU {}, {}, {}{}\n", who, c.device, share_text(c),
                        is_bound(c) ? "bound to CPUs " + aff::format_cpu_list(c.binding) : "not bound",
-                       workers_cap_ == 0 && worker_cpus(c.device, id) != worker_cpus(c.device)
+                       workers_cap_ == 0 && follows_rank(c.device, id)
                            ? ", its worker shares them"
                            : "");
   }

@@ -89,7 +89,11 @@ struct alignas(64) Completion {
   std::atomic<int32_t> sticky_error;    // context-poisoning error; never cleared for this client
   uint64_t reserved0;
   std::atomic<uint32_t> server_state;   // ServerState
-  uint32_t reserved;
+  // 1 while the thread that serves this client is bound to the client's own CPUs
+  // (doc/placement.md, "Workers with their ranks"): a waiting client thread then yields its
+  // core at once instead of polling it first, since the worker cannot run while it polls.
+  // A hint only; the client reads nothing else from it.
+  std::atomic<uint32_t> worker_on_client_cpus;
 };
 
 // Terminated: funnelctl terminate stopped this client alone (the server runs on).

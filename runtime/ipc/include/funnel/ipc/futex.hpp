@@ -43,6 +43,9 @@ struct WaitOptions {
   // machine, which cost a synchronous 16 MiB copy 5 % of its bandwidth; the CUDA
   // runtime's own default wait spins and yields the same way.
   std::chrono::nanoseconds spin = std::chrono::milliseconds(2);
+  // The first part of `spin` that polls with pause instructions before it yields (at most
+  // `spin`): 0 when the thread that will answer shares this thread's core.
+  std::chrono::nanoseconds pause = std::chrono::microseconds(20);
   // Each sleep lasts at most this long, so give_up() is polled at least that often.
   std::chrono::nanoseconds slice = std::chrono::milliseconds(20);
   // Incremented while this thread sleeps, so that the waker may skip the futex wake
@@ -51,16 +54,18 @@ struct WaitOptions {
   std::atomic<uint32_t>* sleepers = nullptr;
 };
 
-// Polls pred() for up to `spin` (pause, then sched_yield).  True as soon as it holds.
+// Polls pred() for up to `spin` (pause for the first `pause` of it, then sched_yield).  True
+// as soon as it holds.
 template <class Pred>
-bool spin_until(Pred pred, std::chrono::nanoseconds spin) {
+bool spin_until(Pred pred, std::chrono::nanoseconds spin,
+                std::chrono::nanoseconds pause = std::chrono::microseconds(20)) {
   using Clock = std::chrono::steady_clock;
   if (pred()) return true;
   if (spin <= std::chrono::nanoseconds::zero()) return false;
   const auto start = Clock::now();
-  const auto pause_until = start + std::min<std::chrono::nanoseconds>(spin, std::chrono::microseconds(20));
+  const auto pause_until = start + std::min(spin, pause);
   const auto yield_until = start + spin;
-  for (unsigned i = 1;; ++i) {
+  for (unsigned i = 1; pause > std::chrono::nanoseconds::zero(); ++i) {
     if (pred()) return true;
     if ((i & 63) == 0 && Clock::now() >= pause_until) break;
 #if defined(__x86_64__)
@@ -78,7 +83,7 @@ bool spin_until(Pred pred, std::chrono::nanoseconds spin) {
 // `give_up()` is polled between sleeps (peer died, shutdown); returns false if it fired.
 template <class Pred, class GiveUp>
 bool wait_until(std::atomic<uint32_t>& word, Pred pred, GiveUp give_up, const WaitOptions& o = {}) {
-  if (spin_until(pred, o.spin)) return true;
+  if (spin_until(pred, o.spin, o.pause)) return true;
   if (o.sleepers != nullptr) o.sleepers->fetch_add(1, std::memory_order_seq_cst);
   bool ok = false;
   for (;;) {

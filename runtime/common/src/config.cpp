@@ -500,6 +500,10 @@ Settings Settings::from(const Lookup& env) {
   return s;
 }
 
+const char* server_affinity_name(bool server_affinity, bool worker_follows_rank) noexcept {
+  return !server_affinity ? "off" : worker_follows_rank ? "auto" : "gpu";
+}
+
 std::string value_text(const Settings& s, const std::string& var) {
   if (var == "FUNNEL_RUN_DIR") return s.run_dir.string();
   if (var == "FUNNEL_JOB_ID") return s.job_id;
@@ -538,7 +542,7 @@ std::string value_text(const Settings& s, const std::string& var) {
     return s.gpu_share_bp == 0 ? "(the whole GPU)" : fmt::format("{:g}%", s.gpu_share_bp / 100.0);
   if (var == "FUNNEL_GPU_PLACEMENT") return s.gpu_disjoint ? "disjoint" : "shared";
   if (var == "FUNNEL_CLIENT_PRIORITY") return s.below_normal_priority ? "below-normal" : "normal";
-  if (var == "FUNNEL_SERVER_AFFINITY") return !s.server_affinity ? "off" : s.worker_follows_rank ? "auto" : "gpu";
+  if (var == "FUNNEL_SERVER_AFFINITY") return server_affinity_name(s.server_affinity, s.worker_follows_rank);
   if (var == "FUNNEL_PRINT_PLAN") return s.print_plan ? "1" : "0";
   if (var == "FUNNEL_GPU_REPLIES") return s.gpu_replies ? "1" : "0";
   if (var == "FUNNEL_JOB_REPORT") return s.job_report ? "1" : "0";

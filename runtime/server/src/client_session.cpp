@@ -166,7 +166,7 @@ void ClientSession::join() noexcept {
 }
 
 std::optional<CpuTimes> ClientSession::worker_cpu() const noexcept {
-  if (group_ != nullptr) return std::nullopt;  // the group's thread serves other clients too
+  if (pooled()) return std::nullopt;  // the group's thread serves other clients too
   if (auto t = shared_.counters.worker_cpu.load()) return t;
   const pid_t tid = shared_.worker_tid.load(std::memory_order_acquire);
   return phase_ == Phase::Running && tid != 0 && !finished() ? task_cpu_times(tid) : std::nullopt;

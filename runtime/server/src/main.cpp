@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
   uint32_t idle_spin_us = settings.server_idle_spin_us;
   uint32_t spin_backoff_ms = settings.server_spin_backoff_ms;
   uint32_t workers = settings.server_workers;
-  std::string affinity = !settings.server_affinity ? "off" : settings.worker_follows_rank ? "auto" : "gpu";
+  std::string affinity = value_text(settings, "FUNNEL_SERVER_AFFINITY");
   bool gpu_replies = settings.gpu_replies;
   uint32_t launch_batch = settings.launch_batch;
   bool job_report = settings.job_report;

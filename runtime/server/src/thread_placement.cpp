@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "funnel/affinity/binding.hpp"
+#include "funnel/common/config.hpp"
 
 namespace funnel::server {
 
@@ -102,7 +103,8 @@ bool ThreadPlacement::follows_rank(int device, uint32_t id) const {
   // own rank's core a worker takes the core from the one rank that waits for it anyway (a
   // synchronous call; the client yields at once, Completion::worker_on_client_cpus); spread
   // over all of the GPU's cores it preempts ranks that are computing or exchanging halos.
-  if (!follow_rank_ || device < 0 || static_cast<size_t>(device) >= plan_.gpus.size() ||
+  // A pooled thread (FUNNEL_SERVER_WORKERS) serves several clients: it follows none.
+  if (!follow_rank_ || workers_cap_ != 0 || device < 0 || static_cast<size_t>(device) >= plan_.gpus.size() ||
       !plan_.gpus[static_cast<size_t>(device)].shared_with_ranks)
     return false;
   const auto c = clients_.find(id);
@@ -135,7 +137,7 @@ void ThreadPlacement::apply(const std::vector<Worker>& workers) {
   }
   for (const Worker& w : workers) {
     try {
-      aff::bind_thread(w.thread, w.client != 0 ? worker_cpus(w.device, w.client) : worker_cpus(w.device));
+      aff::bind_thread(w.thread, worker_cpus(w.device, w.client));
     } catch (const std::system_error& e) {
       if (e.code().value() != ESRCH) warn_once(e);
     }
@@ -164,9 +166,9 @@ nlohmann::json ThreadPlacement::to_json() const {
                        {"gpu_share_bp", c.share_bp},
                        {"disjoint", c.disjoint},
                        {"binding", aff::format_cpu_list(c.binding)},
-                       {"worker_shares_binding", workers_cap_ == 0 && follows_rank(c.device, id)}});
+                       {"worker_shares_binding", follows_rank(c.device, id)}});
   return {{"applied", binds()},
-          {"affinity", !enabled_ ? "off" : follow_rank_ ? "auto" : "gpu"},
+          {"affinity", server_affinity_name(enabled_, follow_rank_)},
           {"topology_error", topology_error_},
           {"job_cpus", aff::format_cpu_list(all_)},
           {"gpus", gpus},
@@ -186,9 +188,7 @@ std::string ThreadPlacement::text() const {
                                             : fmt::format("client {} (pid {})", id, c.pid);
     out += fmt::format("{}: GPU {}, {}, {}{}\n", who, c.device, share_text(c),
                        is_bound(c) ? "bound to CPUs " + aff::format_cpu_list(c.binding) : "not bound",
-                       workers_cap_ == 0 && follows_rank(c.device, id)
-                           ? ", its worker shares them"
-                           : "");
+                       follows_rank(c.device, id) ? ", its worker shares them" : "");
   }
   return out;
 }

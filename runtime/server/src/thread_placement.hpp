@@ -69,7 +69,8 @@ class ThreadPlacement {
   // Where the worker of client `id` on `device` goes: its client's CPUs when it follows its
   // rank (above), else worker_cpus(device).
   affinity::CpuList worker_cpus(int device, uint32_t id) const;
-  // Whether the worker of client `id` on `device` goes to its client's CPUs (as above).
+  // Whether the worker of client `id` on `device` goes to its client's CPUs (as above; never
+  // with pooled workers, cap_workers).
   bool follows_rank(int device, uint32_t id) const;
   affinity::CpuList server_cpus() const;
 

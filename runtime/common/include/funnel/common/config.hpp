@@ -139,5 +139,8 @@ std::string mpi_launcher_variable(const Settings::Lookup& env);
 
 // The value of the effective setting, as text (for funnelctl config and logs).
 std::string value_text(const Settings& s, const std::string& variable);
+// FUNNEL_SERVER_AFFINITY's value for Settings::server_affinity and worker_follows_rank:
+// "auto", "gpu" or "off".
+const char* server_affinity_name(bool server_affinity, bool worker_follows_rank) noexcept;
 
 }  // namespace funnel

@@ -36,6 +36,9 @@ bool futex_wait_any_native() noexcept;
 // sched_yield(): gives the core to another runnable thread, if any.
 void yield_now() noexcept;
 
+// How long a poll spins with pause instructions before it starts to yield (WaitOptions::pause).
+inline constexpr std::chrono::nanoseconds kPausePoll = std::chrono::microseconds(20);
+
 struct WaitOptions {
   // How long to poll before sleeping: the first few microseconds with a pause loop,
   // the rest with sched_yield (the core goes to anything runnable, but the answer is
@@ -45,7 +48,7 @@ struct WaitOptions {
   std::chrono::nanoseconds spin = std::chrono::milliseconds(2);
   // The first part of `spin` that polls with pause instructions before it yields (at most
   // `spin`): 0 when the thread that will answer shares this thread's core.
-  std::chrono::nanoseconds pause = std::chrono::microseconds(20);
+  std::chrono::nanoseconds pause = kPausePoll;
   // Each sleep lasts at most this long, so give_up() is polled at least that often.
   std::chrono::nanoseconds slice = std::chrono::milliseconds(20);
   // Incremented while this thread sleeps, so that the waker may skip the futex wake
@@ -57,8 +60,7 @@ struct WaitOptions {
 // Polls pred() for up to `spin` (pause for the first `pause` of it, then sched_yield).  True
 // as soon as it holds.
 template <class Pred>
-bool spin_until(Pred pred, std::chrono::nanoseconds spin,
-                std::chrono::nanoseconds pause = std::chrono::microseconds(20)) {
+bool spin_until(Pred pred, std::chrono::nanoseconds spin, std::chrono::nanoseconds pause = kPausePoll) {
   using Clock = std::chrono::steady_clock;
   if (pred()) return true;
   if (spin <= std::chrono::nanoseconds::zero()) return false;

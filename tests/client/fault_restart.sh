@@ -22,6 +22,9 @@ trap cleanup EXIT
 fail() {
   echo "FAIL: $*"
   for f in "$dir"/*.out "$dir"/*.err "$dir"/log/*; do [ -s "$f" ] && { echo "--- $f"; cat "$f"; }; done
+  ls -la "$dir" "$dir"/log "$FUNNEL_RUN_DIR" 2>&1
+  # Again last: CI shows the end of a failing test's output.
+  echo "FAIL: $*"
   exit 1
 }
 server_pids() { pgrep -f "funnel-server --run-dir $FUNNEL_RUN_DIR " ; }
@@ -31,13 +34,15 @@ wait_for() {  # wait_for SECONDS COMMAND...: until COMMAND succeeds
   until "$@"; do [ "$(date +%s)" -lt "$end" ] || return 1; sleep 0.1; done
 }
 in_log() { log | grep -q -- "$1"; }
+# Up means answering: the socket file exists a moment before the server listens on it.
+answers() { timeout 5 "$bin/funnelctl" stats >/dev/null 2>&1; }
 
 case $scenario in
 restart)
   # Daemonized, as funnel-run starts it; the restarted image must keep the pid.
   "$bin/funnel-server" --run-dir "$FUNNEL_RUN_DIR" --backend "$backend" --sim-devices 2 --sim-fault-kernel $fault_kernel \
     --idle-exit-ms 30000 --log-dir "$FUNNEL_LOG_DIR" || fail "the server did not start"
-  wait_for 30 test -S "$FUNNEL_RUN_DIR/server.sock" || fail "no socket"
+  wait_for 30 answers || fail "the server does not answer"
   pid=$(server_pids)
   [ "$(echo "$pid" | wc -w)" -eq 1 ] || fail "expected one server, found '$pid'"
 
@@ -82,7 +87,7 @@ exec-fails)
   "$dir/bin/funnel-server" --run-dir "$FUNNEL_RUN_DIR" --backend "$backend" --sim-fault-kernel $fault_kernel \
     --idle-exit-ms 30000 --log-dir "$FUNNEL_LOG_DIR" --foreground 2> "$dir/server.err" &
   server=$!
-  wait_for 30 test -S "$FUNNEL_RUN_DIR/server.sock" || fail "no socket"
+  wait_for 30 answers || fail "the server does not answer"
   chmod a-x "$dir/bin/funnel-server"
   timeout 30 "$bin/funnel-run" "$prog" fault 0 > "$dir/a.out" 2> "$dir/a.err" || fail "A rc=$?"
   grep -q "synchronize: cudaErrorIllegalAddress" "$dir/a.out" || fail "A did not get the fault"

@@ -54,8 +54,8 @@ status-clients)
   client a CTL_HOLD_MS=20000 FUNNEL_GPU_FRACTION=0.25
   wait_for "$dir/a.out" '^ready$'
   "$ctl" clients >"$dir/clients.out" 2>&1 || fail "clients exited $?"
-  # ID PID RANK GPU SM MEM PEAK LAUNCHES H2D D2H ERRORS BUSY STATE COMMAND
-  grep -qE "^1 +$pid_a +- +0 +25% +64.0 MiB +64.0 MiB +1 +1\.[0-9] MiB +1.0 MiB +0 +[0-9]+\.[0-9]{3}s +running +.*ctl_hold" \
+  # ID PID RANK GPU SM MEM PEAK LAUNCHES H2D D2H ERRORS PICKUP BUSY STATE COMMAND
+  grep -qE "^1 +$pid_a +- +0 +25% +64.0 MiB +64.0 MiB +1 +1\.[0-9] MiB +1.0 MiB +0 +[0-9]+/[0-9]+ +[0-9]+\.[0-9]{3}s +running +.*ctl_hold" \
     "$dir/clients.out" || fail "clients row"
   clients_json
   for k in '"device_memory_peak_bytes": 67108864' '"gpu_fraction": 0.25' '"home_device": 0' '"launches": 1' \

@@ -99,12 +99,13 @@ check(ranks == sorted(ranks), "clients ordered by rank, then id")
 PY
   fail "the JSON report"
 # The table: a header, then one row per client (the pid is the second column).
-grep -qE '^ *RANK +PID +GPU +FRACTION +LAUNCHES +MB H2D +MB D2H +PEAK MiB +GPU BUSY S +ERRORS +ENDED +COMMAND$' "$txt" ||
+grep -qE '^ *RANK +PID +GPU +FRACTION +LAUNCHES +MB H2D +MB D2H +PEAK MiB +GPU BUSY S +PICKUP US +WORKER CPU S +WORKER RUNQ S +ERRORS +ENDED +COMMAND$' "$txt" ||
   fail "no table header in $txt"
 for p in "$pid_memory" "$pid_kernels" "$pid_hostfunc" "$pid_killed" "$pid_held"; do
   [ "$(awk -v p="$p" '$2 == p' "$txt" | wc -l)" -eq 1 ] || fail "not one row for pid $p in $txt"
 done
-grep -qE "^ +3 +$pid_kernels +0 +1\.00 +[1-9][0-9]* .* detached +.*kernels$" "$txt" || fail "the kernels row"
+grep -qE "^ +3 +$pid_kernels +0 +1\.00 +[1-9][0-9]* .* [0-9]+/[0-9]+ +[0-9]+\.[0-9]{3} +[0-9]+\.[0-9]{3} +0 +detached +.*kernels$" "$txt" ||
+  fail "the kernels row (with its pick-up p50/p99 and its worker's CPU times)"
 grep -qE "^ +- +$pid_killed .* died +.*ctl_hold$" "$txt" || fail "the killed client's row"
 grep -qE "^ +- +$pid_held .* attached at stop +.*ctl_hold$" "$txt" || fail "the held client's row"
 grep -q "^clients   5 attached: 3 detached, 1 died, 0 terminated, 1 attached at stop$" "$txt" || fail "the summary line"

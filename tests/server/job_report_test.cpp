@@ -143,6 +143,27 @@ TEST(JobReport, TextHasAHeaderAndOneAlignedRowPerClient) {
   EXPECT_EQ(rows, 3);
 }
 
+TEST(JobReport, TextHasThePickUpAndTheWorkersCpuTimes) {
+  JobReport r = sample();
+  r.clients[0].record.pickup[3] = 90;   // 4-7 us
+  r.clients[0].record.pickup[12] = 10;  // 2-4 ms
+  r.clients[0].record.worker_cpu = CpuTimes{1500000000, 250000000};
+  const std::string text = report_text(r, report_paths("/logs", "node01", 42), "not drawn: test");
+  const size_t header = text.find("RANK");
+  ASSERT_NE(header, std::string::npos) << text;
+  EXPECT_NE(text.find("GPU BUSY S  PICKUP US  WORKER CPU S  WORKER RUNQ S  ERRORS", header), std::string::npos)
+      << text;
+  // Rank 1's row: p50 8 us, p99 4096 us; then its worker's seconds on a core and in the run queue.
+  EXPECT_NE(text.find(" 8/4096         1.500          0.250 "), std::string::npos) << text;
+  // The others have no waited call and no worker times (as a pooled worker's): dashes.
+  EXPECT_NE(text.find("1.500          -             -              -       0  attached at stop"), std::string::npos)
+      << text;
+  EXPECT_EQ(pickup_quantile_us(r.clients[0].record.pickup, 0.5), 8u);
+  EXPECT_EQ(pickup_quantile_us(r.clients[0].record.pickup, 0.9), 8u);  // the 90th of 100 calls
+  EXPECT_EQ(pickup_quantile_us(r.clients[0].record.pickup, 1.0), 4096u);
+  EXPECT_FALSE(pickup_quantile_us(r.clients[1].record.pickup, 0.5).has_value());
+}
+
 TEST(JobReport, JsonHasTheServerTheClientsAndTheDropped) {
   const auto j = report_json(sample());
   EXPECT_EQ(j.at("server").at("pid"), 42);

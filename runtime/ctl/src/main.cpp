@@ -111,6 +111,13 @@ std::string gpus_text(const json& stats) {
   return out.empty() ? "-" : out;
 }
 
+// "p50/p99" of a client's call_pickup_us (microseconds), "-" before its first waited call.
+std::string pickup_text(const json& pickup) {
+  const json p50 = pickup.value("p50", json(nullptr)), p99 = pickup.value("p99", json(nullptr));
+  if (!p50.is_number() || !p99.is_number()) return "-";
+  return fmt::format("{}/{}", p50.get<uint64_t>(), p99.get<uint64_t>());
+}
+
 // status: one row per run directory found.
 int print_status(const std::vector<Answer>& answers, bool as_json) {
   bool any = false;
@@ -170,11 +177,11 @@ int print_clients(const std::vector<Answer>& answers, bool as_json) {
     any = true;
     if (answers.size() > 1)
       std::printf("%s (funnel-server %d):\n", a.run_dir.c_str(), a.stats.at("server").value("pid", 0));
-    std::printf("%-4s %-8s %-5s %-4s %-5s %-10s %-10s %-9s %-10s %-10s %-6s %-9s %-10s %s\n", "ID", "PID", "RANK", "GPU",
-                "SM", "MEM", "PEAK", "LAUNCHES", "H2D", "D2H", "ERRORS", "BUSY", "STATE", "COMMAND");
+    std::printf("%-4s %-8s %-5s %-4s %-5s %-10s %-10s %-9s %-10s %-10s %-6s %-11s %-9s %-10s %s\n", "ID", "PID", "RANK",
+                "GPU", "SM", "MEM", "PEAK", "LAUNCHES", "H2D", "D2H", "ERRORS", "PICKUP US", "BUSY", "STATE", "COMMAND");
     for (const auto& c : a.stats.value("clients", json::array())) {
       const int rank = c.value("mpi_rank", -1);
-      std::printf("%-4u %-8d %-5s %-4s %-5s %-10s %-10s %-9llu %-10s %-10s %-6llu %-9s %-10s %s\n", c.value("id", 0u),
+      std::printf("%-4u %-8d %-5s %-4s %-5s %-10s %-10s %-9llu %-10s %-10s %-6llu %-11s %-9s %-10s %s\n", c.value("id", 0u),
                   c.value("pid", 0), rank < 0 ? "-" : std::to_string(rank).c_str(),
                   text_of(c.value("home_device", json(nullptr))).c_str(),
                   fmt::format("{:g}%", c.value("gpu_fraction", 1.0) * 100).c_str(),
@@ -183,7 +190,7 @@ int print_clients(const std::vector<Answer>& answers, bool as_json) {
                   static_cast<unsigned long long>(c.value("launches", uint64_t{0})),
                   size_text(c.value("bytes_h2d", uint64_t{0})).c_str(), size_text(c.value("bytes_d2h", uint64_t{0})).c_str(),
                   static_cast<unsigned long long>(c.value("errors", uint64_t{0})),
-                  busy_text(c.value("gpu_busy_s", json(nullptr))).c_str(), c.value("state", "?").c_str(),
+                  pickup_text(c.value("call_pickup_us", json::object())).c_str(), busy_text(c.value("gpu_busy_s", json(nullptr))).c_str(), c.value("state", "?").c_str(),
                   c.value("command", "").c_str());
     }
   }

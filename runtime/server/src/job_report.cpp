@@ -133,10 +133,25 @@ struct Column {
   const char* title;
   bool left;
 };
-constexpr Column kColumns[] = {{"RANK", false},       {"PID", false},    {"GPU", false},    {"FRACTION", false},
-                               {"LAUNCHES", false},   {"MB H2D", false}, {"MB D2H", false}, {"PEAK MiB", false},
-                               {"GPU BUSY S", false}, {"ERRORS", false}, {"ENDED", true},   {"COMMAND", true}};
+constexpr Column kColumns[] = {{"RANK", false},         {"PID", false},          {"GPU", false},
+                               {"FRACTION", false},     {"LAUNCHES", false},     {"MB H2D", false},
+                               {"MB D2H", false},       {"PEAK MiB", false},     {"GPU BUSY S", false},
+                               {"PICKUP US", false},    {"WORKER CPU S", false}, {"WORKER RUNQ S", false},
+                               {"ERRORS", false},       {"ENDED", true},         {"COMMAND", true}};
 constexpr size_t kColumnCount = std::size(kColumns);
+
+// "p50/p99" of the pick-up delays in microseconds ("-": no waited call).
+std::string pickup_text(const std::array<uint64_t, kPickupBuckets>& buckets) {
+  const auto p50 = pickup_quantile_us(buckets, 0.5);
+  const auto p99 = pickup_quantile_us(buckets, 0.99);
+  return p50 && p99 ? fmt::format("{}/{}", *p50, *p99) : std::string("-");
+}
+
+// Run (or run-queue) seconds with 3 decimals, "-" where not measured (a pooled worker).
+std::string seconds_or_dash(const std::optional<CpuTimes>& t, bool wait) {
+  if (!t) return "-";
+  return fmt::format("{:.3f}", static_cast<double>(wait ? t->wait_ns : t->run_ns) * 1e-9);
+}
 
 std::vector<std::string> row_of(const ClientLedger::Entry& e) {
   const ClientRecord& r = e.record;
@@ -150,6 +165,9 @@ std::vector<std::string> row_of(const ClientLedger::Entry& e) {
           fmt::format("{:.2f}", static_cast<double>(r.bytes_d2h) / 1e6),
           fmt::format("{:.1f}", static_cast<double>(r.device_memory_peak) / (1 << 20)),
           fmt::format("{:.3f}", static_cast<double>(r.gpu_busy_ns) * 1e-9),
+          pickup_text(r.pickup),
+          seconds_or_dash(r.worker_cpu, false),
+          seconds_or_dash(r.worker_cpu, true),
           std::to_string(r.errors),
           to_string(e.ended),
           r.command};
@@ -225,17 +243,24 @@ ClientRecord record_of(const ClientSession& s) {
   return r;
 }
 
+std::optional<uint64_t> pickup_quantile_us(const std::array<uint64_t, kPickupBuckets>& buckets, double q) {
+  uint64_t calls = 0;
+  for (uint64_t n : buckets) calls += n;
+  if (calls == 0) return std::nullopt;
+  auto upper_us = [](size_t b) { return uint64_t{1} << b; };  // bucket b: below 2^b us
+  const auto want = static_cast<uint64_t>(q * static_cast<double>(calls - 1)) + 1;  // the want-th call
+  uint64_t seen = 0;
+  for (size_t b = 0; b < kPickupBuckets; ++b)
+    if ((seen += buckets[b]) >= want) return upper_us(b);
+  return upper_us(kPickupBuckets - 1);
+}
+
 nlohmann::json pickup_json(const std::array<uint64_t, kPickupBuckets>& buckets) {
   uint64_t calls = 0;
   for (uint64_t n : buckets) calls += n;
-  auto upper_us = [](size_t b) { return uint64_t{1} << b; };  // bucket b: below 2^b us
   auto quantile = [&](double q) -> nlohmann::json {
-    if (calls == 0) return nullptr;
-    const auto want = static_cast<uint64_t>(q * static_cast<double>(calls - 1)) + 1;  // the want-th call
-    uint64_t seen = 0;
-    for (size_t b = 0; b < kPickupBuckets; ++b)
-      if ((seen += buckets[b]) >= want) return upper_us(b);
-    return upper_us(kPickupBuckets - 1);
+    const auto us = pickup_quantile_us(buckets, q);
+    return us ? nlohmann::json(*us) : nlohmann::json(nullptr);
   };
   return {{"calls", calls}, {"p50", quantile(0.5)}, {"p90", quantile(0.9)}, {"p99", quantile(0.99)},
           {"max", quantile(1.0)}};

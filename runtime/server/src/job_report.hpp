@@ -52,6 +52,8 @@ nlohmann::json to_json(const ClientRecord& r);
 // each the upper bound in microseconds of the log2 bucket that holds that quantile (null
 // without calls).
 nlohmann::json pickup_json(const std::array<uint64_t, kPickupBuckets>& buckets);
+// That bound for quantile q in [0, 1] (1: the largest delay); nullopt without calls.
+std::optional<uint64_t> pickup_quantile_us(const std::array<uint64_t, kPickupBuckets>& buckets, double q);
 // CPU time in seconds: {"worker": .., "worker_runqueue": .., "client": .., "client_runqueue": ..},
 // each null where not measured.
 nlohmann::json cpu_json(const std::optional<CpuTimes>& worker, const std::optional<CpuTimes>& client);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -82,6 +83,44 @@ WATCHED_TEST(Socket, ListenConnectAcceptKeepsMessageBoundaries) {
     EXPECT_EQ(recv_message(server.get(), buf, sizeof buf, 1000ms), static_cast<ssize_t>(sizeof second));
     EXPECT_STREQ(buf, "second");
   }
+  fs::remove_all(dir);
+}
+
+// A client that finds the socket file must be able to connect: the file appears only once
+// the socket listens (else it takes a live server for a dead one, doc/design/channel.md).
+// A watcher connects the moment the file appears, over many listens.
+WATCHED_TEST(Socket, TheFileAppearsOnlyOnceTheSocketListens) {
+  std::string tmpl = (fs::temp_directory_path() / "funnel-sock-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+  const fs::path dir = tmpl;
+  const fs::path path = dir / kSocketName;
+  std::atomic<bool> stop{false};
+  std::atomic<int> connected{0}, refused{0};
+  std::thread watcher([&] {
+    while (!stop.load()) {
+      struct stat st {};
+      if (::lstat(path.c_str(), &st) != 0) continue;
+      int err = 0;
+      if (UniqueFd fd = connect_seqpacket(path, err)) {
+        ++connected;
+      } else if (err == ECONNREFUSED) {
+        ++refused;
+      }
+    }
+  });
+  for (int i = 0; i < 2000; ++i) {
+    UniqueFd listener = listen_seqpacket(path);
+    ASSERT_EQ(::unlink(path.c_str()), 0);
+  }
+  stop = true;
+  watcher.join();
+  EXPECT_EQ(refused.load(), 0) << connected.load() << " connects succeeded";
+  EXPECT_EQ(listening_name(path), dir / (".s" + std::to_string(::getpid())));
+  EXPECT_EQ(listening_name_pid(listening_name(path).filename().string()), ::getpid());
+  for (const char* other : {".s", ".sx1", ".s12a", "server.sock", ".s1234567890", "s123"})
+    EXPECT_EQ(listening_name_pid(other), 0) << other;
+  // Nothing but the socket file (removed above) was left in the directory.
+  EXPECT_TRUE(fs::is_empty(dir));
   fs::remove_all(dir);
 }
 

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "fixture.hpp"
@@ -239,9 +240,21 @@ TEST_F(ServerTest, StaleRunDirIsCleanedAndLiveServerDetected) {
     std::ofstream(run_dir_ / "channel.3") << "x";
     std::ofstream(run_dir_ / "pinned.3.1") << "x";
   }
+  // The name a socket is bound to before it is linked as server.sock (ipc::listening_name):
+  // one of a process that is gone is removed, one of a live process (starting a server) not.
+  const pid_t gone = ::fork();
+  if (gone == 0) ::_exit(0);
+  ASSERT_GT(gone, 0);
+  ASSERT_EQ(::waitpid(gone, nullptr, 0), gone);
+  const auto of_gone = run_dir_ / fmt::format(".s{}", gone), of_live = run_dir_ / fmt::format(".s{}", ::getppid());
+  std::ofstream(of_gone) << "x";
+  std::ofstream(of_live) << "x";
   start_server();
   EXPECT_FALSE(std::filesystem::exists(run_dir_ / "channel.3"));
   EXPECT_FALSE(std::filesystem::exists(run_dir_ / "pinned.3.1"));
+  EXPECT_FALSE(std::filesystem::exists(of_gone));
+  EXPECT_TRUE(std::filesystem::exists(of_live));
+  std::filesystem::remove(of_live);
   TestClient c(run_dir_);
   EXPECT_TRUE(c.ok());
 

@@ -7,6 +7,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
+#include <string_view>
 #include <system_error>
 
 #include <fmt/format.h>
@@ -31,17 +33,48 @@ bool make_address(const std::filesystem::path& path, sockaddr_un& addr) noexcept
 
 }  // namespace
 
+std::filesystem::path listening_name(const std::filesystem::path& path) {
+  return path.parent_path() / fmt::format("{}{}", kListeningPrefix, ::getpid());
+}
+
+pid_t listening_name_pid(const std::string& file_name) noexcept {
+  const std::string_view prefix(kListeningPrefix);
+  if (file_name.size() <= prefix.size() || file_name.size() > prefix.size() + 9 ||
+      file_name.compare(0, prefix.size(), prefix) != 0 ||
+      file_name.find_first_not_of("0123456789", prefix.size()) != std::string::npos)
+    return 0;
+  return static_cast<pid_t>(std::stol(file_name.substr(prefix.size())));
+}
+
 UniqueFd listen_seqpacket(const std::filesystem::path& path) {
   sockaddr_un addr;
   if (!make_address(path, addr))
     throw std::system_error(ENAMETOOLONG, std::generic_category(),
                             fmt::format("socket path {} is longer than {} characters: choose a shorter FUNNEL_RUN_DIR",
                                         path.string(), kMaxSocketPath));
+  // Bound and listening under a name of its own first, then linked to `path`: a client that
+  // finds `path` can connect (a socket file that refuses means a dead server), and link,
+  // unlike rename, fails where `path` exists, as bind would.
+  const std::filesystem::path bound = listening_name(path);
+  sockaddr_un bound_addr;
+  const bool own_name = make_address(bound, bound_addr);
   UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   if (!fd) throw std::system_error(errno, std::generic_category(), "socket(AF_UNIX)");
-  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
-    throw std::system_error(errno, std::generic_category(), fmt::format("bind {}", path.string()));
-  if (::listen(fd.get(), 128) != 0) throw std::system_error(errno, std::generic_category(), "listen");
+  if (own_name) ::unlink(bound.c_str());  // left by an earlier process of this pid
+  const sockaddr_un& at = own_name ? bound_addr : addr;
+  const std::string at_name = own_name ? bound.string() : path.string();
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&at), sizeof at) != 0)
+    throw std::system_error(errno, std::generic_category(), fmt::format("bind {}", at_name));
+  auto fail = [&](const std::string& what) {
+    const int err = errno;
+    if (own_name) ::unlink(bound.c_str());
+    throw std::system_error(err, std::generic_category(), what);
+  };
+  if (::listen(fd.get(), 128) != 0) fail("listen");
+  if (own_name) {
+    if (::link(bound.c_str(), path.c_str()) != 0) fail(fmt::format("link {} to {}", bound.string(), path.string()));
+    ::unlink(bound.c_str());
+  }
   return fd;
 }
 

@@ -1,10 +1,12 @@
 // The run directory, the listening socket, and the attach handshake.
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstring>
 #include <filesystem>
@@ -15,6 +17,7 @@
 #include "funnel/affinity/binding.hpp"
 #include "funnel/common/run_dir.hpp"
 #include "funnel/ipc/protocol.hpp"
+#include "funnel/ipc/socket.hpp"
 #include "funnel/ipc/status.hpp"
 #include "funnel/server/check.hpp"
 #include "server_impl.hpp"
@@ -79,7 +82,10 @@ void Server::Impl::remove_stale_files() {
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(options.run_dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (starts_with(name, ipc::kChannelFilePrefix) || starts_with(name, ipc::kPinnedFilePrefix)) {
+    // A listening_name whose server is gone: killed between its bind and its link.
+    const pid_t bound_by = ipc::listening_name_pid(name);
+    const bool unlinked_socket = bound_by != 0 && ::kill(bound_by, 0) != 0 && errno == ESRCH;
+    if (starts_with(name, ipc::kChannelFilePrefix) || starts_with(name, ipc::kPinnedFilePrefix) || unlinked_socket) {
       std::error_code rm;
       std::filesystem::remove(e.path(), rm);
     }
@@ -133,7 +139,11 @@ void Server::Impl::adopt_listener() {
   FUNNEL_SYSCHECK(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len));
   const size_t path_len = len > offsetof(sockaddr_un, sun_path) ? len - offsetof(sockaddr_un, sun_path) : 0;
   const std::string bound(addr.sun_path, ::strnlen(addr.sun_path, path_len));
-  if (bound != sock.string()) refuse(fmt::format("bound to '{}'", bound));
+  // listen_seqpacket bound it as a listening_name beside the socket file, then linked it.
+  const std::filesystem::path bound_path(bound);
+  const bool beside =
+      bound_path.parent_path() == sock.parent_path() && ipc::listening_name_pid(bound_path.filename().string()) != 0;
+  if (bound != sock.string() && !beside) refuse(fmt::format("bound to '{}'", bound));
   // Its file is how clients find it: without it they would start another server.
   if (::lstat(sock.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) refuse("its socket file is gone");
   listen_fd = std::move(owned);

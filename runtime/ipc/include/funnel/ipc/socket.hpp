@@ -31,7 +31,14 @@ class UniqueFd {
 struct PeerCredentials { pid_t pid; uid_t uid; gid_t gid; };
 
 // Binds and listens on `path` (the caller removed any stale file first).  Throws std::system_error.
+// The file appears only once the socket listens: it is bound as listening_name(path) and
+// linked to `path` (getsockname names listening_name(path), which is gone by then).
 UniqueFd listen_seqpacket(const std::filesystem::path& path);
+// `path`'s directory / ".s<pid>": where listen_seqpacket binds before it links.
+inline constexpr const char* kListeningPrefix = ".s";
+std::filesystem::path listening_name(const std::filesystem::path& path);
+// The pid in a listening_name's file name ("" / 0 for any other name).
+pid_t listening_name_pid(const std::string& file_name) noexcept;
 // Connects to `path`; returns an empty fd and sets `err` (errno) on failure.
 UniqueFd connect_seqpacket(const std::filesystem::path& path, int& err) noexcept;
 PeerCredentials peer_credentials(int fd);

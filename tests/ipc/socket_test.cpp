@@ -15,6 +15,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <vector>
 
 #include "funnel/ipc/protocol.hpp"
 #include "funnel/ipc/socket.hpp"
@@ -88,7 +89,8 @@ WATCHED_TEST(Socket, ListenConnectAcceptKeepsMessageBoundaries) {
 
 // A client that finds the socket file must be able to connect: the file appears only once
 // the socket listens (else it takes a live server for a dead one, doc/design/channel.md).
-// A watcher connects the moment the file appears, over many listens.
+// A watcher connects the moment the file appears, over many listens (before the fix: more
+// than half of the connects were refused).
 WATCHED_TEST(Socket, TheFileAppearsOnlyOnceTheSocketListens) {
   std::string tmpl = (fs::temp_directory_path() / "funnel-sock-XXXXXX").string();
   ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
@@ -97,9 +99,12 @@ WATCHED_TEST(Socket, TheFileAppearsOnlyOnceTheSocketListens) {
   std::atomic<bool> stop{false};
   std::atomic<int> connected{0}, refused{0};
   std::thread watcher([&] {
+    ino_t last = 0;
     while (!stop.load()) {
       struct stat st {};
-      if (::lstat(path.c_str(), &st) != 0) continue;
+      // Once per file: the listeners never accept, and a full backlog would block connect.
+      if (::lstat(path.c_str(), &st) != 0 || st.st_ino == last) continue;
+      last = st.st_ino;
       int err = 0;
       if (UniqueFd fd = connect_seqpacket(path, err)) {
         ++connected;
@@ -108,8 +113,11 @@ WATCHED_TEST(Socket, TheFileAppearsOnlyOnceTheSocketListens) {
       }
     }
   });
-  for (int i = 0; i < 2000; ++i) {
-    UniqueFd listener = listen_seqpacket(path);
+  // Every listener stays open to the end: a connect that found a file must not meet a socket
+  // closed meanwhile (that refusal would be the test's, not the file's).
+  std::vector<UniqueFd> listeners;
+  for (int i = 0; i < 500; ++i) {
+    listeners.push_back(listen_seqpacket(path));
     ASSERT_EQ(::unlink(path.c_str()), 0);
   }
   stop = true;

@@ -190,7 +190,8 @@ int print_clients(const std::vector<Answer>& answers, bool as_json) {
                   static_cast<unsigned long long>(c.value("launches", uint64_t{0})),
                   size_text(c.value("bytes_h2d", uint64_t{0})).c_str(), size_text(c.value("bytes_d2h", uint64_t{0})).c_str(),
                   static_cast<unsigned long long>(c.value("errors", uint64_t{0})),
-                  pickup_text(c.value("call_pickup_us", json::object())).c_str(), busy_text(c.value("gpu_busy_s", json(nullptr))).c_str(), c.value("state", "?").c_str(),
+                  pickup_text(c.value("call_pickup_us", json::object())).c_str(),
+                  busy_text(c.value("gpu_busy_s", json(nullptr))).c_str(), c.value("state", "?").c_str(),
                   c.value("command", "").c_str());
     }
   }

@@ -3,6 +3,7 @@
 // reader's defences against a client that scribbles on the ring.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -59,8 +60,9 @@ constexpr auto kNever = [] { return false; };
 uint8_t pattern(uint64_t seq, size_t i) { return static_cast<uint8_t>(seq * 131 + i * 7 + 1); }
 
 // Writes one Fence record with `payload` patterned bytes; false if give_up() fired.
+// `quiet`: published as a kernel launch is (RingWriter::publish).
 bool write_record(RingWriter& w, uint64_t seq, uint64_t payload,
-                  const std::function<bool()>& give_up = kNever) {
+                  const std::function<bool()>& give_up = kNever, bool quiet = false) {
   const uint32_t size = record_size_for(payload);
   std::byte* p = w.reserve(size, give_up);
   if (p == nullptr) return false;
@@ -72,7 +74,7 @@ bool write_record(RingWriter& w, uint64_t seq, uint64_t payload,
   h.stream = payload;
   std::memcpy(p, &h, sizeof h);
   for (size_t i = 0; i < payload; ++i) p[sizeof h + i] = std::byte{pattern(seq, i)};
-  w.publish();
+  w.publish(quiet);
   return true;
 }
 
@@ -333,6 +335,46 @@ WATCHED_TEST(Ring, ReaderSleepReturnsOnDoorbellAndOnTimeout) {
   const auto t1 = std::chrono::steady_clock::now();
   r.sleep(10s);
   EXPECT_LT(std::chrono::steady_clock::now() - t1, 5s) << "publish must wake a sleeping reader";
+  t.join();
+  EXPECT_FALSE(r.empty());
+}
+
+// A napping reader (kConsumerNapping: a worker on its client's own core) is not woken for a
+// kernel launch, only for other records; a sleeping one is woken for every record.
+WATCHED_TEST(Ring, ANappingReaderIsNotWokenForLaunches) {
+  Segment s(4096);
+  RingReader r(s.view());
+  RingWriter w(s.view());
+  auto& bell_count = s.control().doorbell;
+  std::array<std::byte, kMaxRecordSize> rec{};
+  uint32_t size = 0;
+  const char* why = nullptr;
+  struct Case {
+    bool nap, quiet, rings;
+  };
+  uint64_t seq = 0;
+  for (const Case c : {Case{true, true, false}, Case{true, false, true}, Case{false, true, true},
+                       Case{false, false, true}}) {
+    SCOPED_TRACE(std::string(c.nap ? "napping" : "asleep") + (c.quiet ? ", a launch" : ", another record"));
+    FutexWaitItem bell;
+    ASSERT_TRUE(r.arm_sleep(bell, c.nap));
+    EXPECT_EQ(s.control().consumer_sleeping.load(), c.nap ? kConsumerNapping : kConsumerAsleep);
+    const uint32_t before = bell_count.load();
+    ASSERT_TRUE(write_record(w, ++seq, 8, kNever, c.quiet));
+    EXPECT_EQ(bell_count.load() != before, c.rings);
+    r.end_sleep();
+    EXPECT_EQ(s.control().consumer_sleeping.load(), kConsumerAwake);
+    ASSERT_EQ(r.next(rec.data(), size, &why), RingReader::Next::Record);
+    EXPECT_TRUE(check_record(rec.data(), size, seq));
+  }
+  // A nap ends by itself and finds what was published meanwhile.
+  std::thread t([&] {
+    std::this_thread::sleep_for(20ms);
+    write_record(w, ++seq, 0, kNever, true);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  r.sleep(300ms, true);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 250ms) << "a launch cut the nap short";
   t.join();
   EXPECT_FALSE(r.empty());
 }

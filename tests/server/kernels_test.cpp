@@ -589,6 +589,72 @@ TEST_F(KernelTest, HostFunctionHoldsItsStreamUntilTheClientIsDone) {
   EXPECT_EQ(c.take_deferred(), 0);
 }
 
+// A worker on its client's own core (Completion::worker_on_client_cpus) naps rather than
+// sleeps for kNapWindow after its last command: a kernel launch does not wake it (each wake
+// took the rank's core at once), and it still reads the launch when the nap ends; any other
+// record wakes it.  Without the flag it sleeps as before.
+TEST_F(KernelTest, AWorkerOnItsClientsCoreNapsThroughLaunches) {
+  auto o = options();
+  o.worker_threads = 0;  // a thread of its own (a pooled thread serves several clients, on no client's core)
+  start_server(o);
+  TestClient c(run_dir_);
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(load_module(c, 1).status, Status::Success);
+  ASSERT_EQ(kernel_get(c, 2, 1, "no_params").status, Status::Success);
+  auto& ctl = c.view().control();
+  ASSERT_TRUE(eventually([&] { return ctl.consumer_sleeping.load() == ipc::kConsumerAsleep; }))
+      << "an idle worker off its client's core sleeps";
+  c.view().completion().worker_on_client_cpus.store(1);
+  ASSERT_EQ(c.call(Opcode::Fence).status, Status::Success);  // wakes it; it naps from now on
+  ASSERT_TRUE(eventually([&] { return ctl.consumer_sleeping.load() == ipc::kConsumerNapping; }))
+      << "the worker did not nap after a command";
+  const uint32_t bells = ctl.doorbell.load();
+  for (int i = 0; i < 3; ++i) post_launch(c, launch_cmd(2, {1, 1, 1}, {1, 1, 1}, 0, 0), {});
+  EXPECT_EQ(ctl.doorbell.load(), bells) << "a launch rang the doorbell of a napping worker";
+  EXPECT_TRUE(eventually([&] { return ctl.head.load() == ctl.tail.load(); }))
+      << "the napping worker never read the launches";
+  ASSERT_TRUE(eventually([&] { return ctl.consumer_sleeping.load() == ipc::kConsumerNapping; }));
+  const uint32_t bells_then = ctl.doorbell.load();
+  EXPECT_EQ(c.sync_device(), Status::Success);
+  EXPECT_NE(ctl.doorbell.load(), bells_then) << "a synchronize did not wake the napping worker";
+  EXPECT_EQ(c.take_deferred(), 0);
+}
+
+// A synchronize waits for the work queued before it only (doc/design/channel.md, "Stream
+// marks"): the worker watches the stream itself until more work comes, and work queued
+// after the synchronize (by another host thread of the client) must not hold its answer.
+// Host functions hold the stream where the test wants it: the first until `done1` is
+// stored, the second (queued after the synchronize) until `done2` is.
+TEST_F(KernelTest, ASynchronizeDoesNotWaitForWorkQueuedAfterIt) {
+  start_server();
+  TestClient c(run_dir_);
+  ASSERT_TRUE(c.ok());
+  c.create_stream(5);
+  uint32_t gen = 0;
+  for (const Opcode op : {Opcode::StreamSynchronize, Opcode::DeviceSynchronize}) {
+    SCOPED_TRACE(op == Opcode::StreamSynchronize ? "StreamSynchronize" : "DeviceSynchronize");
+    const uint32_t first = ++gen, second = ++gen;
+    auto& reached1 = c.view().event_state(20);
+    auto& reached2 = c.view().event_state(22);
+    c.post(Opcode::HostFunc, ipc::HostFuncCmd{20, 21, first, 0}, 5);
+    ASSERT_TRUE(eventually([&] { return reached1.load() == first; }));
+    const uint32_t slot = c.next_slot();
+    const uint64_t seq = c.send(op, nullptr, 0, slot, 5);
+    c.post(Opcode::HostFunc, ipc::HostFuncCmd{22, 23, second, 0}, 5);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the worker has read both
+    EXPECT_EQ(c.wait(slot, seq, std::chrono::milliseconds(50)).status, Status::Timeout)
+        << "answered before the work queued before it was done";
+    c.view().event_state(21).store(first);
+    EXPECT_EQ(c.wait(slot, seq, std::chrono::seconds(5)).status, Status::Success)
+        << "the synchronize waited for the host function queued after it";
+    ASSERT_TRUE(eventually([&] { return reached2.load() == second; }));
+    EXPECT_EQ(c.on_stream(Opcode::StreamQuery, 5).status, Status::NotReady) << "the second one still holds it";
+    c.view().event_state(23).store(second);
+    EXPECT_EQ(c.on_stream(Opcode::StreamSynchronize, 5).status, Status::Success);
+  }
+  EXPECT_EQ(c.take_deferred(), 0);
+}
+
 TEST_F(KernelTest, ClientLeavingWithAHeldStreamDoesNotHangTheServer) {
   start_server();
   {

@@ -78,7 +78,7 @@ uint64_t TestClient::send(Opcode op, const void* payload, size_t payload_len, ui
   if (held_)
     ring_.stage();
   else
-    ring_.publish();
+    ring_.publish(op == Opcode::Launch);  // as the client runtime
   return h.seq;
 }
 

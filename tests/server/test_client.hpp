@@ -89,8 +89,10 @@ class TestClient {
   void detach(ipc::DetachCmd cpu = {ipc::kNoCpuTime, ipc::kNoCpuTime});
   bool server_hung_up() const noexcept { return ipc::peer_hung_up(fd_.get()); }
 
- private:
+  // A reply slot for send() (call() takes one too).
   uint32_t next_slot() noexcept { return slot_++ % view_.header().reply_slots; }
+
+ private:
   bool wait_staging(uint32_t slot, ipc::StagingState want);
 
   ipc::UniqueFd fd_;

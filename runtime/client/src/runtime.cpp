@@ -340,7 +340,7 @@ uint64_t Runtime::write_record_locked(Opcode op, int device, uint64_t stream, ui
   std::memcpy(at, &h, sizeof h);
   if (n != 0) std::memcpy(at + sizeof h, payload, n);
   if (!trailing.empty()) std::memcpy(at + sizeof h + n, trailing.data(), trailing.size());
-  writer_.publish();
+  writer_.publish(op == Opcode::Launch);
   // Work for the stream (or a change of it): it may be busy now.  Synchronize and query
   // only look.
   if (stream != 0 && op != Opcode::StreamSynchronize && op != Opcode::StreamQuery)

@@ -210,6 +210,8 @@ class Worker {
   void back_off() noexcept;
   // An idle worker's chores before it sleeps (the busy sweep); how long it may sleep.
   std::chrono::nanoseconds before_sleep();
+  // Whether its next sleep is a nap that launches do not interrupt (kQuietNap, worker.cpp).
+  bool quiet_nap() const noexcept;
   // ipc::RingReader::arm_sleep / end_sleep of this client's ring.
   bool arm_sleep(ipc::FutexWaitItem& bell) noexcept { return reader_.arm_sleep(bell); }
   void end_sleep() noexcept { reader_.end_sleep(); }

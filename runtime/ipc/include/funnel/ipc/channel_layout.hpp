@@ -76,10 +76,18 @@ struct alignas(64) RingControl {
   std::atomic<uint64_t> head;  // written by the server (consumer)
   char pad1[56];
   std::atomic<uint32_t> doorbell;           // client bumps after publishing if the server sleeps; it sleeps on it
-  std::atomic<uint32_t> consumer_sleeping;  // server sets before sleeping
+  std::atomic<uint32_t> consumer_sleeping;  // server sets before sleeping: kConsumerAsleep or kConsumerNapping
   std::atomic<uint32_t> space;              // server bumps after consuming if a producer waits (ring full)
   std::atomic<uint32_t> producer_waiting;   // a client sets before sleeping on `space`
 };
+
+// RingControl::consumer_sleeping.  Asleep: every record the client publishes rings the
+// doorbell.  Napping: the server wakes by itself within a fraction of a millisecond, so a
+// kernel launch does not ring it; every other record still does (doc/design/channel.md,
+// "Wake-ups").
+inline constexpr uint32_t kConsumerAwake = 0;
+inline constexpr uint32_t kConsumerAsleep = 1;
+inline constexpr uint32_t kConsumerNapping = 2;
 
 // Server -> client state.
 struct alignas(64) Completion {

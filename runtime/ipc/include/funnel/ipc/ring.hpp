@@ -43,10 +43,14 @@ class RingWriter {
   // every write to the doorbell's cache line would cost the round trip a line transfer.
   // Dekker pairing (all seq_cst): we store tail, then load consumer_sleeping; the server
   // stores consumer_sleeping, then loads tail before it sleeps.  One of us sees the other.
-  void publish() noexcept {
+  // `quiet`: a kernel launch, which a napping server (kConsumerNapping) finds when its nap
+  // ends; everything else wakes it (the client may wait for it by a reply, a staging slot,
+  // an event word).
+  void publish(bool quiet = false) noexcept {
     stage();
     ctl_->tail.store(tail_, std::memory_order_seq_cst);
-    if (ctl_->consumer_sleeping.load(std::memory_order_seq_cst) != 0) {
+    const uint32_t sleeping = ctl_->consumer_sleeping.load(std::memory_order_seq_cst);
+    if (sleeping == kConsumerAsleep || (sleeping != kConsumerAwake && !quiet)) {
       ctl_->doorbell.fetch_add(1, std::memory_order_seq_cst);
       futex_wake_all(ctl_->doorbell);
     }
@@ -128,22 +132,23 @@ class RingReader {
 
   bool empty() const noexcept { return ctl_->tail.load(std::memory_order_seq_cst) == head_; }
 
-  // Sleeps until the client rings the doorbell or `timeout` passes.
-  void sleep(std::chrono::nanoseconds timeout) noexcept {
+  // Sleeps until the client rings the doorbell or `timeout` passes.  `nap`: a short sleep
+  // (kConsumerNapping) that kernel launches do not interrupt.
+  void sleep(std::chrono::nanoseconds timeout, bool nap = false) noexcept {
     FutexWaitItem bell;
-    if (arm_sleep(bell)) futex_wait(*bell.word, bell.expected, timeout);
+    if (arm_sleep(bell, nap)) futex_wait(*bell.word, bell.expected, timeout);
     end_sleep();
   }
   // sleep() in two halves, for a thread that sleeps on several rings at once (the server's
   // worker groups): marks the reader asleep, so that the client rings the doorbell, and
   // gives the doorbell to wait on; false when a record is there already (no sleep).
   // end_sleep() after the wait, or after a false.
-  bool arm_sleep(FutexWaitItem& bell) noexcept {
-    ctl_->consumer_sleeping.store(1, std::memory_order_seq_cst);
+  bool arm_sleep(FutexWaitItem& bell, bool nap = false) noexcept {
+    ctl_->consumer_sleeping.store(nap ? kConsumerNapping : kConsumerAsleep, std::memory_order_seq_cst);
     bell = {&ctl_->doorbell, ctl_->doorbell.load(std::memory_order_seq_cst)};
     return empty();
   }
-  void end_sleep() noexcept { ctl_->consumer_sleeping.store(0, std::memory_order_relaxed); }
+  void end_sleep() noexcept { ctl_->consumer_sleeping.store(kConsumerAwake, std::memory_order_relaxed); }
 
  private:
   // Like publish(): `space` is bumped only for a sleeping producer (it stores

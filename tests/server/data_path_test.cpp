@@ -381,9 +381,11 @@ TEST_F(ServerTest, AWorkerWhoseCoreIsWantedBacksOff) {
     }
   } hog;
   uint64_t backoffs[2] = {0, 0};
+  int naps[2] = {0, 0};  // a backing-off worker naps through launches (doc/design/channel.md, "Naps")
   for (const int ms : {100, 0}) {
     auto o = options();
     o.spin_backoff = std::chrono::milliseconds(ms);
+    o.worker_threads = 0;  // its own thread: a pooled one sleeps on several rings and never naps
     start_server(o);
     {
       TestClient c(run_dir_, "app");
@@ -392,6 +394,7 @@ TEST_F(ServerTest, AWorkerWhoseCoreIsWantedBacksOff) {
       for (int i = 0; i < 20; ++i) {
         ASSERT_EQ(c.call(Opcode::Fence).status, Status::Success);
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        naps[ms == 0] += c.view().control().consumer_sleeping.load() == ipc::kConsumerNapping ? 1 : 0;
       }
       const auto j = nlohmann::json::parse(control(run_dir_, "stats"));
       ASSERT_EQ(j["clients"].size(), 1u);
@@ -401,6 +404,8 @@ TEST_F(ServerTest, AWorkerWhoseCoreIsWantedBacksOff) {
   }
   EXPECT_GE(backoffs[0], 1u) << "the worker kept polling a core another thread wanted";
   EXPECT_EQ(backoffs[1], 0u) << "FUNNEL_SERVER_SPIN_BACKOFF_MS=0 backed off";
+  EXPECT_GE(naps[0], 1) << "a worker backing off slept through launches' doorbells unnapped";
+  EXPECT_EQ(naps[1], 0) << "a worker that does not back off napped";
 }
 
 // EventRecord with a state slot: the stream itself stores the generation into the

@@ -44,7 +44,8 @@ constexpr auto kPauseSpin = std::chrono::microseconds(20);
 // its core.  20 us here made membench's pageable copies, whose worker polls the staging
 // copies, back off on an idle node and run 7-14x slower; so the bar is well above that.
 constexpr auto kWantedCore = std::chrono::microseconds(200);
-// A worker on its client's own core (doc/placement.md, "Workers with their ranks") that
+// A worker on its client's own core (doc/placement.md, "Workers with their ranks"), or one
+// backing off because its core is wanted (spin_backoff), that
 // sleeps within kNapWindow of its last command naps for at most kQuietNap, and the client
 // does not wake it for a record it will not wait for (ipc::kConsumerNapping): a woken worker
 // takes the core from its rank at once, so each launch cost the rank two context switches
@@ -141,10 +142,13 @@ void Worker::serve() {
 }
 
 bool Worker::quiet_nap() const noexcept {
-  // Written by the server only (ClientSession::set_worker_on_client_cpus); a client that
-  // changes it only changes how soon its own launches are read.
-  return view_.completion().worker_on_client_cpus.load(std::memory_order_relaxed) != 0 &&
-         Clock::now() - idle_since_ < kNapWindow;
+  const auto now = Clock::now();
+  if (now - idle_since_ >= kNapWindow) return false;
+  // Its core is its client's (placement), or another thread wanted the core it polled on
+  // (back_off(): unbound ranks, or ranks bound to a whole socket, on every core): either
+  // way a woken worker takes a core from a rank.  worker_on_client_cpus is written by the
+  // server only; a client that changes it only changes how soon its own launches are read.
+  return view_.completion().worker_on_client_cpus.load(std::memory_order_relaxed) != 0 || now < no_spin_until_;
 }
 
 Worker::Turn Worker::turn(unsigned max_records) {

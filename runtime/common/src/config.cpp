@@ -61,8 +61,10 @@ const std::vector<SettingInfo>& setting_table() {
        "how long (milliseconds) a server worker stops polling once it found its core wanted: when one of its "
        "sched_yield calls while polling let another thread run for more than 200 us (the node's cores are all "
        "busy, e.g. 16 ranks that busy-wait in MPI on 16 cores), it polls neither its empty ring nor its pending "
-       "GPU work for this long: idle, it sleeps until its client's next command; with work pending, it looks "
-       "every 50 us. 0: always poll for the whole FUNNEL_SERVER_SPIN_US / FUNNEL_SERVER_IDLE_SPIN_US"},
+       "GPU work for this long: idle, it sleeps until its client's next command (within 20 ms of its last one it "
+       "naps, at most 200 us at a time, through kernel launches, which then wake no one and go out together at "
+       "the client's next other call); with work pending, it looks every 50 us. 0: always poll for the whole "
+       "FUNNEL_SERVER_SPIN_US / FUNNEL_SERVER_IDLE_SPIN_US"},
       {"FUNNEL_SERVER_WORKERS", "0", "integer 0..1024",
        "worker threads of the server per GPU, each serving several of that GPU's clients in turn; 0: every "
        "client has a worker thread of its own. Fewer threads than clients leave cores to ranks that fill the "

@@ -45,13 +45,13 @@ constexpr auto kPauseSpin = std::chrono::microseconds(20);
 // copies, back off on an idle node and run 7-14x slower; so the bar is well above that.
 constexpr auto kWantedCore = std::chrono::microseconds(200);
 // A worker on its client's own core (doc/placement.md, "Workers with their ranks"), or one
-// backing off because its core is wanted (spin_backoff), that
-// sleeps within kNapWindow of its last command naps for at most kQuietNap, and the client
-// does not wake it for a record it will not wait for (ipc::kConsumerNapping): a woken worker
-// takes the core from its rank at once, so each launch cost the rank two context switches
-// and the worker's driver call (measured on the H100, stencil at 16 bound ranks: 6 launches
-// took 30-37 us of the rank's time, MPS 19-21 us; napping, 3.5 us).  The launches then go
-// out together at the rank's next waited call, or at the latest when the nap ends.
+// backing off because its core is wanted (spin_backoff), that goes to sleep within
+// kNapWindow of its last command naps for at most kQuietNap, and the client does not wake
+// it for a kernel launch (ipc::kConsumerNapping): a woken worker takes a rank's core at
+// once, so each launch cost the rank two context switches and the worker's driver call
+// (measured on the H100, stencil at 16 bound ranks: 6 launches took 26-47 us of the rank's
+// time, MPS 18-25 us; napping, 3.3-4.2 us).  The launches then go out together at the
+// client's next other record, or at the latest when the nap ends.
 constexpr auto kQuietNap = std::chrono::microseconds(200);
 constexpr auto kNapWindow = std::chrono::milliseconds(20);
 // The longest an idle worker sleeps while one of its streams has an open busy span

@@ -84,7 +84,7 @@ struct alignas(64) RingControl {
 // RingControl::consumer_sleeping.  Asleep: every record the client publishes rings the
 // doorbell.  Napping: the server wakes by itself within a fraction of a millisecond, so a
 // kernel launch does not ring it; every other record still does (doc/design/channel.md,
-// "Wake-ups").
+// "The ring", Naps).
 inline constexpr uint32_t kConsumerAwake = 0;
 inline constexpr uint32_t kConsumerAsleep = 1;
 inline constexpr uint32_t kConsumerNapping = 2;

@@ -620,11 +620,10 @@ TEST_F(KernelTest, AWorkerOnItsClientsCoreNapsThroughLaunches) {
   EXPECT_EQ(c.take_deferred(), 0);
 }
 
-// A synchronize waits for the work queued before it only (doc/design/channel.md, "Stream
-// marks"): the worker watches the stream itself until more work comes, and work queued
-// after the synchronize (by another host thread of the client) must not hold its answer.
-// Host functions hold the stream where the test wants it: the first until `done1` is
-// stored, the second (queued after the synchronize) until `done2` is.
+// A synchronize waits for the work queued before it only, as CUDA's does: work queued on
+// the stream after it (by another host thread of the client) must not hold its answer.
+// Host functions hold the stream where the test wants it: the first until its done word
+// (slot 21) is stored, the second (queued after the synchronize) until slot 23's is.
 TEST_F(KernelTest, ASynchronizeDoesNotWaitForWorkQueuedAfterIt) {
   start_server();
   TestClient c(run_dir_);

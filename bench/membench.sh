@@ -4,7 +4,8 @@
 #   bench/membench.sh [membench options, e.g. --reps 20 --max-bytes 268435456]
 # Environment: BUILD_DIR (default build-gpu if it exists, else build), OUT (logs; default
 #   $PWD/bench-out), TIMEOUT (seconds per run, default 600), FUNNEL_RUN_OPTS (funnel-run options).
-#   ROUNDS (default 3): native and funnel run alternately ROUNDS times each, and the table
+#   ROUNDS (default 3): native and funnel run alternately ROUNDS times each (native first in odd
+#   rounds, funnel first in even ones), and the table
 #   compares the per-line medians over the rounds (native pageable bandwidth on the H100
 #   machine moves by up to 40 % between runs; alternating keeps drift out of the ratio).
 # Writes OUT/native.jsonl, OUT/funnel.jsonl (every round), OUT/*.log and OUT/ratios.txt; prints the table.
@@ -36,12 +37,25 @@ ROUNDS=${ROUNDS:-3}
 rc=0
 : >"$OUT_DIR/native.jsonl"
 : >"$OUT_DIR/funnel.jsonl"
-for ((r = 1; r <= ROUNDS; r++)); do
+run_native() {
   echo "=== round $r/$ROUNDS: membench native"
   LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
     timeout "$TIMEOUT" "$MB" "$@" >"$OUT_DIR/native.$r.log" 2>&1 || { echo "native membench failed (exit $?)"; rc=1; }
+}
+run_funnel() {
   echo "=== round $r/$ROUNDS: membench through funnel ($FR ${OPTS[*]})"
   timeout "$TIMEOUT" "$FR" "${OPTS[@]}" "$MB" "$@" >"$OUT_DIR/funnel.$r.log" 2>&1 || { echo "funnel membench failed (exit $?)"; rc=1; }
+}
+for ((r = 1; r <= ROUNDS; r++)); do
+  # The order alternates too: whichever ran second in a round was measured faster on the H100
+  # (doc/performance.md, "Stream priority and GPU replies for small pinned copies").
+  if ((r % 2)); then
+    run_native "$@"
+    run_funnel "$@"
+  else
+    run_funnel "$@"
+    run_native "$@"
+  fi
   grep '^{' "$OUT_DIR/native.$r.log" >>"$OUT_DIR/native.jsonl"
   grep '^{' "$OUT_DIR/funnel.$r.log" >>"$OUT_DIR/funnel.jsonl"
 done

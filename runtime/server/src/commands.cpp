@@ -111,7 +111,7 @@ void Worker::when_complete(StreamEntry& s, uint32_t slot, uint64_t seq, std::fun
     return;
   }
   p.events.push_back(std::move(e));
-  pending_.push_back(std::move(p));
+  add_pending(std::move(p));
 }
 
 void Worker::when_drained(int device, uint32_t slot, uint64_t seq, std::function<Status(Status)> done) {
@@ -145,7 +145,7 @@ void Worker::when_drained(int device, uint32_t slot, uint64_t seq, std::function
     if (fault_device >= 0) observe(fault_device, fault);
     return;
   }
-  pending_.push_back(std::move(p));
+  add_pending(std::move(p));
 }
 
 void Worker::free_allocation(uint64_t address, const DeviceAllocation& a) {
@@ -553,7 +553,7 @@ Status Worker::event_synchronize(const ipc::CommandHeader& h, const ipc::EventCm
   p.slot = h.reply_slot;
   p.seq = h.seq;
   p.events.push_back(e->event);
-  pending_.push_back(std::move(p));
+  add_pending(std::move(p));
   return Status::Success;
 }
 
@@ -588,7 +588,7 @@ Status Worker::event_elapsed(const ipc::CommandHeader& h, const ipc::EventPairCm
       values[0] = std::bit_cast<uint32_t>(waited);
       return done;
     };
-    pending_.push_back(std::move(p));
+    add_pending(std::move(p));
     return Status::Success;
   }
   if (st != Status::Success) return st;
@@ -647,7 +647,7 @@ Status Worker::device_reset(const ipc::CommandHeader& h) {
       dropped.clear();
       return st;
     };
-    pending_.push_back(std::move(p));
+    add_pending(std::move(p));
   }
   return Status::Success;
 }

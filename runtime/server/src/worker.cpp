@@ -156,7 +156,7 @@ Worker::Turn Worker::turn(unsigned max_records) {
   // One relaxed load per turn: a device fault or recovery anywhere changes it.
   const DeviceHealth& health = *shared_.health;
   if (health.epoch() != seen_epoch_) on_health_change();
-  bool busy = !pending_.empty() && poll_pending();
+  bool busy = pending_due() && poll_pending();
   // Held-back launches (batch_) do not count: while some are held, the turn reads on until
   // the ring is empty or a record that is not one of them flushes them (a batch is full
   // after at most FUNNEL_LAUNCH_BATCH records).
@@ -406,6 +406,15 @@ void Worker::wake_sleeping_client() {
 
 void Worker::answer(const ipc::CommandHeader& h, const std::array<uint64_t, 5>& values) {
   if (h.reply_slot != ipc::kNoReply) reply(h.reply_slot, h.seq, Status::Success, values);
+}
+
+void Worker::add_pending(Pending&& p) {
+  if (!p.gpu_reply) ++urgent_pending_;
+  pending_.push_back(std::move(p));
+}
+
+bool Worker::pending_due() noexcept {
+  return !pending_.empty() && poll_throttle_.due(true, urgent_pending_ != 0, Clock::now());
 }
 
 bool Worker::poll_pending() {

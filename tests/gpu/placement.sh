@@ -3,7 +3,8 @@
 #   tests/gpu/placement.sh BUILD_DIR OUT_DIR
 # `mpirun --bind-to core -np 4 stencil_funnel` with FUNNEL_PRINT_PLAN=1: while the job runs,
 # every thread of the cuda funnel-server (read from /proc/<pid>/task/*/status) is on the CPUs
-# the server's plan gives it (funnelctl plan --json) and on none of the CPUs a rank is bound to
+# the server's plan gives it (funnelctl plan --json; a worker alone on the core the plan gives
+# it, worker_own_core, where it has one) and on none of the CPUs a rank is bound to
 # (/proc/<rank pid>/status); node rank 0 printed the plan with the 4 ranks; and a server started
 # by hand on the last CPU moves its main thread to the plan's server CPUs at once.
 # Prints one "RESULT placement name PASS|FAIL|SKIP detail" line per check; exit 1 if any failed.
@@ -89,10 +90,26 @@ else
   while read -r _ _ _ list; do rank_cpus+="$(expand "$list") "; done < <(grep '^  pid' "$OUT_DIR/threads.txt")
   workers=$(python3 -c 'import json; print(json.load(open("'"$OUT_DIR/plan.json"'"))["gpus"][0]["worker_cpus"])')
   server=$(python3 -c 'import json; print(json.load(open("'"$OUT_DIR/plan.json"'"))["server_cpus"])')
+  # Each worker alone on a core of the set where the plan gives it one (worker_own_core).
+  own_core() {
+    python3 -c 'import json,sys; c=[c for c in json.load(open(sys.argv[1]))["clients"] if "funnel-w%d" % c["id"] == sys.argv[2]]; print(c[0].get("worker_own_core", "") if c else "")' \
+      "$OUT_DIR/plan.json" "$1"
+  }
   bad=""
   nw=0
+  owned=" "
   while read -r name _ list; do
-    [[ $name == funnel-w* ]] && { nw=$((nw + 1)); [[ $list == "$workers" ]] || bad+=" $name on $list (plan $workers);"; }
+    if [[ $name == funnel-w* ]]; then
+      nw=$((nw + 1))
+      want=$(own_core "$name")
+      if [[ -n $want ]]; then
+        [[ $list == "$want" ]] || bad+=" $name on $list (its own core $want);"
+        [[ $owned == *" $want "* ]] && bad+=" $name shares core $want with another worker;"
+        owned+="$want "
+      else
+        [[ $list == "$workers" ]] || bad+=" $name on $list (plan $workers);"
+      fi
+    fi
     [[ $name != funnel-w* && $list != "$server" ]] && bad+=" $name on $list (plan $server);"
     for c in $(expand "$list"); do [[ $rank_cpus == *" $c "* ]] && bad+=" $name on rank CPU $c;"; done
   done < <(sed -n 's/^  \(.*\) CPUs \(.*\)$/\1 x \2/p' "$OUT_DIR/threads.txt" | grep -v '^pid ')
@@ -101,7 +118,7 @@ else
   elif [[ -n $bad ]]; then
     result mpi-bound FAIL "${bad:0:300} (threads.txt, plan.txt)"
   else
-    result mpi-bound PASS "ranks on CPUs$(echo "$rank_cpus" | tr -s ' ' ',' | sed 's/,$//'); 4 workers on CPUs $workers, the server's other threads on $server; none on a rank's CPU"
+    result mpi-bound PASS "ranks on CPUs$(echo "$rank_cpus" | tr -s ' ' ',' | sed 's/,$//'); 4 workers on CPUs $workers (each alone on:$owned), the server's other threads on $server; none on a rank's CPU"
   fi
 fi
 wait "$mpirun_pid"

@@ -56,7 +56,8 @@ const std::vector<SettingInfo>& setting_table() {
        "how long (microseconds) a server worker keeps polling its client's empty command ring, yielding its core "
        "past the first 20 us, before it sleeps; the client's next command then wakes it (a futex wake, 10-30 us "
        "or more on a busy node). Longer catches a command that follows a pause (an MPI exchange) sooner, at the "
-       "price of a polling thread per client for that long"},
+       "price of a polling thread per client for that long. A worker that placement put alone on a core no rank "
+       "is bound to (every rank bound, free cores left: doc/placement.md) polls for FUNNEL_SERVER_SPIN_US instead"},
       {"FUNNEL_SERVER_SPIN_BACKOFF_MS", "100", "integer 0..60000",
        "how long (milliseconds) a server worker stops polling once it found its core wanted: when one of its "
        "sched_yield calls while polling let another thread run for more than 200 us (the node's cores are all "

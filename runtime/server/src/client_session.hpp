@@ -84,6 +84,8 @@ class ClientSession {
   void set_worker_on_client_cpus(bool on) noexcept {
     if (channel_) view_.completion().worker_on_client_cpus.store(on ? 1 : 0, std::memory_order_relaxed);
   }
+  // SessionShared::own_core, for placement.
+  void set_worker_owns_core(bool on) noexcept { shared_.own_core.store(on, std::memory_order_relaxed); }
   const StreamPlacement& stream_placement() const noexcept { return shared_.placement; }
   // The client's device-memory limit on `device` (0: none).
   uint64_t device_mem_limit(int device) const noexcept { return shared_.device_mem_limit[static_cast<size_t>(device)]; }

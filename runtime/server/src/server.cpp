@@ -220,9 +220,14 @@ void Server::Impl::place_threads() {
     if (s->phase() == ClientSession::Phase::Running && s->has_worker() && !s->finished())
       workers.push_back({s->worker_thread(), s->worker_tid(), s->home_device(), s->pooled() ? 0 : id});
   placement->apply(workers);
-  // Tell each client whether its worker now shares its CPUs (its waits yield at once).
-  for (const auto& w : workers)
-    if (w.client != 0) clients.at(w.client)->set_worker_on_client_cpus(placement->follows_rank(w.device, w.client));
+  // Tell each client whether its worker now shares its CPUs (its waits yield at once), and
+  // each worker whether it has a core to itself (it polls longer when idle).
+  for (const auto& w : workers) {
+    if (w.client == 0) continue;
+    ClientSession& c = *clients.at(w.client);
+    c.set_worker_on_client_cpus(placement->follows_rank(w.device, w.client));
+    c.set_worker_owns_core(!placement->own_core(w.device, w.client).empty());
+  }
 }
 
 void Server::Impl::reap_finished() {

@@ -78,6 +78,9 @@ struct SessionShared {
   std::atomic<bool> stop{false};
   std::atomic<bool> shutting_down{false};  // the server stops: answer waiting replies with DevicesUnavailable
   std::atomic<bool> detached{false};
+  // Placement gave this client's worker a core of its own that no rank is bound to
+  // (ThreadPlacement::own_core): idle, it polls for pending_spin rather than idle_spin.
+  std::atomic<bool> own_core{false};
   std::atomic<bool> finished{false};
   // The channel's driver registration, handed to the worker when it starts: undoing it is
   // its last step, on its own thread, because cuMemHostUnregister may wait for the GPU, and

@@ -111,8 +111,37 @@ bool ThreadPlacement::follows_rank(int device, uint32_t id) const {
   return c != clients_.end() && is_bound(c->second);
 }
 
+namespace {
+std::string own_text(const aff::CpuList& own) {
+  return own.empty() ? std::string() : ", its worker alone on CPUs " + aff::format_cpu_list(own);
+}
+}  // namespace
+
+aff::CpuList ThreadPlacement::own_core(int device, uint32_t id) const {
+  if (workers_cap_ != 0 || !topology_ || device < 0 || static_cast<size_t>(device) >= plan_.gpus.size())
+    return {};
+  const aff::GpuPlacement& g = plan_.gpus[static_cast<size_t>(device)];
+  if (g.shared_with_ranks || g.worker_cpus.empty() || !clients_.contains(id)) return {};
+  size_t k = 0, on_device = 0;
+  for (const auto& [cid, c] : clients_) {
+    // An unbound client may run on any core, these included: no core is a worker's own then.
+    if (!is_bound(c)) return {};
+    if (c.device != device) continue;
+    if (cid < id) ++k;
+    ++on_device;
+  }
+  std::vector<const aff::CpuList*> cores;
+  for (const aff::CpuList& core : topology_->cores())
+    if (std::all_of(core.begin(), core.end(), [&](unsigned pu) { return aff::contains(g.worker_cpus, pu); }))
+      cores.push_back(&core);
+  if (cores.size() < on_device) return {};
+  return *cores[k];
+}
+
 aff::CpuList ThreadPlacement::worker_cpus(int device, uint32_t id) const {
-  return follows_rank(device, id) ? clients_.at(id).binding : worker_cpus(device);
+  if (follows_rank(device, id)) return clients_.at(id).binding;
+  if (aff::CpuList own = own_core(device, id); !own.empty()) return own;
+  return worker_cpus(device);
 }
 
 aff::CpuList ThreadPlacement::server_cpus() const { return plan_.server_cpus.empty() ? all_ : plan_.server_cpus; }
@@ -166,7 +195,8 @@ nlohmann::json ThreadPlacement::to_json() const {
                        {"gpu_share_bp", c.share_bp},
                        {"disjoint", c.disjoint},
                        {"binding", aff::format_cpu_list(c.binding)},
-                       {"worker_shares_binding", follows_rank(c.device, id)}});
+                       {"worker_shares_binding", follows_rank(c.device, id)},
+                       {"worker_own_core", aff::format_cpu_list(own_core(c.device, id))}});
   return {{"applied", binds()},
           {"affinity", server_affinity_name(enabled_, follow_rank_)},
           {"topology_error", topology_error_},
@@ -188,7 +218,7 @@ std::string ThreadPlacement::text() const {
                                             : fmt::format("client {} (pid {})", id, c.pid);
     out += fmt::format("{}: GPU {}, {}, {}{}\n", who, c.device, share_text(c),
                        is_bound(c) ? "bound to CPUs " + aff::format_cpu_list(c.binding) : "not bound",
-                       follows_rank(c.device, id) ? ", its worker shares them" : "");
+                       follows_rank(c.device, id) ? ", its worker shares them" : own_text(own_core(c.device, id)));
   }
   return out;
 }

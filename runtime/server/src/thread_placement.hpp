@@ -67,8 +67,15 @@ class ThreadPlacement {
   // server's other threads'.
   affinity::CpuList worker_cpus(int device) const;
   // Where the worker of client `id` on `device` goes: its client's CPUs when it follows its
-  // rank (above), else worker_cpus(device).
+  // rank (above), else its own core (own_core) where it has one, else worker_cpus(device).
   affinity::CpuList worker_cpus(int device, uint32_t id) const;
+  // The one physical core of the GPU's worker CPUs that the worker of client `id` gets to
+  // itself, or empty.  Only where every client is bound and the GPU's worker CPUs are free of
+  // ranks (placement rules 1-2) and hold a core for each of the GPU's clients: the k-th client
+  // of the GPU by id gets the k-th core.  Sharing the set, two polling workers could land on
+  // one core, and a sched_yield that hands it to the other one looks like a rank that wants
+  // the core (Worker::back_off): the worker then naps for 100 ms.
+  affinity::CpuList own_core(int device, uint32_t id) const;
   // Whether the worker of client `id` on `device` goes to its client's CPUs (as above; never
   // with pooled workers, cap_workers).
   bool follows_rank(int device, uint32_t id) const;

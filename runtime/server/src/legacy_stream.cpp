@@ -136,8 +136,9 @@ void StreamTable::after_work(StreamEntry& s) noexcept {
   else if (s.blocking)
     s.dirty = true;
   s.done_word = nullptr;  // the caller sets it again if this work ends in a word store
+  s.last_work_ns = now_ns();
   if (s.busy_since_ns == 0) {
-    s.busy_since_ns = now_ns();
+    s.busy_since_ns = s.last_work_ns;
     ++open_spans_;
   }
 }

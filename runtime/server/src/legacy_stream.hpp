@@ -31,6 +31,7 @@ struct StreamEntry {
   uint64_t marked_generation = 0;  // legacy: generation captured by `mark`
   std::vector<std::shared_ptr<BackendEvent>> orphans;  // legacy: last work of destroyed blocking streams
   int64_t busy_since_ns = 0;  // GPU busy accounting: start of the open span (steady clock; 0: none)
+  int64_t last_work_ns = 0;   // when work was last queued on it (steady clock)
   // Set when the last work queued stores done_value in *done_word (an event's state word, a
   // GPU reply word): once the word holds it, the stream's work is all done, while the driver
   // may still call the stream busy for some microseconds (Worker::stream_state).

@@ -427,9 +427,7 @@ Status Worker::stream_synchronize(const ipc::CommandHeader& h) {
   // Work queued on it less than 20 us ago is most likely still running: no need to ask the
   // driver (a cuStreamQuery, ~1 us, before the stream write that answers; without skipping it
   // launch + StreamSynchronize stayed at 1.11x native).
-  const auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                       std::chrono::steady_clock::now().time_since_epoch()).count();
-  const bool just_queued = s->last_work_ns != 0 && now - s->last_work_ns < 20000;
+  const bool just_queued = StreamTable::queued_within(*s, std::chrono::microseconds(20));
   if (!just_queued && stream_state(*s) == Status::Success) {
     launches_since_sync_ = 0;
     streams_.close_busy(*s);

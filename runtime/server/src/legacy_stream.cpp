@@ -143,6 +143,10 @@ void StreamTable::after_work(StreamEntry& s) noexcept {
   }
 }
 
+bool StreamTable::queued_within(const StreamEntry& s, std::chrono::nanoseconds d) noexcept {
+  return s.last_work_ns != 0 && now_ns() - s.last_work_ns < d.count();
+}
+
 void StreamTable::close_busy(StreamEntry& s) noexcept {
   if (s.busy_since_ns == 0) return;
   const int64_t span = now_ns() - s.busy_since_ns;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -74,6 +75,8 @@ class StreamTable {
   Status before_work(StreamEntry& s);
   // Also opens the stream's busy span if it has none.
   void after_work(StreamEntry& s) noexcept;
+  // Whether work was queued on `s` (after_work) less than `d` ago.
+  static bool queued_within(const StreamEntry& s, std::chrono::nanoseconds d) noexcept;
 
   // GPU busy time (doc/accounting.md): a stream's span opens when work goes onto it while it
   // has none open, and closes when the stream is seen idle; a closed span adds to busy_ns.

@@ -38,7 +38,12 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-fail() { echo "FAIL ($scenario, $np ranks): $*"; echo "--- output"; cat "$tmp/out" 2>/dev/null; echo "--- server log"; cat "$tmp"/log/*.log 2>/dev/null; exit 1; }
+fail() {  # the reason and the ranks' output come last: CI shows the end of the output
+  echo "--- server log"; cat "$tmp"/log/*.log 2>/dev/null
+  echo "--- output"; cat "$tmp/out" 2>/dev/null
+  echo "FAIL ($scenario, $np ranks): $*"
+  exit 1
+}
 count() { grep -c -- "$1" "$tmp"/log/*.log 2>/dev/null | awk -F: '{s += $NF} END {print s + 0}'; }
 
 mode=$scenario

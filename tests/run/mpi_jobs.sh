@@ -24,7 +24,12 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-fail() { echo "FAIL ($scenario): $*"; echo "--- output"; cat "$tmp/out"; echo "--- server log"; cat "$tmp"/log/*.log; exit 1; }
+fail() {  # the reason and the ranks' output come last: CI shows the end of the output
+  echo "--- server log"; cat "$tmp"/log/*.log
+  echo "--- output"; cat "$tmp/out"
+  echo "FAIL ($scenario): $*"
+  exit 1
+}
 count() { cat "$tmp"/log/*.log 2>/dev/null | grep -c -- "$1"; }
 left() { ls /dev/shm | grep -F "funnel-$uid-$FUNNEL_JOB_ID"; }
 # job NP PROGRAM FUNNEL_RUN [ENV...]: the job ran, every rank was ok, one server saw NP

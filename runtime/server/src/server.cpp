@@ -22,6 +22,17 @@
 
 namespace funnel::server {
 
+namespace {
+// "3 errors, the first: opcode 5 status 1" (opcode 0: work that failed after it was queued,
+// reported at the next call; the numbers are ipc::Opcode's and cudaError_t's).
+std::string errors_of(const ClientCounters& c) {
+  const uint64_t n = c.errors.load(), first = c.first_error.load();
+  if (n == 0 || first == 0) return fmt::format("{} errors", n);
+  return fmt::format("{} error{}, the first: opcode {} status {}", n, n == 1 ? "" : "s", first >> 32,
+                     static_cast<uint32_t>(first));
+}
+}  // namespace
+
 Server::Server(ServerOptions options, std::unique_ptr<Backend> backend) : impl_(std::make_unique<Impl>()) {
   impl_->options = std::move(options);
   impl_->backend = std::move(backend);
@@ -242,16 +253,16 @@ void Server::Impl::reap_finished() {
     remember(s, s.terminated() ? ClientEnd::Terminated : s.detached() ? ClientEnd::Detached : ClientEnd::Died);
     if (s.terminated()) {
       add(totals.clients_terminated, 1);
-      spdlog::info("client {} (pid {}) terminated: its resources are freed ({} commands, {} errors)", id, s.pid(),
-                   c.commands.load(), c.errors.load());
+      spdlog::info("client {} (pid {}) terminated: its resources are freed ({} commands, {})", id, s.pid(),
+                   c.commands.load(), errors_of(c));
     } else if (s.detached()) {
       add(totals.clients_detached, 1);
-      spdlog::info("client {} detached: pid {} rank {} command '{}' ({} commands, {} errors)", id, s.pid(), s.mpi_rank(),
-                   s.command(), c.commands.load(), c.errors.load());
+      spdlog::info("client {} detached: pid {} rank {} command '{}' ({} commands, {})", id, s.pid(), s.mpi_rank(),
+                   s.command(), c.commands.load(), errors_of(c));
     } else {
       add(totals.clients_died, 1);
-      spdlog::warn("client {} died: pid {} rank {} command '{}' ({} commands, {} errors); its resources are freed",
-                   id, s.pid(), s.mpi_rank(), s.command(), c.commands.load(), c.errors.load());
+      spdlog::warn("client {} died: pid {} rank {} command '{}' ({} commands, {}); its resources are freed", id,
+                   s.pid(), s.mpi_rank(), s.command(), c.commands.load(), errors_of(c));
     }
     drop_client(id);
   }

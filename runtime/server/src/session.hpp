@@ -46,6 +46,9 @@ struct ClientCounters {
   std::atomic<uint64_t> gpu_busy_ns{0};  // GPU time of the client's work (doc/accounting.md says how it is measured)
   std::array<std::atomic<uint64_t>, kPickupBuckets> pickup{};  // waited calls by pick-up delay
   std::atomic<uint64_t> spin_backoffs{0};  // Worker::back_off: its polling found the core wanted
+  // The first command that failed (Worker::fail): opcode << 32 | status; 0: none.  The
+  // detach line of the log names it, so that a client's errors can be told apart afterwards.
+  std::atomic<uint64_t> first_error{0};
   // CPU and run-queue time, final: of the worker's own thread when it stopped (none for a
   // pooled worker, whose thread serves others too), of the client's threads as its Detach reports them.
   CpuTimesCell worker_cpu, client_cpu;

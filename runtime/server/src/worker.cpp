@@ -296,6 +296,9 @@ void Worker::execute(const ipc::CommandHeader& h, const std::byte* payload) {
     if (ipc::is_sticky(r)) observe(command_device(h, payload), r);
     return r;
   };
+  // FUNNEL_LOG_LEVEL=trace: every command, to follow a client's calls in the log.
+  spdlog::trace("client {}: command {} seq {} slot {} device {} stream {}", shared_.id, op, h.seq,
+                static_cast<int64_t>(h.reply_slot == ipc::kNoReply ? -1 : h.reply_slot), h.device, h.stream);
   Status st;
   const int64_t want = ipc::payload_size(h.opcode);
   if (want < 0) {
@@ -376,6 +379,9 @@ Status Worker::dispatch(const ipc::CommandHeader& h, const std::byte* p) {
 
 void Worker::fail(const ipc::CommandHeader& h, Status st) {
   add(counters_.errors, 1);
+  uint64_t none = 0;
+  counters_.first_error.compare_exchange_strong(
+      none, uint64_t{static_cast<uint16_t>(h.opcode)} << 32 | static_cast<uint32_t>(st), std::memory_order_relaxed);
   auto& c = view_.completion();
   if (ipc::is_sticky(st)) c.sticky_error.store(static_cast<int32_t>(st), std::memory_order_release);
   if (h.reply_slot != ipc::kNoReply) {

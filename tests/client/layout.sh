@@ -4,7 +4,8 @@
 # program with the low layout, so its libraries and mappings lie below 112 TiB (from 42 TiB up;
 # the executable and its heap stay near 85 TiB in either layout), far from the top of the
 # address space (127 TiB) where the server's CUDA driver puts device memory; with
-# FUNNEL_CLIENT_LAYOUT=default they lie at the top as usual; a bad value is refused by name.
+# FUNNEL_CLIENT_LAYOUT=default they lie at the top as usual; a bad value is refused by name;
+# a server started from the low layout leaves it.
 set -u
 bin=$1 preload=${2:-}
 # shellcheck source=tests/client/sim_env.sh
@@ -29,4 +30,20 @@ libc=$(grep -m1 'libc\.so' "$dir/default.maps" | cut -d- -f1)
 if [ -z "$libc" ] || [ $((16#$libc)) -lt $limit ]; then fail "with the default layout libc is at 0x$libc, not at the top"; fi
 if FUNNEL_CLIENT_LAYOUT=sideways "$bin/funnel-run" /bin/true 2>"$dir/bad.err"; then fail "a bad value was accepted"; fi
 grep -q "FUNNEL_CLIENT_LAYOUT='sideways'.*low | default" "$dir/bad.err" || fail "unclear refusal: $(cat "$dir/bad.err")"
-echo "PASS: low layout: every mapping below 112 TiB ($(grep -c . "$dir/low.maps") mappings); default: libc at 0x$libc"
+# A server that a process of the low layout starts (a rank's MPI hooks, the client runtime)
+# would inherit it: it runs itself again with the usual one, so that its mappings (the CUDA
+# driver's device memory among them) stay at the top, away from its clients'.
+export FUNNEL_RUN_DIR=$dir/run2 FUNNEL_LOG_DIR=$dir/log2
+trap 'FUNNEL_RUN_DIR=$dir/run2 timeout 5 "$bin/funnelctl" shutdown >/dev/null 2>&1; FUNNEL_RUN_DIR=$dir/run timeout 5 "$bin/funnelctl" shutdown >/dev/null 2>&1; rm -rf "$dir"' EXIT
+setarch "$(uname -m)" -L "$bin/funnel-run" /bin/true 2>"$dir/inherit.err" ||
+  fail "funnel-run under setarch -L: $(cat "$dir/inherit.err")"
+slog=$(ls "$dir"/log2/funnel-server-*.log 2>/dev/null | head -1)
+spid=${slog##*-}
+spid=${spid%.log}
+[ -n "$slog" ] && [ -r "/proc/$spid/personality" ] || fail "no running server in $dir/run2 (log '$slog')"
+pers=$(cat "/proc/$spid/personality")
+(((16#$pers & 16#200000) == 0)) || fail "the server started from the low layout kept it (personality $pers)"
+slibc=$(grep -m1 'libc\.so' "/proc/$spid/maps" | cut -d- -f1)
+if [ -z "$slibc" ] || [ $((16#$slibc)) -lt $limit ]; then fail "the server's libc is at 0x$slibc, not at the top"; fi
+echo "PASS: low layout: every mapping below 112 TiB ($(grep -c . "$dir/low.maps") mappings); default: libc at 0x$libc;" \
+  "a server started from the low layout has the usual one (libc at 0x$slibc)"

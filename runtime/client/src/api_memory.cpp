@@ -4,7 +4,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "api.hpp"
@@ -71,6 +73,36 @@ uint64_t reserve_free_range_locked(Runtime& rt, uint64_t size) noexcept {
   return aligned;
 }
 
+// A 2 MiB aligned range of at least `size` bytes, reserved (PROT_NONE) at a random place of
+// [kFarBegin, kFarEnd): a zone where neither we nor the server map anything by default (the
+// executable and its heap lie below it, the mmap area of libraries, threads and segments far
+// above).  reserve_free_range_locked's range lies just below our other mappings, which is
+// where the server's own mappings are when both address spaces are laid out alike (ASLR off,
+// as `setarch -R` or a site's policy does, or two mmap bases that fell close): there the
+// server refuses every such range (found by CI: every cudaMalloc of mpi_cuda failed with
+// AlreadyMapped).  0 when no free range was found (a smaller address space, say).
+constexpr uint64_t kFarBegin = uint64_t{16} << 40, kFarEnd = uint64_t{64} << 40;
+
+uint64_t reserve_far_range_locked(Runtime& rt, uint64_t size) noexcept {
+  const uint64_t span = (size + kGranule - 1) / kGranule * kGranule;
+  if (span > kFarEnd - kFarBegin) return 0;
+  // Different in every process (tables_mu, which the caller holds, guards it).
+  static std::mt19937_64 rng(static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+                             (static_cast<uint64_t>(::getpid()) << 32));
+  const uint64_t places = (kFarEnd - kFarBegin - span) / kGranule + 1;
+  for (int tries = 0; tries < 16; ++tries) {
+    const uint64_t at = kFarBegin + rng() % places * kGranule;
+    void* want = reinterpret_cast<void*>(at);
+    void* got = ::mmap(want, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    if (got == want) {
+      for (uint64_t g = at / kGranule; g < (at + span) / kGranule; ++g) rt.reserved_granules.emplace(g, 1);
+      return at;
+    }
+    if (got != MAP_FAILED) ::munmap(got, span);  // a kernel before 4.17 took it as a hint
+  }
+  return 0;
+}
+
 }  // namespace
 
 void funnel::client::release_device_range_locked(Runtime& rt, uint64_t addr, uint64_t size) noexcept {
@@ -82,16 +114,21 @@ namespace {
 // The server's addresses for a new allocation lay on memory of this process eight times in
 // a row (the driver's small allocations come from one shared 2 MiB block, so asking again
 // lands there again; the GPU soak saw it): reserve a free range here and have the server
-// place the allocation exactly there.  A range the server cannot use is kept while
-// the next is chosen, so each try is a different one.
+// place the allocation exactly there.  Eight tries take the range the kernel offers (on the
+// H100 the driver took 1 in 15 of those and never one of the far zone: it places memory only
+// in its own address window, doc/reliability.md), four more one in the far zone
+// (reserve_far_range_locked; the sim backend takes those).  A range the server cannot use is
+// kept while the next is chosen, so each try is a different one.
 cudaError_t place_device_alloc(Runtime& rt, uint64_t size, int device, uint64_t& addr) {
+  constexpr int kNearTries = 8, kFarTries = 4;
   std::vector<uint64_t> refused;
   cudaError_t e = cudaErrorMemoryAllocation;
-  for (int attempt = 0; attempt < 8; ++attempt) {
+  for (int attempt = 0; attempt < kNearTries + kFarTries; ++attempt) {
     uint64_t at = 0;
     {
       std::lock_guard lk(rt.tables_mu);
-      at = reserve_free_range_locked(rt, size);
+      if (attempt >= kNearTries) at = reserve_far_range_locked(rt, size);
+      if (at == 0) at = reserve_free_range_locked(rt, size);
     }
     if (at == 0) break;
     funnel::ipc::MemAllocCmd c{size, at};

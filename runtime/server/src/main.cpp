@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <signal.h>
+#include <sys/personality.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -153,9 +154,25 @@ void reexecute(int argc, char** argv, int listen_fd) {
   ::execv("/proc/self/exe", cargs.data());
 }
 
+// funnel-run gives a program the low memory layout (ADDR_COMPAT_LAYOUT, FUNNEL_CLIENT_LAYOUT)
+// so that its mappings stay away from the server's device addresses at the top of the address
+// space; a server that a rank starts (MPI hooks, client runtime) inherits that personality,
+// and then its mappings - the CUDA driver's device memory, the sim backend's - would grow from
+// where the ranks' do (CI saw every cudaMalloc of a rank refused that way).  Such a server
+// runs itself again with the usual layout, before anything else.
+void leave_client_layout(char** argv) {
+  const int current = ::personality(0xffffffff);
+  if (current == -1 || (current & ADDR_COMPAT_LAYOUT) == 0) return;
+  if (::personality(static_cast<unsigned long>(current) & ~static_cast<unsigned long>(ADDR_COMPAT_LAYOUT)) == -1)
+    return;
+  ::execv("/proc/self/exe", argv);
+  std::fprintf(stderr, "funnel-server: warning: cannot run again with the usual memory layout: %s\n",
+               std::strerror(errno));
+}
 }  // namespace
 
 int main(int argc, char** argv) {
+  leave_client_layout(argv);
   // Fixed malloc thresholds: glibc raises its mmap threshold each time a large block is freed,
   // after which the clients' large buffers (sim device memory, staging) land in the worker
   // threads' arenas and stay resident after the clients leave (the kill storm measured +68 MB

@@ -19,6 +19,7 @@ fi
 fail() {
   echo "FAIL: $*"
   for f in "$dir"/*.out "$dir"/*.json "$dir"/log/*; do [ -f "$f" ] && { echo "--- $f"; cat "$f"; }; done
+  echo "FAIL: $*"  # again last: CI shows the end of a failing test's output
   exit 1
 }
 "$bin/funnel-server" ${FUNNEL_BACKEND:+--backend "$FUNNEL_BACKEND"} --idle-exit-ms 60000 || fail "the server did not start"

@@ -10,7 +10,7 @@ bin=$1 prog=$2 preload=${3:-}
 # shellcheck source=tests/client/sim_env.sh
 . "$(dirname "$0")/sim_env.sh"
 sim_env "$bin" "$preload"
-fail() { echo "FAIL: $*"; echo "--- out"; cat "$dir/out"; echo "--- err"; cat "$dir/err"; exit 1; }
+fail() { echo "FAIL: $*"; echo "--- out"; cat "$dir/out"; echo "--- err"; cat "$dir/err"; echo "FAIL: $*"; exit 1; }
 
 # run "VAR=value ..." SM_COUNT LAUNCH_JSON_FRAGMENT...
 run() {

@@ -10,7 +10,7 @@ bin=$1 xml=$2
 dir=$(mktemp -d /tmp/funnel-plan.XXXXXX)
 trap 'FUNNEL_RUN_DIR=$dir/run timeout 5 "$bin/funnelctl" shutdown >/dev/null 2>&1; rm -rf "$dir"' EXIT
 export FUNNEL_RUN_DIR=$dir/run FUNNEL_BACKEND=sim FUNNEL_LOG_DIR=$dir/log
-fail() { echo "FAIL: $*"; cat "$dir/out"; exit 1; }
+fail() { echo "FAIL: $*"; cat "$dir/out"; echo "FAIL: $*"; exit 1; }
 "$bin/funnelctl" plan >"$dir/out" 2>&1 && fail "plan without a server exited 0"
 "$bin/funnel-server" --sim-devices 2 --idle-exit-ms 60000 || fail "the server did not start"
 # A server started by hand returns once it listens (funnelctl finds it at once), and a second

@@ -18,6 +18,7 @@ ctl=$bin/funnelctl
 fail() {
   echo "FAIL: $*"
   for f in "$dir"/*.out "$dir"/*.err "$dir"/log/*.log; do [ -f "$f" ] && { echo "--- $f"; cat "$f"; }; done
+  echo "FAIL: $*"  # again last: CI shows the end of a failing test's output
   exit 1
 }
 wait_for() {

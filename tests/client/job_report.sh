@@ -19,6 +19,7 @@ log=$FUNNEL_LOG_DIR
 fail() {
   echo "FAIL: $*"
   for f in "$dir"/*.out "$dir"/*.err "$log"/*; do [ -f "$f" ] && { echo "--- $f"; cat "$f"; }; done
+  echo "FAIL: $*"  # again last: CI shows the end of a failing test's output
   exit 1
 }
 start_server() { "$bin/funnel-server" --sim-devices 1 --idle-exit-ms 60000 "$@" || fail "the server did not start"; }

@@ -34,7 +34,12 @@ grep -q "FUNNEL_CLIENT_LAYOUT='sideways'.*low | default" "$dir/bad.err" || fail 
 # would inherit it: it runs itself again with the usual one, so that its mappings (the CUDA
 # driver's device memory among them) stay at the top, away from its clients'.
 export FUNNEL_RUN_DIR=$dir/run2 FUNNEL_LOG_DIR=$dir/log2
-trap 'FUNNEL_RUN_DIR=$dir/run2 timeout 5 "$bin/funnelctl" shutdown >/dev/null 2>&1; FUNNEL_RUN_DIR=$dir/run timeout 5 "$bin/funnelctl" shutdown >/dev/null 2>&1; rm -rf "$dir"' EXIT
+stop_both() {
+  local r
+  for r in run2 run; do FUNNEL_RUN_DIR=$dir/$r timeout 5 "$bin/funnelctl" shutdown >/dev/null 2>&1; done
+  rm -rf "$dir"
+}
+trap stop_both EXIT
 setarch "$(uname -m)" -L "$bin/funnel-run" /bin/true 2>"$dir/inherit.err" ||
   fail "funnel-run under setarch -L: $(cat "$dir/inherit.err")"
 slog=$(ls "$dir"/log2/funnel-server-*.log 2>/dev/null | head -1)

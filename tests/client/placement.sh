@@ -22,6 +22,7 @@ unset FUNNEL_SIM_LAUNCH_LOG
 fail() {
   echo "FAIL: $*"
   for f in "$dir"/out "$dir"/err* "$dir"/log/*.log; do [ -f "$f" ] && { echo "--- $f"; cat "$f"; }; done
+  echo "FAIL: $*"  # again last: CI shows the end of a failing test's output
   exit 1
 }
 mine=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)

@@ -14,7 +14,12 @@ export FUNNEL_RUN_DIR=$dir/run FUNNEL_BACKEND=sim FUNNEL_LOG_DIR=$dir/log FUNNEL
 [ -n "$preload" ] && export LD_PRELOAD=$preload ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
 cleanup() { timeout 5 "$bin/funnelctl" shutdown >/dev/null 2>&1; rm -rf "$dir"; }
 trap cleanup EXIT
-fail() { echo "FAIL: $*"; for f in "$dir"/*.err; do [ -s "$f" ] && { echo "--- $f"; cat "$f"; }; done; exit 1; }
+fail() {
+  echo "FAIL: $*"
+  for f in "$dir"/*.err; do [ -s "$f" ] && { echo "--- $f"; cat "$f"; }; done
+  echo "FAIL: $*"  # again last: CI shows the end of a failing test's output
+  exit 1
+}
 server_pids() { pgrep -f "funnel-server --run-dir $FUNNEL_RUN_DIR " ; }
 stat_clients() { timeout 5 "$bin/funnelctl" stats --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["server"]["clients"], j["totals"]["allocations"], j["totals"]["pinned_allocations"])'; }
 

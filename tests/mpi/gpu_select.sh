@@ -11,7 +11,7 @@ mpirun=(mpirun --oversubscribe -np 4 --mca btl self,vader)
 [ "$(id -u)" -eq 0 ] && mpirun+=(--allow-run-as-root)
 cleanup() { timeout 5 "$bin/funnelctl" shutdown >/dev/null 2>&1; rm -rf "$tmp"; }
 trap cleanup EXIT
-fail() { echo "FAIL: $*"; echo "--- output"; cat "$tmp/out"; exit 1; }
+fail() { echo "FAIL: $*"; echo "--- output"; cat "$tmp/out"; echo "FAIL: $*"; exit 1; }
 "$bin/funnel-server" --run-dir "$FUNNEL_RUN_DIR" --backend sim --sim-devices 2 --log-dir "$FUNNEL_LOG_DIR" ||
   fail "cannot start the server"
 

@@ -22,7 +22,7 @@ job=$((900000000 + RANDOM))
 run_dir=/dev/shm/funnel-$uid-$job
 cleanup() { rm -rf "$tmp" "$run_dir"; }
 trap cleanup EXIT
-fail() { echo "FAIL: $*"; echo "--- slurm.log"; cat "$tmp/log/slurm.log" 2>/dev/null; exit 1; }
+fail() { echo "FAIL: $*"; echo "--- slurm.log"; cat "$tmp/log/slurm.log" 2>/dev/null; echo "FAIL: $*"; exit 1; }
 
 # A prefix with the scripts and a fake funnel-server: it records its uid, environment and
 # arguments, and exits with FAKE_RC (a file, so that the test can change it).

@@ -81,6 +81,7 @@ fail() {
   for f in "$tmp"/flog/slurm.log "$tmp"/flog/jobs/*/*.log "$tmp"/log/slurmd.log; do
     [ -f "$f" ] && { echo "--- $f"; tail -n 40 "$f"; }
   done
+  echo "FAIL: $*"  # again last: CI shows the end of a failing test's output
   exit 1
 }
 

@@ -58,18 +58,26 @@ bool reserve_device_range_locked(Runtime& rt, uint64_t addr, uint64_t size) noex
   return true;
 }
 
+// `n` rounded up to a multiple of the granule.
+constexpr uint64_t round_up_to_granule(uint64_t n) noexcept { return (n + kGranule - 1) / kGranule * kGranule; }
+
+// Counts the granules of [at, at + span), just mapped PROT_NONE here, as reserved once each.
+void keep_reserved_locked(Runtime& rt, uint64_t at, uint64_t span) {
+  for (uint64_t g = at / kGranule; g < (at + span) / kGranule; ++g) rt.reserved_granules.emplace(g, 1);
+}
+
 // A 2 MiB aligned range of at least `size` bytes that nothing of this process uses, reserved
 // (PROT_NONE) for a device allocation placed there; 0 when the address space is full.
 uint64_t reserve_free_range_locked(Runtime& rt, uint64_t size) noexcept {
-  const uint64_t span = (size + kGranule - 1) / kGranule * kGranule;
+  const uint64_t span = round_up_to_granule(size);
   void* p = ::mmap(nullptr, span + kGranule, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return 0;
   const auto start = reinterpret_cast<uint64_t>(p);
-  const uint64_t aligned = (start + kGranule - 1) / kGranule * kGranule;
+  const uint64_t aligned = round_up_to_granule(start);
   if (aligned > start) ::munmap(p, aligned - start);
   if (const uint64_t end = start + span + kGranule; end > aligned + span)
     ::munmap(reinterpret_cast<void*>(aligned + span), end - (aligned + span));
-  for (uint64_t g = aligned / kGranule; g < (aligned + span) / kGranule; ++g) rt.reserved_granules.emplace(g, 1);
+  keep_reserved_locked(rt, aligned, span);
   return aligned;
 }
 
@@ -84,7 +92,7 @@ uint64_t reserve_free_range_locked(Runtime& rt, uint64_t size) noexcept {
 constexpr uint64_t kFarBegin = uint64_t{16} << 40, kFarEnd = uint64_t{64} << 40;
 
 uint64_t reserve_far_range_locked(Runtime& rt, uint64_t size) noexcept {
-  const uint64_t span = (size + kGranule - 1) / kGranule * kGranule;
+  const uint64_t span = round_up_to_granule(size);
   if (span > kFarEnd - kFarBegin) return 0;
   // Different in every process (tables_mu, which the caller holds, guards it).
   static std::mt19937_64 rng(static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
@@ -95,7 +103,7 @@ uint64_t reserve_far_range_locked(Runtime& rt, uint64_t size) noexcept {
     void* want = reinterpret_cast<void*>(at);
     void* got = ::mmap(want, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
     if (got == want) {
-      for (uint64_t g = at / kGranule; g < (at + span) / kGranule; ++g) rt.reserved_granules.emplace(g, 1);
+      keep_reserved_locked(rt, at, span);
       return at;
     }
     if (got != MAP_FAILED) ::munmap(got, span);  // a kernel before 4.17 took it as a hint

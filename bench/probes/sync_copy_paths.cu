@@ -15,6 +15,9 @@
 //   hop_wv_prio    hop_wv on a stream of the next higher priority (funnel's normal clients)
 //   hop_wv_shm     hop_wv from a registered /dev/shm file instead of cudaMallocHost memory
 //                  (funnel's pinned memory)
+//   hop_sm         a worker launches one kernel that copies through the mapped host memory
+//                  with the SMs (no copy engine) and stores the request's number into the word
+//                  itself after a system-scope fence, then records an event like hop_wv
 // For the hop paths the JSON line also has the worker's median time in the copy's driver
 // call (submit_us) and in cuStreamWriteValue32 or the wait after it (answer_us).
 // The worker spins on the request word between requests (as funnel's worker does for its
@@ -69,7 +72,7 @@ inline void relax() {
 #endif
 }
 
-enum class Path { RtSync, DrvAsync, HopWv, HopWvNoEv, HopQuery, HopSync, HopWvPrio, HopWvShm };
+enum class Path { RtSync, DrvAsync, HopWv, HopWvNoEv, HopQuery, HopSync, HopWvPrio, HopWvShm, HopSm };
 const char* name(Path p) {
   switch (p) {
     case Path::RtSync: return "rt_sync";
@@ -80,8 +83,26 @@ const char* name(Path p) {
     case Path::HopSync: return "hop_sync";
     case Path::HopWvPrio: return "hop_wv_prio";
     case Path::HopWvShm: return "hop_wv_shm";
+    case Path::HopSm: return "hop_sm";
   }
   return "?";
+}
+
+// The SM copy: 16 bytes per thread and turn; every thread fences its stores system-wide, the
+// last block to finish (a counter in device memory) stores the answer word.
+__global__ void sm_copy(const int4* __restrict__ src, int4* __restrict__ dst, size_t n16, unsigned* blocks_done,
+                        volatile unsigned* answer, unsigned seq) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n16; i += size_t{gridDim.x} * blockDim.x)
+    dst[i] = src[i];
+  __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  if (gridDim.x > 1) {
+    if (atomicAdd(blocks_done, 1u) != gridDim.x - 1) return;
+    *blocks_done = 0;
+    __threadfence_system();
+  }
+  *answer = seq;
 }
 
 struct Shared {
@@ -93,6 +114,7 @@ struct Shared {
   char* shm_host = nullptr;
   std::atomic<uint64_t> submit_ns{0}, answer_ns{0};  // the worker's driver calls, per request
   std::atomic<uint32_t>* answer = nullptr;  // in pinned memory: the GPU may write it
+  unsigned* blocks_done = nullptr;          // device memory, sm_copy's counter
   std::atomic<uint64_t> request{0};         // seq << 8 | path, 0 = none; ~0 = stop
   std::atomic<uint64_t> bytes{0};
   std::atomic<int> d2h{0};
@@ -136,6 +158,18 @@ void worker(Shared& s) {
   std::vector<CUevent> spare;   // and reused once complete, like funnel's event pool
   CUevent ev = nullptr;
   DK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+  // An event after the request's work, queried between requests (funnel's pending list).
+  auto record_polled = [&](CUstream st) {
+    CUevent e = nullptr;
+    if (spare.empty()) {
+      DK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+    } else {
+      e = spare.back();
+      spare.pop_back();
+    }
+    DK(cuEventRecord(e, st));
+    polled.push_back(e);
+  };
   uint64_t last = 0;
   for (;;) {
     uint64_t r;
@@ -157,7 +191,19 @@ void worker(Shared& s) {
     const auto path = static_cast<Path>(r & 0xff);
     const uint64_t t0 = now_ns();
     const CUstream st = path == Path::HopWvPrio ? s.prio_stream : s.stream;
-    issue(s, s.d2h.load() != 0, s.bytes.load(), st, path == Path::HopWvShm ? s.shm_host : s.host);
+    if (path == Path::HopSm) {
+      const size_t n16 = s.bytes.load() / 16;
+      const auto blocks = static_cast<unsigned>((n16 + 255) / 256);
+      auto* dev = reinterpret_cast<int4*>(s.dev);
+      auto* host = reinterpret_cast<int4*>(s.host);
+      const bool d2h = s.d2h.load() != 0;
+      sm_copy<<<blocks, 256, 0, reinterpret_cast<cudaStream_t>(st)>>>(d2h ? dev : host, d2h ? host : dev, n16,
+                                                                     s.blocks_done, reinterpret_cast<unsigned*>(s.answer),
+                                                                     seq);
+      CK(cudaGetLastError());
+    } else {
+      issue(s, s.d2h.load() != 0, s.bytes.load(), st, path == Path::HopWvShm ? s.shm_host : s.host);
+    }
     const uint64_t t1 = now_ns();
     s.submit_ns.store(t1 - t0, std::memory_order_relaxed);
     switch (path) {
@@ -166,17 +212,13 @@ void worker(Shared& s) {
       case Path::HopWvShm: {
         DK(cuStreamWriteValue32(st, reinterpret_cast<CUdeviceptr>(s.answer), seq, CU_STREAM_WRITE_VALUE_DEFAULT));
         s.answer_ns.store(now_ns() - t1, std::memory_order_relaxed);
-        CUevent e = nullptr;
-        if (spare.empty()) {
-          DK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
-        } else {
-          e = spare.back();
-          spare.pop_back();
-        }
-        DK(cuEventRecord(e, st));
-        polled.push_back(e);
+        record_polled(st);
         break;
       }
+      case Path::HopSm:
+        s.answer_ns.store(0, std::memory_order_relaxed);
+        record_polled(st);
+        break;
       case Path::HopWvNoEv:
         DK(cuStreamWriteValue32(s.stream, reinterpret_cast<CUdeviceptr>(s.answer), seq, CU_STREAM_WRITE_VALUE_DEFAULT));
         s.answer_ns.store(now_ns() - t1, std::memory_order_relaxed);
@@ -207,6 +249,33 @@ void worker(Shared& s) {
   DK(cuEventDestroy(ev));
 }
 
+// sm_copy must copy what a copy engine copies, both ways and at every size the probe uses.
+void check_sm_copy(Shared& s) {
+  std::vector<char> want(kMax), got(kMax);
+  for (size_t bytes : {size_t{4096}, size_t{16384}, size_t{65536}, size_t{262144}, kMax}) {
+    for (size_t i = 0; i < bytes; ++i) want[i] = static_cast<char>((i * 7 + bytes) & 0xff);
+    std::memcpy(s.host, want.data(), bytes);
+    const auto blocks = static_cast<unsigned>((bytes / 16 + 255) / 256);
+    auto* dev = reinterpret_cast<int4*>(s.dev);
+    auto* host = reinterpret_cast<int4*>(s.host);
+    sm_copy<<<blocks, 256>>>(host, dev, bytes / 16, s.blocks_done, reinterpret_cast<unsigned*>(s.answer), 77);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(got.data(), dev, bytes, cudaMemcpyDeviceToHost));
+    const bool h2d_ok = std::memcmp(got.data(), want.data(), bytes) == 0;
+    std::memset(s.host, 0, bytes);
+    sm_copy<<<blocks, 256>>>(dev, host, bytes / 16, s.blocks_done, reinterpret_cast<unsigned*>(s.answer), 78);
+    CK(cudaDeviceSynchronize());
+    const bool d2h_ok = std::memcmp(s.host, want.data(), bytes) == 0;
+    if (!h2d_ok || !d2h_ok || s.answer->load() != 78) {
+      std::fprintf(stderr, "sync_copy_paths: sm_copy of %zu bytes wrong (h2d %d d2h %d answer %u)\n", bytes,
+                   h2d_ok, d2h_ok, s.answer->load());
+      std::exit(1);
+    }
+  }
+  std::memset(s.host, 1, kMax);
+  s.answer->store(0);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -223,16 +292,20 @@ int main(int argc, char** argv) {
   s.shm_host = shm_registered(kMax);
   std::memset(s.shm_host, 1, kMax);
   DK(cuMemAlloc(&s.dev, kMax));
+  CK(cudaMalloc(reinterpret_cast<void**>(&s.blocks_done), sizeof(unsigned)));
+  CK(cudaMemset(s.blocks_done, 0, sizeof(unsigned)));
   CK(cudaMallocHost(reinterpret_cast<void**>(&s.host), kMax));
   std::memset(s.host, 1, kMax);
   void* word = nullptr;
   CK(cudaMallocHost(&word, 4096));
   s.answer = new (word) std::atomic<uint32_t>(0);
+  check_sm_copy(s);
   std::thread w(worker, std::ref(s));
 
   const std::vector<Path> paths{Path::RtSync,   Path::DrvAsync, Path::HopWv,     Path::HopWvNoEv,
-                                Path::HopQuery, Path::HopSync,  Path::HopWvPrio, Path::HopWvShm};
-  const std::vector<size_t> sizes{4096, 65536, 1 << 20};
+                                Path::HopQuery, Path::HopSync,  Path::HopWvPrio, Path::HopWvShm,
+                                Path::HopSm};
+  const std::vector<size_t> sizes{4096, 16384, 65536, 262144, 1 << 20};
   std::map<std::tuple<int, int, size_t>, std::vector<double>> us;  // path, d2h, bytes
   std::map<std::tuple<int, int, size_t>, std::vector<double>> submit_us, answer_us;
   uint32_t seq = 0;

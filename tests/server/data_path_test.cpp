@@ -357,6 +357,10 @@ TEST_F(ServerTest, StatsCountWaitedCallsByPickupDelay) {
   EXPECT_GE(p["p99"].get<int>(), 4096);
   EXPECT_GE(p["max"].get<int>(), 4096);
   EXPECT_LE(p["p50"].get<int>(), 2048) << "fresh calls, taken at once by a spinning worker";
+  // The worker's time on the same calls: counted for each waited call (not backdated).
+  const auto& s = j["clients"][0]["call_submit_us"];
+  EXPECT_EQ(s["calls"], 100);
+  EXPECT_LE(s["p50"].get<int>(), 2048) << "a Fence takes the sim backend no time";
 }
 
 // A worker whose polling finds its core wanted backs off (FUNNEL_SERVER_SPIN_BACKOFF_MS):

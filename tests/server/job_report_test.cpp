@@ -58,6 +58,8 @@ TEST(ClientRecord, PickupDelaysAsBucketBoundsOfTheirQuantiles) {
   EXPECT_EQ(pickup_bucket(3), 2u);
   EXPECT_EQ(pickup_bucket(1000), 10u);
   EXPECT_EQ(pickup_bucket(65535), kPickupBuckets - 1);
+  EXPECT_EQ(time_bucket(5), 3u);
+  EXPECT_EQ(time_bucket(1'000'000), kPickupBuckets - 1) << "a second's work counts in the last bucket";
   std::array<uint64_t, kPickupBuckets> b{};
   const auto none = pickup_json(b);
   EXPECT_EQ(none.at("calls"), 0);
@@ -74,6 +76,9 @@ TEST(ClientRecord, PickupDelaysAsBucketBoundsOfTheirQuantiles) {
   ClientRecord r = record(5, 0, "./c");
   r.pickup = b;
   EXPECT_EQ(to_json(r).at("call_pickup_us"), j);
+  EXPECT_EQ(to_json(r).at("call_submit_us").at("calls"), 0);
+  r.submit = b;
+  EXPECT_EQ(to_json(r).at("call_submit_us"), j);
 }
 
 TEST(ClientRecord, CpuTimesFromSchedstat) {

@@ -236,7 +236,10 @@ ClientRecord record_of(const ClientSession& s) {
   r.device_memory_peak = load(c.device_memory_peak);
   r.errors = load(c.errors);
   r.gpu_busy_ns = load(c.gpu_busy_ns);
-  for (size_t b = 0; b < kPickupBuckets; ++b) r.pickup[b] = load(c.pickup[b]);
+  for (size_t b = 0; b < kPickupBuckets; ++b) {
+    r.pickup[b] = load(c.pickup[b]);
+    r.submit[b] = load(c.submit[b]);
+  }
   r.spin_backoffs = load(c.spin_backoffs);
   r.worker_cpu = s.worker_cpu();
   r.client_cpu = s.client_cpu();
@@ -294,6 +297,7 @@ nlohmann::json to_json(const ClientRecord& r) {
           {"launches", r.launches},
           {"errors", r.errors},
           {"call_pickup_us", pickup_json(r.pickup)},
+          {"call_submit_us", pickup_json(r.submit)},
           {"cpu_s", cpu_json(r.worker_cpu, r.client_cpu)},
           {"spin_backoffs", r.spin_backoffs}};
 }

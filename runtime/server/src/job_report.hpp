@@ -38,6 +38,7 @@ struct ClientRecord {
   uint64_t launches = 0, commands = 0, bytes_h2d = 0, bytes_d2h = 0, device_memory_peak = 0, errors = 0,
            gpu_busy_ns = 0;
   std::array<uint64_t, kPickupBuckets> pickup{};  // waited calls by pick-up delay (counter_ops.hpp)
+  std::array<uint64_t, kPickupBuckets> submit{};  // and by the worker's time on them
   std::optional<CpuTimes> worker_cpu, client_cpu;  // ClientSession::worker_cpu, client_cpu
   uint64_t spin_backoffs = 0;                      // ClientCounters::spin_backoffs
 };
@@ -46,9 +47,10 @@ struct ClientRecord {
 ClientRecord record_of(const ClientSession& s);
 // Its fields under funnelctl's names: id, pid, command, mpi_rank, home_device, gpu_fraction,
 // attached_s, device_memory_peak_bytes, gpu_busy_s, commands, bytes_h2d, bytes_d2h, launches, errors,
-// call_pickup_us (see pickup_json), cpu_s (see cpu_json), spin_backoffs.
+// call_pickup_us and call_submit_us (see pickup_json), cpu_s (see cpu_json), spin_backoffs.
 nlohmann::json to_json(const ClientRecord& r);
-// The pick-up delays of the waited calls: {"calls": n, "p50": .., "p90": .., "p99": .., "max": ..},
+// The pick-up delays (or the worker's times) of the waited calls:
+// {"calls": n, "p50": .., "p90": .., "p99": .., "max": ..},
 // each the upper bound in microseconds of the log2 bucket that holds that quantile (null
 // without calls).
 nlohmann::json pickup_json(const std::array<uint64_t, kPickupBuckets>& buckets);

@@ -178,10 +178,19 @@ Worker::Turn Worker::turn(unsigned max_records) {
     }
     ipc::CommandHeader h;
     std::memcpy(&h, record_.data(), sizeof h);
-    // A call its client waits for: how long it lay in the ring (doc/accounting.md).
-    if (h.reply_slot != ipc::kNoReply)
+    // A call its client waits for: how long it lay in the ring, and how long this thread
+    // took to issue it (doc/accounting.md).
+    const bool waited = h.reply_slot != ipc::kNoReply;
+    Clock::time_point picked_up{};
+    if (waited) {
       bump(counters_.pickup[pickup_bucket(static_cast<uint16_t>(ipc::monotonic_us16() - h.posted_us))], 1);
+      picked_up = Clock::now();
+    }
     execute(h, record_.data() + sizeof h);
+    if (waited) {
+      const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - picked_up).count();
+      bump(counters_.submit[time_bucket(static_cast<uint64_t>(us))], 1);
+    }
     bump(counters_.commands, 1);
     busy = true;
     if (shared_.stop.load(std::memory_order_acquire)) break;  // a Detach: the next turn stops

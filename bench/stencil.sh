@@ -13,13 +13,16 @@
 #   OUT        logs and results (default $PWD/bench-out/stencil)
 #   MODES      default "native mps funnel hooks"; hooks = bin/stencil_funnel (linked with
 #              funnel::mpi, no funnel-run: the server comes and goes with MPI_Init/Finalize);
-#              "funnel-wK", "funnel-bN", "funnel-cN", "funnel-sN", "funnel-iN", "funnel-yN" (e.g. funnel-w4,
+#              "funnel-wK", "funnel-bN", "funnel-cN", "funnel-sN", "funnel-iN", "funnel-yN",
+#              "funnel-oN" (e.g. funnel-w4,
 #              funnel-b0, funnel-i0+s0):
 #              funnel with one server setting changed (bench/modes.sh)
 #   RANKS      rank counts (default "1 2 4 8 16")
 #   N          global grid is N^3 (default 256)
 #   STEPS      timed steps (default 200); WARMUP untimed steps before them (default 20)
 #   MPIRUN     default mpirun (Open MPI); MPIRUN_ARGS extra arguments for it
+#   KEEP_SERVER_LOGS  set: keep the server log and job report of every funnel run (default:
+#              of failed runs only), in OUT/MODE/npN.server/
 #   BIND       Open MPI's --bind-to for every mode (default none; core: each rank on a core of
 #              its own, where funnel's workers share their ranks' CPUs, doc/placement.md)
 # Writes OUT/results.jsonl (the app's JSON line per run, with "mode" renamed to the run's mode)
@@ -150,8 +153,9 @@ for mode in $MODES; do
     server=null
     if [[ -d $OUT_DIR/$mode/np$np.server ]]; then
       server=$(server_figures "$OUT_DIR/$mode/np$np.server")
-      # A good run's server files go (the GPU machine returns few files); a bad one's stay.
-      [[ $rc == 0 ]] && rm -rf "$OUT_DIR/$mode/np$np.server"
+      # A good run's server files go (the GPU machine returns few files) unless KEEP_SERVER_LOGS
+      # is set; a bad one's stay.
+      [[ $rc == 0 && -z ${KEEP_SERVER_LOGS:-} ]] && rm -rf "$OUT_DIR/$mode/np$np.server"
     fi
     if [[ -n $line ]]; then
       echo "$line" | sed "s/\"mode\":\"gpu\"/\"mode\":\"$mode\"/; s/}\$/,\"rc\":$rc,\"bind\":\"$BIND\",\"server\":$server}/" >>"$RESULTS"

@@ -454,6 +454,10 @@ WATCHED_TEST(Settings, ServerAffinityAndPrintPlan) {
   EXPECT_FALSE(settings({{"FUNNEL_GPU_REPLIES", "0"}}).gpu_replies);
   EXPECT_EQ(value_text(settings({{"FUNNEL_GPU_REPLIES", "0"}}), "FUNNEL_GPU_REPLIES"), "0");
   for (const char* v : {"", "on", "2"}) expect_bad("FUNNEL_GPU_REPLIES", v, "1 | 0");
+  EXPECT_FALSE(settings({}).submit_order);
+  EXPECT_TRUE(settings({{"FUNNEL_SUBMIT_ORDER", "1"}}).submit_order);
+  EXPECT_EQ(value_text(settings({{"FUNNEL_SUBMIT_ORDER", "1"}}), "FUNNEL_SUBMIT_ORDER"), "1");
+  for (const char* v : {"", "on", "2"}) expect_bad("FUNNEL_SUBMIT_ORDER", v, "1 | 0");
 }
 
 WATCHED_TEST(Settings, JobReport) {

@@ -48,6 +48,7 @@ void ClientSession::create_channel(const ChannelSpec& spec) {
   shared_.launch_batch = spec.launch_batch;
   shared_.modules = spec.modules;
   shared_.health = spec.health;
+  shared_.submit_order = spec.submit_order;
   shared_.notify_fd = spec.notify_fd;
   hangups_ = spec.hangups;
   pool_ = spec.workers;

@@ -33,6 +33,7 @@ struct ChannelSpec {
   uint32_t launch_batch = kDefaultLaunchBatch;
   ModuleCache* modules = nullptr;
   DeviceHealth* health = nullptr;
+  SubmitOrder* submit_order = nullptr;  // the server's
   SmPartitions* partitions = nullptr;
   std::span<const ipc::DeviceRecord> devices;  // the server's, read once at its start
   int notify_fd = -1;

@@ -309,6 +309,7 @@ void Server::Impl::attach(Connection& c, const ipc::HelloMsg& hello) {
   spec.launch_batch = options.launch_batch;
   spec.modules = modules.get();
   spec.health = &health;
+  spec.submit_order = options.submit_order ? &submit_order : nullptr;
   spec.partitions = partitions.get();
   spec.devices = device_records;
   spec.notify_fd = notify_fd.get();

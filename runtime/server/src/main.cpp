@@ -208,6 +208,7 @@ int main(int argc, char** argv) {
   uint32_t workers = settings.server_workers;
   std::string affinity = value_text(settings, "FUNNEL_SERVER_AFFINITY");
   bool gpu_replies = settings.gpu_replies;
+  bool submit_order = settings.submit_order;
   uint32_t launch_batch = settings.launch_batch;
   bool job_report = settings.job_report;
   int sim_devices = 1;
@@ -254,6 +255,9 @@ int main(int argc, char** argv) {
   app.add_option("--gpu-replies", gpu_replies,
                  "1: the GPU answers synchronous copies and stream synchronisations itself; 0: the server's "
                  "worker does (FUNNEL_GPU_REPLIES)");
+  app.add_option("--submit-order", submit_order,
+                 "1: workers on cores of their own take waited copies to the driver one at a time, first come "
+                 "first served; 0: all at once (FUNNEL_SUBMIT_ORDER; experimental, default 0)");
   app.add_option("--launch-batch", launch_batch,
                  "the most consecutive launches on one stream issued as one CUDA graph launch when they are "
                  "queued at once; 0 or 1: each on its own (FUNNEL_LAUNCH_BATCH)")
@@ -332,6 +336,7 @@ int main(int argc, char** argv) {
     opt.thread_affinity = affinity != "off";
     opt.worker_follows_rank = affinity == "auto";
     opt.gpu_replies = gpu_replies;
+    opt.submit_order = submit_order;
     opt.launch_batch = launch_batch;
     if (job_report) {
       // The report's paths are logged and handed to the chart's script: absolute.

@@ -51,6 +51,7 @@ struct Server::Impl {
   ipc::UniqueFd listen_fd, epoll_fd, wake_fd, notify_fd, signal_fd;
   ServerTotals totals;
   DeviceHealth health;  // read by every worker
+  SubmitOrder submit_order;  // taken by workers on cores of their own
   // Per device: the fault generation whose reset failed (not retried: restart the server).
   std::array<uint64_t, ipc::kMaxDevices> reset_failed{};
   // Per device: the fault generation that only a restart recovers (the backend cannot reset

@@ -32,6 +32,7 @@
 #include "device_health.hpp"
 #include "legacy_stream.hpp"
 #include "poll_throttle.hpp"
+#include "submit_order.hpp"
 
 namespace funnel::server {
 
@@ -75,6 +76,7 @@ struct SessionShared {
   uint32_t launch_batch = kDefaultLaunchBatch;                    // ServerOptions::launch_batch
   ModuleCache* modules = nullptr;  // the server's, shared by every session
   DeviceHealth* health = nullptr;  // the server's
+  SubmitOrder* submit_order = nullptr;  // the server's; null in tests that make sessions alone
   // Per device: the fault generation (DeviceHealth::State::generation) whose resources
   // this session has released; the main loop resets a device once every session has.
   std::array<std::atomic<uint64_t>, ipc::kMaxDevices> released_fault{};

@@ -186,7 +186,15 @@ Worker::Turn Worker::turn(unsigned max_records) {
       bump(counters_.pickup[pickup_bucket(static_cast<uint16_t>(ipc::monotonic_us16() - h.posted_us))], 1);
       picked_up = Clock::now();
     }
-    execute(h, record_.data() + sizeof h);
+    {
+      // A waited copy (or a waited call behind held-back launches) of a worker on a core of
+      // its own goes to the driver in its turn (submit_order.hpp).
+      const bool in_order = waited && shared_.submit_order != nullptr &&
+                            shared_.own_core.load(std::memory_order_relaxed) &&
+                            (h.opcode == ipc::Opcode::Copy || !batch_.empty());
+      const SubmitOrder::Turn t = in_order ? shared_.submit_order->take(h.device) : SubmitOrder::Turn();
+      execute(h, record_.data() + sizeof h);
+    }
     if (waited) {
       const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - picked_up).count();
       bump(counters_.submit[time_bucket(static_cast<uint64_t>(us))], 1);

@@ -85,6 +85,9 @@ struct Settings {
   // FUNNEL_GPU_REPLIES: the GPU answers a waiting client itself (a stream memory write)
   // where the server's worker would otherwise have to notice the completion.
   bool gpu_replies = true;
+  // FUNNEL_SUBMIT_ORDER: workers on cores of their own take waited copies to the driver in
+  // turn (runtime/server/src/submit_order.hpp); experimental, off by default.
+  bool submit_order = false;
   // FUNNEL_JOB_REPORT: a stopping server writes the job report to log_dir (doc/accounting.md).
   bool job_report = true;
 

@@ -51,6 +51,9 @@ struct ServerOptions {
   // The GPU answers synchronous copies and stream synchronisations itself, by a stream
   // memory write into the client's reply word (FUNNEL_GPU_REPLIES).
   bool gpu_replies = true;
+  // Workers on cores of their own take waited copies to the driver in turn
+  // (FUNNEL_SUBMIT_ORDER; runtime/server/src/submit_order.hpp); off by default.
+  bool submit_order = false;
   // The most consecutive launches on one stream that a worker issues together (one CUDA
   // graph launch) when they are in the ring at once (FUNNEL_LAUNCH_BATCH); 0 or 1: none.
   uint32_t launch_batch = kDefaultLaunchBatch;

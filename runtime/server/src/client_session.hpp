@@ -33,7 +33,7 @@ struct ChannelSpec {
   uint32_t launch_batch = kDefaultLaunchBatch;
   ModuleCache* modules = nullptr;
   DeviceHealth* health = nullptr;
-  SubmitOrder* submit_order = nullptr;  // the server's
+  SubmitOrder* submit_order = nullptr;  // the server's; null unless FUNNEL_SUBMIT_ORDER=1
   SmPartitions* partitions = nullptr;
   std::span<const ipc::DeviceRecord> devices;  // the server's, read once at its start
   int notify_fd = -1;

@@ -76,7 +76,7 @@ struct SessionShared {
   uint32_t launch_batch = kDefaultLaunchBatch;                    // ServerOptions::launch_batch
   ModuleCache* modules = nullptr;  // the server's, shared by every session
   DeviceHealth* health = nullptr;  // the server's
-  SubmitOrder* submit_order = nullptr;  // the server's; null in tests that make sessions alone
+  SubmitOrder* submit_order = nullptr;  // the server's; null unless FUNNEL_SUBMIT_ORDER=1
   // Per device: the fault generation (DeviceHealth::State::generation) whose resources
   // this session has released; the main loop resets a device once every session has.
   std::array<std::atomic<uint64_t>, ipc::kMaxDevices> released_fault{};

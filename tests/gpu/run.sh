@@ -10,14 +10,15 @@
 # 4c. tests/gpu/mpi.sh: memory limit, the linked MPI app under mpirun, GPU fraction (issue 4)
 # 4d. tests/gpu/placement.sh: the server's threads on the planned cores, away from bound ranks
 # 4e. tests/gpu/many.sh: 128 clients attached at once, each runs a kernel; client 129 refused
-# 4f. tests/gpu/reliability.sh: GPU busy time against event time; the kill storm on the GPU
+# 4f. tests/gpu/reliability.sh: GPU busy time against event time; the kill storm on the GPU; the
+#     soak (SOAK_SECONDS, default 300, with --quick too; 0 leaves it out)
 # 5. (not with --quick) bench/membench.sh: membench natively and through funnel, ratio table
 # Logs: "${OUT:-$PWD/gpu-out}"/<step>/<file>.  Summary table last; exit 1 if anything failed.
 # Environment: JOBS (build parallelism), TIMEOUT (seconds per program run, default 120),
 #   NVCC_FLAGS (extra nvcc flags), FUNNEL_RUN_OPTS (replace the funnel-run options).
 set -u -o pipefail
 
-usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
 QUICK=0
 for a in "$@"; do
   case "$a" in

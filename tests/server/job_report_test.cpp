@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 
 namespace funnel::server {
 namespace {
@@ -89,6 +91,9 @@ TEST(ClientRecord, CpuTimesFromSchedstat) {
   for (const char* bad : {"", "1 2", "1 2 3 4", "a b c", "1 -2 3", "1 2 3x"}) EXPECT_FALSE(parse_schedstat(bad)) << bad;
   // This thread's, as the worker reads its own (kernels without schedstat give none).
   if (std::filesystem::exists("/proc/thread-self/schedstat")) {
+    // The kernel adds a running thread's time to its sum at a tick or when it leaves the CPU:
+    // a test process younger than a tick read 0 once (CI).  A sleep makes it leave the CPU.
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
     const auto own = own_cpu_times();
     ASSERT_TRUE(own.has_value());
     EXPECT_GT(own->run_ns, 0u);

@@ -495,22 +495,18 @@ Settings Settings::from(const Lookup& env) {
     else if (*a == "gpu") s.worker_follows_rank = false;
     else if (*a != "auto") bad("FUNNEL_SERVER_AFFINITY", *a, accepted_of("FUNNEL_SERVER_AFFINITY"));
   }
-  if (auto p = get("FUNNEL_PRINT_PLAN")) {
-    if (*p == "1") s.print_plan = true;
-    else if (*p != "0") bad("FUNNEL_PRINT_PLAN", *p, accepted_of("FUNNEL_PRINT_PLAN"));
-  }
-  if (auto r = get("FUNNEL_GPU_REPLIES")) {
-    if (*r == "0") s.gpu_replies = false;
-    else if (*r != "1") bad("FUNNEL_GPU_REPLIES", *r, accepted_of("FUNNEL_GPU_REPLIES"));
-  }
-  if (auto r = get("FUNNEL_SUBMIT_ORDER")) {
-    if (*r == "1") s.submit_order = true;
-    else if (*r != "0") bad("FUNNEL_SUBMIT_ORDER", *r, accepted_of("FUNNEL_SUBMIT_ORDER"));
-  }
-  if (auto r = get("FUNNEL_JOB_REPORT")) {
-    if (*r == "0") s.job_report = false;
-    else if (*r != "1") bad("FUNNEL_JOB_REPORT", *r, accepted_of("FUNNEL_JOB_REPORT"));
-  }
+  // A "1 | 0" switch: set, the variable decides; unset, the default stays.
+  auto flag = [&](const char* var, bool& out) {
+    if (auto v = get(var)) {
+      if (*v == "1") out = true;
+      else if (*v == "0") out = false;
+      else bad(var, *v, accepted_of(var));
+    }
+  };
+  flag("FUNNEL_PRINT_PLAN", s.print_plan);
+  flag("FUNNEL_GPU_REPLIES", s.gpu_replies);
+  flag("FUNNEL_SUBMIT_ORDER", s.submit_order);
+  flag("FUNNEL_JOB_REPORT", s.job_report);
   return s;
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 
 #include "funnel/ipc/channel_layout.hpp"
@@ -43,8 +44,8 @@ class SubmitOrder {
     std::atomic<uint32_t>* serving_ = nullptr;
   };
 
-  // Waits for `device`'s next turn (spins on a pause, past kPauseSpins it yields between
-  // looks); a device out of range has no lock (the command is refused by its validation).
+  // Waits for `device`'s next turn (ipc::spin_until: a pause loop for kPause, then it yields
+  // between looks); a device out of range has no lock (the command is refused by its validation).
   Turn take(int device) noexcept;
 
   // Tickets drawn on `device` so far (tests: who has asked).
@@ -52,7 +53,7 @@ class SubmitOrder {
     return devices_[static_cast<size_t>(device)].next.load(std::memory_order_relaxed);
   }
 
-  static constexpr unsigned kPauseSpins = 4000;  // about 0.2 ms
+  static constexpr std::chrono::microseconds kPause{200};
 
  private:
   struct alignas(64) Tickets {

@@ -28,7 +28,11 @@ start_server() { "$bin/funnel-server" --sim-devices 2 --idle-exit-ms 60000 || fa
 client() {
   local name=$1
   shift
-  env "$@" "$bin/funnel-run" "$prog" >"$dir/$name.out" 2>"$dir/$name.err" &
+  # Emptied here, not by the background job's redirection: that runs in the child, which may
+  # start after the caller's wait_for has read the previous client's "ready" from the old file.
+  : >"$dir/$name.out"
+  : >"$dir/$name.err"
+  env "$@" "$bin/funnel-run" "$prog" >>"$dir/$name.out" 2>>"$dir/$name.err" &
   eval "pid_$name=$!"
 }
 # wait_for FILE PATTERN: until the file has a line matching it (10 s).

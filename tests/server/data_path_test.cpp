@@ -507,11 +507,7 @@ TEST_F(ServerTest, SynchronousCopiesAreAnsweredByTheGpuUnlessTurnedOff) {
     TestClient c(run_dir_);
     ASSERT_TRUE(c.ok());
     const uint64_t a = c.alloc(4096), b = c.alloc(4096);
-    ipc::CopyCmd cp{};
-    cp.dst = {ipc::MemSpace::Device, 0, 0, a};
-    cp.src = {ipc::MemSpace::Device, 0, 0, b};
-    cp.width = cp.dst_pitch = cp.src_pitch = 4096;
-    cp.height = 1;
+    ipc::CopyCmd cp = device_copy(a, b, 4096);
     const uint32_t slot = 10;  // the client's own calls above used the first slots
     const uint64_t seq = c.send(Opcode::Copy, &cp, sizeof cp, slot, 0, 0);
     ASSERT_EQ(c.wait(slot, seq).status, Status::Success);
@@ -528,6 +524,63 @@ TEST_F(ServerTest, SynchronousCopiesAreAnsweredByTheGpuUnlessTurnedOff) {
     const uint64_t bad_seq = c.send(Opcode::Copy, &cp, sizeof cp, bad_slot, 0, 0);
     EXPECT_EQ(c.wait(bad_slot, bad_seq).status, Status::InvalidValue);
     EXPECT_EQ(v.reply(bad_slot).seq.load(), bad_seq);
+    c.detach();
+    stop_server();
+  }
+}
+
+// A GPU-answered call costs the worker no event (doc/design/channel.md, "Answered by the
+// GPU"): it watches the reply word, and asks the stream only about a wait older than a
+// millisecond (held here by a host function), which still ends with the right answer once
+// the stream goes on.  With gpu_replies off, each synchronous copy records an event.
+TEST_F(ServerTest, GpuAnsweredCallsWatchTheirReplyWordNotAnEvent) {
+  for (const bool gpu : {true, false}) {
+    SCOPED_TRACE(gpu ? "gpu_replies on" : "gpu_replies off");
+    auto o = options();
+    o.gpu_replies = gpu;
+    start_server(o);
+    TestClient c(run_dir_);
+    ASSERT_TRUE(c.ok());
+    const uint64_t a = c.alloc(4096), b = c.alloc(4096);
+    c.create_stream(5);
+    std::vector<uint8_t> in(4096);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint8_t>(i * 13 + 1);
+    c.h2d(b, in.data(), in.size(), 5);
+    ipc::CopyCmd cp = device_copy(a, b, 4096);
+    const server::SimCallCounts before = server::sim_call_counts(*backend_);
+    constexpr int kCopies = 64;
+    for (int i = 0; i < kCopies; ++i) {
+      const uint32_t slot = c.next_slot();
+      ASSERT_EQ(c.wait(slot, c.send(Opcode::Copy, &cp, sizeof cp, slot, 5, 0)).status, Status::Success);
+    }
+    const server::SimCallCounts after = server::sim_call_counts(*backend_);
+    if (gpu) {
+      EXPECT_EQ(after.events_created, before.events_created);
+      EXPECT_EQ(after.event_queries, before.event_queries);
+    } else {
+      EXPECT_GE(after.events_created - before.events_created, uint64_t{kCopies});
+    }
+
+    // A long wait: the stream is held by a host function until the client lets it go.
+    auto& reached = c.view().event_state(10);
+    auto& done = c.view().event_state(11);
+    std::vector<uint8_t> zero(4096, 0);
+    c.h2d(a, zero.data(), zero.size(), 5);
+    c.post(Opcode::HostFunc, ipc::HostFuncCmd{10, 11, 4, 0}, 5);
+    const uint32_t slot = c.next_slot();
+    const uint64_t seq = c.send(Opcode::Copy, &cp, sizeof cp, slot, 5, 0);
+    ASSERT_TRUE(eventually([&] { return reached.load() == 4; }));
+    const uint64_t queries = server::sim_call_counts(*backend_).stream_queries;
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    EXPECT_FALSE(ipc::reply_arrived(c.view().reply(slot), c.view().reply_word(slot), seq)) << "answered while held";
+    if (gpu) {
+      EXPECT_GT(server::sim_call_counts(*backend_).stream_queries, queries) << "an old wait asks its stream";
+    }
+    done.store(4);
+    ASSERT_EQ(c.wait(slot, seq).status, Status::Success);
+    std::vector<uint8_t> out(4096, 0);
+    c.d2h(out.data(), a, out.size(), 5);
+    EXPECT_EQ(out, in);
     c.detach();
     stop_server();
   }

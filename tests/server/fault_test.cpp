@@ -253,6 +253,36 @@ TEST_F(FaultTest, FaultPoisonsTheDevicesClientsOnlyAndTheServerRestartsOnceEvery
   EXPECT_EQ(d.sticky(), 0);
 }
 
+// A synchronous copy answered by the GPU (its stream stores the reply word) whose stream
+// faults before it gets there: the word never lands, so the worker, which watches the word
+// and not an event, learns of the fault by asking the stream (Worker::word_entry_done).
+TEST_F(FaultTest, AGpuAnsweredWaitBehindAFaultGetsTheFault) {
+  start();
+  TestClient a(run_dir_, "faulty-app");
+  ASSERT_TRUE(a.ok());
+  const uint64_t x = a.alloc(4096), y = a.alloc(4096);
+  ASSERT_TRUE(x != 0 && y != 0);
+  // The legacy stream is held by a host function, so the copy is queued before the fault.
+  auto& reached = a.view().event_state(10);
+  auto& done = a.view().event_state(11);
+  a.post(Opcode::HostFunc, ipc::HostFuncCmd{10, 11, 3, 0});
+  ASSERT_EQ(launch(a, kFaultKernel, 11), Status::Success);
+  ipc::CopyCmd cp = device_copy(x, y, 4096);
+  const uint32_t slot = a.next_slot();
+  const uint64_t seq = a.send(Opcode::Copy, &cp, sizeof cp, slot, 0, 0);
+  // A call after it: once it is answered, the worker has queued the copy and its word.
+  ASSERT_EQ(a.call(Opcode::MemGetInfo).status, Status::Success);
+  ASSERT_TRUE(eventually([&] { return reached.load() == 3; }));
+  done.store(3);
+
+  const Reply r = a.wait(slot, seq, std::chrono::seconds(5));
+  EXPECT_FALSE(r.hung_up);
+  EXPECT_EQ(r.status, Status::IllegalAddress);
+  EXPECT_NE(a.view().reply_word(slot).load(), static_cast<uint32_t>(seq)) << "the stream answered past its fault";
+  EXPECT_TRUE(eventually([&] { return a.sticky() == 700; }));
+  a.detach();
+}
+
 TEST_F(FaultTest, WithoutARestartTheRunDirectoryIsRemovedAsAtAStop) {
   // What funnel-server does when it cannot re-execute itself: it destroys the Server.
   start();

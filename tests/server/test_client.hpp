@@ -31,6 +31,16 @@ struct Reply {
   bool hung_up = false;  // the wait ended because the server went away
 };
 
+// A 1-D copy of `bytes` from device address `src` to device address `dst` (device 0's memory).
+inline ipc::CopyCmd device_copy(uint64_t dst, uint64_t src, uint64_t bytes) {
+  ipc::CopyCmd cp{};
+  cp.dst = {ipc::MemSpace::Device, 0, 0, dst};
+  cp.src = {ipc::MemSpace::Device, 0, 0, src};
+  cp.width = cp.dst_pitch = cp.src_pitch = bytes;
+  cp.height = 1;
+  return cp;
+}
+
 class TestClient {
  public:
   // Connects and attaches.  On a refused attach, ok() is false and attach_reply() says why.

@@ -87,9 +87,10 @@ void Worker::when_complete(StreamEntry& s, uint32_t slot, uint64_t seq, std::fun
   p.seq = seq;
   p.done = std::move(done);
   // The stream answers the client: status first (the client reads it once it sees the
-  // word), then the word after the work, then the event, which completes only after the
-  // word was written (a sleeping client is woken once the event says so).  A seq whose low
-  // half is 0 would look answered to a client that cleared the word: the worker answers it.
+  // word), then the word after the work.  The worker watches the word, not an event (one
+  // driver call fewer per waited copy, each taken under the context's lock that every
+  // client's calls share): a sleeping client is woken once the word is there.  A seq whose
+  // low half is 0 would look answered to a client that cleared the word: the worker answers it.
   if (gpu_reply && shared_.gpu_replies && slot != ipc::kNoReply && static_cast<uint32_t>(seq) != 0) {
     auto& r = view_.reply(slot);
     r.status = static_cast<int32_t>(Status::Success);
@@ -98,6 +99,10 @@ void Worker::when_complete(StreamEntry& s, uint32_t slot, uint64_t seq, std::fun
     if (p.gpu_reply) {
       s.done_word = &view_.reply_word(slot);
       s.done_value = static_cast<uint32_t>(seq);
+      p.stream = s.stream;
+      p.since = std::chrono::steady_clock::now();
+      add_pending(std::move(p));
+      return;
     }
   }
   std::unique_ptr<BackendEvent> e;

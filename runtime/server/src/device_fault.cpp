@@ -56,9 +56,11 @@ bool Worker::uses_device(int device) const {
     if (a.device == device) return true;
   for (const auto& [id, e] : events_)
     if (e.device == device) return true;
-  for (const Pending& p : pending_)
+  for (const Pending& p : pending_) {
+    if (p.stream != nullptr && p.stream->device() == device) return true;
     for (const auto& e : p.events)
       if (e->device() == device) return true;
+  }
   return false;
 }
 
@@ -118,12 +120,14 @@ void Worker::release_device(int device, Status st) {
     Pending& p = pending_[i];
     const size_t before = p.events.size();
     std::erase_if(p.events, [&](const auto& e) { return e->device() == device; });
-    if (p.events.size() == before) {
+    const bool word_here = p.stream != nullptr && p.stream->device() == device;
+    if (word_here) p.stream.reset();
+    if (p.events.size() == before && !word_here) {
       ++i;
       continue;
     }
     if (p.forced == Status::Success) p.forced = st;
-    if (!p.events.empty()) {
+    if (!p.events.empty() || p.stream != nullptr) {
       ++i;
       continue;
     }

@@ -8,9 +8,10 @@ namespace funnel::server {
 // is polled at every turn: its client waits for that.  Work the GPU answers itself
 // (gpu_reply: the stream writes the client's reply word) needs the worker only to wake a
 // client that went to sleep or to release what the work held, so it is polled at most once
-// per `every`.  Each poll is a cuEventQuery per entry, about 1 us on the H100 when the
+// per `every`.  Each poll was a cuEventQuery per entry, about 1 us on the H100 when the
 // event is not complete yet, and a command that arrives meanwhile waits for it
-// (doc/performance.md, "Polling answered work less often").
+// (doc/performance.md, "Polling answered work less often"); such entries now watch their
+// reply word and ask the driver only once they are old (Worker::word_entry_done).
 class PollThrottle {
  public:
   using Clock = std::chrono::steady_clock;

@@ -113,6 +113,12 @@ struct Pending {
   // The GPU answers the client itself (ChannelHeader::reply_words_offset): on success the
   // worker only wakes a client thread that went to sleep; on failure it replies as usual.
   bool gpu_reply = false;
+  // A GPU-answered call watches no event (one driver call fewer per waited copy): it is done
+  // once its reply word holds seq's low half, once the client sent a later call on the slot
+  // (it takes a slot again only after it saw the answer), or once `stream` reports idle or a
+  // fault, asked only after kWordStreamCheck (worker.cpp; doc/design/channel.md).
+  std::shared_ptr<BackendStream> stream;
+  std::chrono::steady_clock::time_point since{};
   // A device fault took some of the events: the entry completes with this status.
   Status forced = Status::Success;
   // Runs once every event completed (with the first error among them); returns the reply status.
@@ -245,6 +251,10 @@ class Worker {
   bool poll_pending();
   // Queues a completion to watch (when_complete and the like).
   void add_pending(Pending&& p);
+  // A GPU-answered entry (Pending::stream): whether it is done, and with what (`status`).
+  bool word_entry_done(const Pending& p, std::chrono::steady_clock::time_point now, Status& status);
+  // The client sent a call on `slot`: a GPU-answered entry still watched there was seen.
+  void settle_reused_slot(uint32_t slot);
   // Whether this turn polls the pending entries (poll_throttle_).
   bool pending_due() noexcept;
   void drop_for_protocol_error(const char* why);

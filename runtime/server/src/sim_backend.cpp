@@ -307,6 +307,10 @@ class SimBackend final : public Backend {
     std::lock_guard lk(launch_m_);
     return {launches_.begin(), launches_.end()};
   }
+  SimCallCounts call_counts() const {
+    return {events_created_.load(std::memory_order_relaxed), event_queries_.load(std::memory_order_relaxed),
+            stream_queries_.load(std::memory_order_relaxed)};
+  }
   ~SimBackend() override {
     dying_ = true;
     std::lock_guard lk(m_);
@@ -543,6 +547,7 @@ class SimBackend final : public Backend {
   }
 
   Status create_event(int device, bool timing, std::unique_ptr<BackendEvent>& out) override {
+    events_created_.fetch_add(1, std::memory_order_relaxed);
     if (Status st = usable(device); st != Status::Success) return st;
     out = std::make_unique<SimEvent>(device, timing);
     return Status::Success;
@@ -591,7 +596,10 @@ class SimBackend final : public Backend {
 
   Status write_value(BackendStream& s, std::atomic<uint32_t>& word, uint32_t value) override {
     if (Status st = usable(s.device()); st != Status::Success) return st;
-    stream(s).enqueue([&word, value] { word.store(value, std::memory_order_release); });
+    // As on a GPU, a stream stops at a fault: what it would have stored after it never lands.
+    stream(s).enqueue([this, &word, value, device = static_cast<size_t>(s.device())] {
+      if (!faulted_[device].load(std::memory_order_acquire)) word.store(value, std::memory_order_release);
+    });
     return Status::Success;
   }
 
@@ -614,6 +622,7 @@ class SimBackend final : public Backend {
   // Completion is read before the fault flag: work that completed after a fault was set
   // (a later closure of the faulting stream) is never reported as a success.
   Status query(BackendEvent& e) override {
+    event_queries_.fetch_add(1, std::memory_order_relaxed);
     auto& st = *event(e).st_;
     bool complete = false;
     {
@@ -624,6 +633,7 @@ class SimBackend final : public Backend {
     return complete ? Status::Success : Status::NotReady;
   }
   Status query(BackendStream& s) override {
+    stream_queries_.fetch_add(1, std::memory_order_relaxed);
     const bool idle = stream(s).idle();
     if (Status st = usable(s.device()); st != Status::Success) return st;
     return idle ? Status::Success : Status::NotReady;
@@ -988,6 +998,7 @@ class SimBackend final : public Backend {
   std::vector<std::array<uint64_t, 3>> limits_;
   mutable std::mutex launch_m_;
   std::deque<SimLaunchRecord> launches_;
+  std::atomic<uint64_t> events_created_{0}, event_queries_{0}, stream_queries_{0};
   std::mutex log_m_;
   std::ofstream log_;
 };
@@ -997,6 +1008,11 @@ class SimBackend final : public Backend {
 std::vector<SimLaunchRecord> sim_launch_records(const Backend& sim) {
   const auto* s = dynamic_cast<const SimBackend*>(&sim);
   return s == nullptr ? std::vector<SimLaunchRecord>{} : s->launches();
+}
+
+SimCallCounts sim_call_counts(const Backend& sim) {
+  const auto* s = dynamic_cast<const SimBackend*>(&sim);
+  return s == nullptr ? SimCallCounts{} : s->call_counts();
 }
 
 std::unique_ptr<Backend> make_sim_backend(const SimOptions& options) {

@@ -54,6 +54,10 @@ constexpr auto kWantedCore = std::chrono::microseconds(200);
 // client's next other record, or at the latest when the nap ends.
 constexpr auto kQuietNap = std::chrono::microseconds(200);
 constexpr auto kNapWindow = std::chrono::milliseconds(20);
+// A GPU-answered entry (Pending::stream) whose reply word is not there yet asks the driver
+// whether its stream faulted (or drained for a client that moved on) only once it is this old:
+// a fault of such a wait is seen up to this late, and waits shorter than it cost no driver call.
+constexpr auto kWordStreamCheck = std::chrono::milliseconds(1);
 // The longest an idle worker sleeps while one of its streams has an open busy span
 // (doc/accounting.md: the bound on how late such a span closes).
 constexpr auto kBusySweep = std::chrono::milliseconds(1);
@@ -305,6 +309,7 @@ void Worker::execute(const ipc::CommandHeader& h, const std::byte* payload) {
     fail(one_way, Status::InvalidValue);
     return;
   }
+  if (h.reply_slot != ipc::kNoReply && !pending_.empty()) settle_reused_slot(h.reply_slot);
   // A client caught by a device fault gets its sticky error for everything but Detach;
   // a sticky status from the backend is a fault of the device the command ran on.
   const auto run = [&] {
@@ -446,6 +451,31 @@ bool Worker::pending_due() noexcept {
   return !pending_.empty() && poll_throttle_.due(true, urgent_pending_ != 0, Clock::now());
 }
 
+bool Worker::word_entry_done(const Pending& p, Clock::time_point now, Status& status) {
+  if (view_.reply_word(p.slot).load(std::memory_order_acquire) == static_cast<uint32_t>(p.seq)) return true;
+  // Not (yet) there: the work is still running, the client already took the slot again (it
+  // cleared the word; its next call on the slot settles the entry), or the stream faulted.
+  // Only an entry this old asks the driver, so the waits that end within it cost none.
+  if (now - p.since < kWordStreamCheck) return false;
+  const Status q = backend_.query(*p.stream);
+  if (q == Status::NotReady) return false;
+  status = q;
+  return true;
+}
+
+void Worker::settle_reused_slot(uint32_t slot) {
+  // A client takes a slot again only after it saw the answer there (or the server gone):
+  // the GPU got past the word, so the entry is done; its client needs no wake-up.
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    if (pending_[i].stream == nullptr || pending_[i].slot != slot) continue;
+    Pending p = std::move(pending_[i]);
+    if (i + 1 != pending_.size()) pending_[i] = std::move(pending_.back());
+    pending_.pop_back();
+    if (p.done) p.done(p.forced);
+    return;  // one call per slot at a time
+  }
+}
+
 bool Worker::poll_pending() {
   // Completions are independent of each other (each names its own reply slot), so
   // any completed entry is answered without waiting for older ones.
@@ -453,10 +483,21 @@ bool Worker::poll_pending() {
   int fault_device = -1;  // reported after the loop: releasing a device edits pending_
   Status fault = Status::Success;
   urgent_pending_ = 0;
+  Clock::time_point now{};
   for (size_t i = 0; i < pending_.size();) {
     Pending& p = pending_[i];
     Status first = p.forced;
     bool ready = true;
+    if (p.stream != nullptr) {
+      if (now == Clock::time_point{}) now = Clock::now();
+      Status s = Status::Success;
+      ready = word_entry_done(p, now, s);
+      if (ipc::is_sticky(s) && fault_device < 0) {
+        fault_device = p.stream->device();
+        fault = s;
+      }
+      if (s != Status::Success && first == Status::Success) first = s;
+    }
     for (auto& e : p.events) {
       const Status s = backend_.query(*e);
       if (s == Status::NotReady) {

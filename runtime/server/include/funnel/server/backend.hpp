@@ -253,6 +253,14 @@ std::unique_ptr<Backend> make_sim_backend(const SimOptions& options);
 // The launches a sim backend has run so far, oldest first (the most recent 65536); empty
 // for any other backend.
 std::vector<SimLaunchRecord> sim_launch_records(const Backend& sim);
+// How many of the calls that cost a driver call on a GPU a sim backend has taken so far
+// (for tests of what the worker asks the backend); zeros for any other backend.
+struct SimCallCounts {
+  uint64_t events_created = 0;
+  uint64_t event_queries = 0;
+  uint64_t stream_queries = 0;
+};
+SimCallCounts sim_call_counts(const Backend& sim);
 // Throws std::runtime_error naming the problem (no driver, no GPU, bad ordinal) and the fix.
 std::unique_ptr<Backend> make_cuda_backend(const std::vector<int>& devices);
 

@@ -10,6 +10,7 @@
 #   funnel-yN  FUNNEL_SERVER_SPIN_BACKOFF_MS=N  no polling for N ms once the core is wanted (0: never)
 #   funnel-aX  FUNNEL_SERVER_AFFINITY=X     X is auto, gpu or off (funnel-agpu)
 #   funnel-oN  FUNNEL_SUBMIT_ORDER=N        1: workers on cores of their own queue their waited copies
+#   funnel-gN  FUNNEL_GPU_REPLIES=N         0: the worker answers every waited call (no stream writes)
 # funnel_variant_env MODE: prints VAR=N (space-separated, one per setting) for a variant mode;
 # status 1 (nothing printed) for any other mode, status 2 with a message for a variant with a
 # bad setting.  Callers split the output into words.
@@ -28,6 +29,7 @@ funnel_variant_env() {
       y*) var=FUNNEL_SERVER_SPIN_BACKOFF_MS ;;
       a*) var=FUNNEL_SERVER_AFFINITY ;;
       o*) var=FUNNEL_SUBMIT_ORDER ;;
+      g*) var=FUNNEL_GPU_REPLIES ;;
       '') var="a setting" ;;
       *) return 1 ;;
     esac
@@ -38,7 +40,7 @@ funnel_variant_env() {
       vars+=("$var=$n")
       continue
     fi
-    echo "bench: mode '$mode' needs a number or a value ($var): funnel-w1.., funnel-b0.., funnel-c1..32, funnel-s0.., funnel-i0.., funnel-y0.., funnel-aauto|agpu|aoff, funnel-o0|o1, joined by + (funnel-i0+s0)" >&2
+    echo "bench: mode '$mode' needs a number or a value ($var): funnel-w1.., funnel-b0.., funnel-c1..32, funnel-s0.., funnel-i0.., funnel-y0.., funnel-aauto|agpu|aoff, funnel-o0|o1, funnel-g0|g1, joined by + (funnel-i0+s0)" >&2
     return 2
   done
   echo "${vars[*]}"

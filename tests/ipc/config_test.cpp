@@ -450,10 +450,13 @@ WATCHED_TEST(Settings, ServerAffinityAndPrintPlan) {
   EXPECT_EQ(value_text(gpu, "FUNNEL_SERVER_AFFINITY"), "gpu");
   for (const char* v : {"", "on", "none", "0"}) expect_bad("FUNNEL_SERVER_AFFINITY", v, "auto | gpu | off");
   for (const char* v : {"", "yes", "2", "true"}) expect_bad("FUNNEL_PRINT_PLAN", v, "0 | 1");
-  EXPECT_TRUE(settings({}).gpu_replies);
-  EXPECT_FALSE(settings({{"FUNNEL_GPU_REPLIES", "0"}}).gpu_replies);
+  EXPECT_EQ(settings({}).gpu_replies, GpuReplies::Auto);
+  EXPECT_EQ(settings({{"FUNNEL_GPU_REPLIES", "0"}}).gpu_replies, GpuReplies::Off);
+  EXPECT_EQ(settings({{"FUNNEL_GPU_REPLIES", "1"}}).gpu_replies, GpuReplies::Always);
+  EXPECT_EQ(settings({{"FUNNEL_GPU_REPLIES", "auto"}}).gpu_replies, GpuReplies::Auto);
   EXPECT_EQ(value_text(settings({{"FUNNEL_GPU_REPLIES", "0"}}), "FUNNEL_GPU_REPLIES"), "0");
-  for (const char* v : {"", "on", "2"}) expect_bad("FUNNEL_GPU_REPLIES", v, "1 | 0");
+  EXPECT_EQ(value_text(settings({}), "FUNNEL_GPU_REPLIES"), "auto");
+  for (const char* v : {"", "on", "2", "Auto"}) expect_bad("FUNNEL_GPU_REPLIES", v, "auto | 1 | 0");
   EXPECT_FALSE(settings({}).submit_order);
   EXPECT_TRUE(settings({{"FUNNEL_SUBMIT_ORDER", "1"}}).submit_order);
   EXPECT_EQ(value_text(settings({{"FUNNEL_SUBMIT_ORDER", "1"}}), "FUNNEL_SUBMIT_ORDER"), "1");

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <numeric>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -496,15 +497,13 @@ TEST_F(ServerTest, EventWordLandsBeforeTheEventAndElapsedTimeWaitsForSeenEvents)
 // FUNNEL_GPU_REPLIES (doc/design/channel.md, "Answered by the GPU"): a synchronous copy
 // between device memory and device memory is answered by the stream itself (the sim
 // backend's stream thread stores the seq's low half in the slot's reply word; the worker
-// does not store the slot's seq); with gpu_replies off the worker answers; a copy that
-// fails is answered by the worker either way.
+// does not store the slot's seq), also with auto when it is the only such call; with
+// gpu_replies off the worker answers; a copy that fails is answered by the worker either way.
 TEST_F(ServerTest, SynchronousCopiesAreAnsweredByTheGpuUnlessTurnedOff) {
-  for (const bool gpu : {true, false}) {
-    SCOPED_TRACE(gpu ? "gpu_replies on" : "gpu_replies off");
-    auto o = options();
-    o.gpu_replies = gpu;
-    start_server(o);
-    TestClient c(run_dir_);
+  for (const GpuReplies mode : {GpuReplies::Always, GpuReplies::Auto, GpuReplies::Off}) {
+    SCOPED_TRACE(std::string("gpu_replies ") + gpu_replies_name(mode));
+    const bool gpu = mode != GpuReplies::Off;
+    TestClient c = start_with_gpu_replies(mode);
     ASSERT_TRUE(c.ok());
     const uint64_t a = c.alloc(4096), b = c.alloc(4096);
     ipc::CopyCmd cp = device_copy(a, b, 4096);
@@ -534,12 +533,10 @@ TEST_F(ServerTest, SynchronousCopiesAreAnsweredByTheGpuUnlessTurnedOff) {
 // millisecond (held here by a host function), which still ends with the right answer once
 // the stream goes on.  With gpu_replies off, each synchronous copy records an event.
 TEST_F(ServerTest, GpuAnsweredCallsWatchTheirReplyWordNotAnEvent) {
-  for (const bool gpu : {true, false}) {
-    SCOPED_TRACE(gpu ? "gpu_replies on" : "gpu_replies off");
-    auto o = options();
-    o.gpu_replies = gpu;
-    start_server(o);
-    TestClient c(run_dir_);
+  for (const GpuReplies mode : {GpuReplies::Always, GpuReplies::Off}) {
+    SCOPED_TRACE(std::string("gpu_replies ") + gpu_replies_name(mode));
+    const bool gpu = mode != GpuReplies::Off;
+    TestClient c = start_with_gpu_replies(mode);
     ASSERT_TRUE(c.ok());
     const uint64_t a = c.alloc(4096), b = c.alloc(4096);
     c.create_stream(5);
@@ -584,6 +581,59 @@ TEST_F(ServerTest, GpuAnsweredCallsWatchTheirReplyWordNotAnEvent) {
     c.detach();
     stop_server();
   }
+}
+
+// GpuReplies::Auto: the GPU's stream write waits for every copy in flight on the GPU, so a
+// synchronous copy made while another client's is still on the GPU also records an event
+// before its stream write, and the worker answers once that event completes unless the word
+// came first (either answer is right; the sim backend writes at once); a copy made while the
+// device is quiet records none.
+TEST_F(ServerTest, AutoAlsoRecordsAnEventWhileAnotherWaitedCallIsOnTheGpu) {
+  TestClient busy = start_with_gpu_replies(GpuReplies::Auto);
+  TestClient c(run_dir_);
+  ASSERT_TRUE(busy.ok() && c.ok());
+  // busy: a synchronous copy on its stream 5, held behind a host function.
+  const uint64_t x = busy.alloc(4096), y = busy.alloc(4096);
+  busy.create_stream(5);
+  busy.post(Opcode::HostFunc, ipc::HostFuncCmd{10, 11, 2, 0}, 5);
+  const ipc::CopyCmd held = device_copy(x, y, 4096);
+  const uint32_t held_slot = busy.next_slot();
+  const uint64_t held_seq = busy.send(Opcode::Copy, &held, sizeof held, held_slot, 5, 0);
+  ASSERT_TRUE(eventually([&] { return busy.view().event_state(10).load() == 2; }));
+  ASSERT_EQ(busy.call(Opcode::MemGetInfo).status, Status::Success);  // the copy is queued by now
+
+  const uint64_t a = c.alloc(4096), b = c.alloc(4096);
+  std::vector<uint8_t> in(4096, 0x6b), out(4096, 0);
+  c.h2d(b, in.data(), in.size());
+  const ipc::CopyCmd cp = device_copy(a, b, 4096);
+  // The events the copy made the worker create, and its status.
+  auto copy = [&] {
+    const uint64_t before = server::sim_call_counts(*backend_).events_created;
+    const uint32_t slot = c.next_slot();
+    const Status st = c.wait(slot, c.send(Opcode::Copy, &cp, sizeof cp, slot, 0, 0)).status;
+    return std::pair{st, server::sim_call_counts(*backend_).events_created - before};
+  };
+  const auto [st, events] = copy();
+  EXPECT_EQ(st, Status::Success);
+  EXPECT_EQ(events, 1u) << "no event while another client's copy was on the GPU";
+  c.d2h(out.data(), a, out.size());
+  EXPECT_EQ(out, in);
+
+  busy.view().event_state(11).store(2);  // the held copy goes on and is answered (by the GPU)
+  const Reply r = busy.wait(held_slot, held_seq);
+  ASSERT_EQ(r.status, Status::Success);
+  EXPECT_EQ(busy.view().reply_word(held_slot).load(), static_cast<uint32_t>(held_seq));
+  // The device is quiet again once the worker has seen that copy done: no event.
+  bool quiet = false;
+  for (int i = 0; i < 200 && !quiet; ++i) {
+    const auto [st2, events2] = copy();
+    ASSERT_EQ(st2, Status::Success);
+    quiet = events2 == 0;
+    if (!quiet) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(quiet) << "still an event per copy with no other call on the GPU";
+  busy.detach();
+  c.detach();
 }
 
 }  // namespace

@@ -120,6 +120,13 @@ class ServerTest : public ::testing::Test {
     });
   }
   void start_server() { start_server(options()); }
+  // A server with ServerOptions::gpu_replies set to `mode`, and a client of it.
+  TestClient start_with_gpu_replies(GpuReplies mode) {
+    auto o = options();
+    o.gpu_replies = mode;
+    start_server(o);
+    return TestClient(run_dir_);
+  }
 
   void stop_server() {
     if (server_) server_->request_stop();

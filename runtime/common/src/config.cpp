@@ -146,11 +146,15 @@ const std::vector<SettingInfo>& setting_table() {
        "run, which rank uses which GPU with what fraction and binding) to stderr once this process attached; "
        "under the MPI hooks node rank 0 prints it once every rank of its node attached. The server logs every "
        "plan it applies either way"},
-      {"FUNNEL_GPU_REPLIES", "1", "1 | 0",
+      {"FUNNEL_GPU_REPLIES", "auto", "auto | 1 | 0",
        "for a server that a client starts: 1 makes the GPU answer a synchronous copy between pinned and "
-       "device memory itself (a stream memory write into the client's reply word once the copy is done), so "
-       "the waiting process sees it done without the server's worker thread having to run; 0 leaves every "
-       "answer to the worker (as before protocol 7), e.g. to compare"},
+       "device memory, and a synchronize of a busy stream, itself (a stream memory write into the client's "
+       "reply word once the work is done), so the waiting process sees it done without the server's worker "
+       "thread having to run; 0 leaves every answer to the worker (as before protocol 7); auto is 1, but "
+       "where another such call is already on the GPU the worker also watches an event recorded before the "
+       "stream write and answers when it completes, if that comes first: the stream write waits for every "
+       "copy then in flight on the GPU, so of copies made together each would otherwise be answered only "
+       "when the last is done (doc/performance.md)"},
       {"FUNNEL_SUBMIT_ORDER", "0", "1 | 0",
        "for a server that a client starts: 1 makes the workers that have a core of their own (every rank "
        "bound, free cores left) take their clients' waited copies to the driver one at a time, first come "
@@ -504,10 +508,19 @@ Settings Settings::from(const Lookup& env) {
     }
   };
   flag("FUNNEL_PRINT_PLAN", s.print_plan);
-  flag("FUNNEL_GPU_REPLIES", s.gpu_replies);
+  if (auto v = get("FUNNEL_GPU_REPLIES")) {
+    if (*v == "auto") s.gpu_replies = GpuReplies::Auto;
+    else if (*v == "1") s.gpu_replies = GpuReplies::Always;
+    else if (*v == "0") s.gpu_replies = GpuReplies::Off;
+    else bad("FUNNEL_GPU_REPLIES", *v, accepted_of("FUNNEL_GPU_REPLIES"));
+  }
   flag("FUNNEL_SUBMIT_ORDER", s.submit_order);
   flag("FUNNEL_JOB_REPORT", s.job_report);
   return s;
+}
+
+const char* gpu_replies_name(GpuReplies g) noexcept {
+  return g == GpuReplies::Auto ? "auto" : g == GpuReplies::Always ? "1" : "0";
 }
 
 const char* server_affinity_name(bool server_affinity, bool worker_follows_rank) noexcept {
@@ -554,7 +567,7 @@ std::string value_text(const Settings& s, const std::string& var) {
   if (var == "FUNNEL_CLIENT_PRIORITY") return s.below_normal_priority ? "below-normal" : "normal";
   if (var == "FUNNEL_SERVER_AFFINITY") return server_affinity_name(s.server_affinity, s.worker_follows_rank);
   if (var == "FUNNEL_PRINT_PLAN") return s.print_plan ? "1" : "0";
-  if (var == "FUNNEL_GPU_REPLIES") return s.gpu_replies ? "1" : "0";
+  if (var == "FUNNEL_GPU_REPLIES") return gpu_replies_name(s.gpu_replies);
   if (var == "FUNNEL_SUBMIT_ORDER") return s.submit_order ? "1" : "0";
   if (var == "FUNNEL_JOB_REPORT") return s.job_report ? "1" : "0";
   return "";

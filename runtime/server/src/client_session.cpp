@@ -49,6 +49,7 @@ void ClientSession::create_channel(const ChannelSpec& spec) {
   shared_.modules = spec.modules;
   shared_.health = spec.health;
   shared_.submit_order = spec.submit_order;
+  shared_.calls_in_flight = spec.calls_in_flight;
   shared_.notify_fd = spec.notify_fd;
   hangups_ = spec.hangups;
   pool_ = spec.workers;

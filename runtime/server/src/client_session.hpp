@@ -29,11 +29,12 @@ struct ChannelSpec {
   std::chrono::microseconds pending_spin = kDefaultPendingSpin;
   std::chrono::microseconds idle_spin = kDefaultIdleSpin;
   std::chrono::milliseconds spin_backoff = kDefaultSpinBackoff;
-  bool gpu_replies = true;
+  GpuReplies gpu_replies = GpuReplies::Auto;
   uint32_t launch_batch = kDefaultLaunchBatch;
   ModuleCache* modules = nullptr;
   DeviceHealth* health = nullptr;
   SubmitOrder* submit_order = nullptr;  // the server's; null unless FUNNEL_SUBMIT_ORDER=1
+  CallsInFlight* calls_in_flight = nullptr;  // the server's
   SmPartitions* partitions = nullptr;
   std::span<const ipc::DeviceRecord> devices;  // the server's, read once at its start
   int notify_fd = -1;

@@ -310,6 +310,7 @@ void Server::Impl::attach(Connection& c, const ipc::HelloMsg& hello) {
   spec.modules = modules.get();
   spec.health = &health;
   spec.submit_order = options.submit_order ? &submit_order : nullptr;
+  spec.calls_in_flight = &calls_in_flight;
   spec.partitions = partitions.get();
   spec.devices = device_records;
   spec.notify_fd = notify_fd.get();

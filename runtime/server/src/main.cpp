@@ -207,7 +207,7 @@ int main(int argc, char** argv) {
   uint32_t spin_backoff_ms = settings.server_spin_backoff_ms;
   uint32_t workers = settings.server_workers;
   std::string affinity = value_text(settings, "FUNNEL_SERVER_AFFINITY");
-  bool gpu_replies = settings.gpu_replies;
+  std::string gpu_replies = funnel::gpu_replies_name(settings.gpu_replies);
   bool submit_order = settings.submit_order;
   uint32_t launch_batch = settings.launch_batch;
   bool job_report = settings.job_report;
@@ -254,7 +254,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "gpu", "off"}));
   app.add_option("--gpu-replies", gpu_replies,
                  "1: the GPU answers synchronous copies and stream synchronisations itself; 0: the server's "
-                 "worker does (FUNNEL_GPU_REPLIES)");
+                 "worker does; auto: the GPU does, and while another such call is on the GPU the worker too "
+                 "when it sees the work done first (FUNNEL_GPU_REPLIES)")
+      ->check(CLI::IsMember({"auto", "1", "0"}));
   app.add_option("--submit-order", submit_order,
                  "1: workers on cores of their own take waited copies to the driver one at a time, first come "
                  "first served; 0: all at once (FUNNEL_SUBMIT_ORDER; experimental, default 0)");
@@ -335,7 +337,9 @@ int main(int argc, char** argv) {
     opt.inherited_listen_fd = listen_fd;
     opt.thread_affinity = affinity != "off";
     opt.worker_follows_rank = affinity == "auto";
-    opt.gpu_replies = gpu_replies;
+    opt.gpu_replies = gpu_replies == "auto" ? funnel::GpuReplies::Auto
+                      : gpu_replies == "1"  ? funnel::GpuReplies::Always
+                                            : funnel::GpuReplies::Off;
     opt.submit_order = submit_order;
     opt.launch_batch = launch_batch;
     if (job_report) {

@@ -52,6 +52,7 @@ struct Server::Impl {
   ServerTotals totals;
   DeviceHealth health;  // read by every worker
   SubmitOrder submit_order;  // taken by workers on cores of their own
+  CallsInFlight calls_in_flight{};  // every session's waited calls on each GPU (GpuReplies::Auto)
   // Per device: the fault generation whose reset failed (not retried: restart the server).
   std::array<uint64_t, ipc::kMaxDevices> reset_failed{};
   // Per device: the fault generation that only a restart recovers (the backend cannot reset

@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "funnel/ipc/channel_layout.hpp"
@@ -35,6 +36,36 @@
 #include "submit_order.hpp"
 
 namespace funnel::server {
+
+// Per device, the waited calls of every client that are on the GPU now (Worker::when_complete).
+using CallsInFlight = std::array<std::atomic<uint32_t>, ipc::kMaxDevices>;
+
+// Counts one waited call in a CallsInFlight entry for as long as it lives.
+class InFlight {
+ public:
+  InFlight() = default;
+  explicit InFlight(std::atomic<uint32_t>& count) noexcept : count_(&count) {
+    count.fetch_add(1, std::memory_order_relaxed);
+  }
+  InFlight(InFlight&& o) noexcept : count_(std::exchange(o.count_, nullptr)) {}
+  InFlight& operator=(InFlight&& o) noexcept {
+    if (this != &o) {
+      release();
+      count_ = std::exchange(o.count_, nullptr);
+    }
+    return *this;
+  }
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+  ~InFlight() { release(); }
+
+ private:
+  void release() noexcept {
+    if (count_ != nullptr) count_->fetch_sub(1, std::memory_order_relaxed);
+    count_ = nullptr;
+  }
+  std::atomic<uint32_t>* count_ = nullptr;
+};
 
 class ModuleCache;
 class WorkerGroup;
@@ -72,11 +103,12 @@ struct SessionShared {
   std::chrono::microseconds pending_spin = kDefaultPendingSpin;  // ServerOptions::pending_spin
   std::chrono::microseconds idle_spin = kDefaultIdleSpin;        // ServerOptions::idle_spin
   std::chrono::milliseconds spin_backoff = kDefaultSpinBackoff;  // ServerOptions::spin_backoff
-  bool gpu_replies = true;                                        // ServerOptions::gpu_replies
+  GpuReplies gpu_replies = GpuReplies::Auto;                      // ServerOptions::gpu_replies
   uint32_t launch_batch = kDefaultLaunchBatch;                    // ServerOptions::launch_batch
   ModuleCache* modules = nullptr;  // the server's, shared by every session
   DeviceHealth* health = nullptr;  // the server's
   SubmitOrder* submit_order = nullptr;  // the server's; null unless FUNNEL_SUBMIT_ORDER=1
+  CallsInFlight* calls_in_flight = nullptr;  // the server's (GpuReplies::Auto)
   // Per device: the fault generation (DeviceHealth::State::generation) whose resources
   // this session has released; the main loop resets a device once every session has.
   std::array<std::atomic<uint64_t>, ipc::kMaxDevices> released_fault{};
@@ -119,6 +151,10 @@ struct Pending {
   // fault, asked only after kWordStreamCheck (worker.cpp; doc/design/channel.md).
   std::shared_ptr<BackendStream> stream;
   std::chrono::steady_clock::time_point since{};
+  InFlight in_flight;  // a synchronous copy or synchronize the GPU could answer, counted on its device
+  // GpuReplies::Auto with another such call on the GPU: `events` holds one recorded before the
+  // stream write; whichever is seen first answers (the worker replies if the event is).
+  bool race = false;
   // A device fault took some of the events: the entry completes with this status.
   Status forced = Status::Success;
   // Runs once every event completed (with the first error among them); returns the reply status.

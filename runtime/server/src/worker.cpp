@@ -443,7 +443,7 @@ void Worker::answer(const ipc::CommandHeader& h, const std::array<uint64_t, 5>& 
 }
 
 void Worker::add_pending(Pending&& p) {
-  if (!p.gpu_reply) ++urgent_pending_;
+  if (!p.gpu_reply || p.race) ++urgent_pending_;
   pending_.push_back(std::move(p));
 }
 
@@ -488,17 +488,21 @@ bool Worker::poll_pending() {
     Pending& p = pending_[i];
     Status first = p.forced;
     bool ready = true;
+    bool word_seen = false;
     if (p.stream != nullptr) {
       if (now == Clock::time_point{}) now = Clock::now();
       Status s = Status::Success;
       ready = word_entry_done(p, now, s);
+      word_seen = ready && s == Status::Success;
       if (ipc::is_sticky(s) && fault_device < 0) {
         fault_device = p.stream->device();
         fault = s;
       }
       if (s != Status::Success && first == Status::Success) first = s;
+      if (p.race && !ready) ready = true;  // then it is up to the event
     }
     for (auto& e : p.events) {
+      if (word_seen) break;  // the GPU answered: its event completed before
       const Status s = backend_.query(*e);
       if (s == Status::NotReady) {
         ready = false;
@@ -511,13 +515,17 @@ bool Worker::poll_pending() {
       if (s != Status::Success && first == Status::Success) first = s;
     }
     if (!ready) {
-      if (!p.gpu_reply) ++urgent_pending_;
+      if (!p.gpu_reply || p.race) ++urgent_pending_;
       ++i;
       continue;
     }
     Status st = p.done ? p.done(first) : first;
     if (st == Status::Success && p.fill) st = p.fill(p.values);
-    if (p.gpu_reply && st == Status::Success) {
+    if (p.race && !word_seen && st == Status::Success) {
+      // The event came first: the worker answers (the stream's write lands later, on a word
+      // the client then ignores or has cleared).
+      reply(p.slot, p.seq, st, p.values);
+    } else if (p.gpu_reply && st == Status::Success) {
       wake_sleeping_client();
     } else if (p.gpu_reply && view_.reply_word(p.slot).load(std::memory_order_acquire) == static_cast<uint32_t>(p.seq)) {
       // The GPU answered before a later fault made the event report it: the client may have

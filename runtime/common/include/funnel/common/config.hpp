@@ -28,6 +28,14 @@ const char* to_string(Backend b) noexcept;
 enum class MpiHooks { Auto, On, Off };
 const char* to_string(MpiHooks h) noexcept;
 
+// FUNNEL_GPU_REPLIES (doc/design/channel.md, "Answered by the GPU"): Always (1), the GPU
+// answers every synchronous copy and busy-stream synchronize by a stream write; Off (0), the
+// server's worker answers them all; Auto, as Always, but while another such call is on the
+// GPU the worker also answers once an event recorded before the write completes, if that
+// comes first (the stream write waits for every copy in flight on the GPU, doc/performance.md).
+enum class GpuReplies : uint8_t { Off, Always, Auto };
+const char* gpu_replies_name(GpuReplies g) noexcept;
+
 struct Settings {
   std::filesystem::path run_dir;    // FUNNEL_RUN_DIR
   std::string job_id;               // FUNNEL_JOB_ID, else the launcher's job id, else "nojob"
@@ -82,9 +90,9 @@ struct Settings {
   // FUNNEL_PRINT_PLAN=1: the placement plan is printed to stderr once the process attached
   // (under the MPI hooks: by node rank 0, once every rank of the node attached).
   bool print_plan = false;
-  // FUNNEL_GPU_REPLIES: the GPU answers a waiting client itself (a stream memory write)
-  // where the server's worker would otherwise have to notice the completion.
-  bool gpu_replies = true;
+  // FUNNEL_GPU_REPLIES: whether the GPU answers a waiting client itself (a stream memory
+  // write) where the server's worker would otherwise have to notice the completion.
+  GpuReplies gpu_replies = GpuReplies::Auto;
   // FUNNEL_SUBMIT_ORDER: workers on cores of their own take waited copies to the driver in
   // turn (runtime/server/src/submit_order.hpp); experimental, off by default.
   bool submit_order = false;

@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "funnel/common/config.hpp"
 #include "funnel/server/backend.hpp"
 
 namespace funnel::server {
@@ -48,9 +49,9 @@ struct ServerOptions {
   // Worker threads per GPU, each serving several clients (FUNNEL_SERVER_WORKERS); 0: one
   // worker thread per client.
   uint32_t worker_threads = 0;
-  // The GPU answers synchronous copies and stream synchronisations itself, by a stream
-  // memory write into the client's reply word (FUNNEL_GPU_REPLIES).
-  bool gpu_replies = true;
+  // Whether the GPU answers synchronous copies and stream synchronisations itself, by a
+  // stream memory write into the client's reply word (FUNNEL_GPU_REPLIES).
+  GpuReplies gpu_replies = GpuReplies::Auto;
   // Workers on cores of their own take waited copies to the driver in turn
   // (FUNNEL_SUBMIT_ORDER; runtime/server/src/submit_order.hpp); off by default.
   bool submit_order = false;

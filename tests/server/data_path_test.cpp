@@ -583,29 +583,64 @@ TEST_F(ServerTest, GpuAnsweredCallsWatchTheirReplyWordNotAnEvent) {
   }
 }
 
+// A synchronous device-to-device copy of `busy` on its stream 5, held on the GPU behind a
+// host function until release(): meanwhile the device has a waited call in flight.
+struct HeldCopy {
+  explicit HeldCopy(TestClient& client) : busy(client) {
+    const uint64_t x = busy.alloc(4096), y = busy.alloc(4096);
+    busy.create_stream(5);
+    busy.post(Opcode::HostFunc, ipc::HostFuncCmd{10, 11, 2, 0}, 5);
+    const ipc::CopyCmd held = device_copy(x, y, 4096);
+    slot = busy.next_slot();
+    seq = busy.send(Opcode::Copy, &held, sizeof held, slot, 5, 0);
+  }
+  // The stream reached the host function, and the worker has queued the copy behind it.
+  bool queued() {
+    return eventually([&] { return busy.view().event_state(10).load() == 2; }) &&
+           busy.call(Opcode::MemGetInfo).status == Status::Success;
+  }
+  Status release() {
+    busy.view().event_state(11).store(2);
+    return busy.wait(slot, seq).status;
+  }
+  TestClient& busy;
+  uint32_t slot = 0;
+  uint64_t seq = 0;
+};
+
+// Two clients of one server: `busy` with a copy held on the GPU (HeldCopy), and `c` with 4096
+// bytes of `fill` in device memory at `b`, which `cp` copies to `a` (synchronously).
+struct Crowded {
+  Crowded(const std::filesystem::path& run_dir, uint8_t fill)
+      : busy(run_dir), c(run_dir), held(busy), a(c.alloc(4096)), b(c.alloc(4096)), in(4096, fill) {
+    c.h2d(b, in.data(), in.size());
+    cp = device_copy(a, b, 4096);
+  }
+  bool ready() { return busy.ok() && c.ok() && held.queued(); }
+  // c's copy from b to a is right.
+  bool copied() {
+    std::vector<uint8_t> out(in.size(), 0);
+    c.d2h(out.data(), a, out.size());
+    return out == in;
+  }
+  TestClient busy, c;
+  HeldCopy held;
+  uint64_t a, b;
+  std::vector<uint8_t> in;
+  ipc::CopyCmd cp{};
+};
+
 // GpuReplies::Auto: the GPU's stream write waits for every copy in flight on the GPU, so a
 // synchronous copy made while another client's is still on the GPU also records an event
 // before its stream write, and the worker answers once that event completes unless the word
 // came first (either answer is right; the sim backend writes at once); a copy made while the
 // device is quiet records none.
 TEST_F(ServerTest, AutoAlsoRecordsAnEventWhileAnotherWaitedCallIsOnTheGpu) {
-  TestClient busy = start_with_gpu_replies(GpuReplies::Auto);
-  TestClient c(run_dir_);
-  ASSERT_TRUE(busy.ok() && c.ok());
-  // busy: a synchronous copy on its stream 5, held behind a host function.
-  const uint64_t x = busy.alloc(4096), y = busy.alloc(4096);
-  busy.create_stream(5);
-  busy.post(Opcode::HostFunc, ipc::HostFuncCmd{10, 11, 2, 0}, 5);
-  const ipc::CopyCmd held = device_copy(x, y, 4096);
-  const uint32_t held_slot = busy.next_slot();
-  const uint64_t held_seq = busy.send(Opcode::Copy, &held, sizeof held, held_slot, 5, 0);
-  ASSERT_TRUE(eventually([&] { return busy.view().event_state(10).load() == 2; }));
-  ASSERT_EQ(busy.call(Opcode::MemGetInfo).status, Status::Success);  // the copy is queued by now
-
-  const uint64_t a = c.alloc(4096), b = c.alloc(4096);
-  std::vector<uint8_t> in(4096, 0x6b), out(4096, 0);
-  c.h2d(b, in.data(), in.size());
-  const ipc::CopyCmd cp = device_copy(a, b, 4096);
+  start_server(GpuReplies::Auto);
+  Crowded s(run_dir_, 0x6b);
+  ASSERT_TRUE(s.ready());
+  TestClient& c = s.c;
+  const ipc::CopyCmd& cp = s.cp;
   // The events the copy made the worker create, and its status.
   auto copy = [&] {
     const uint64_t before = server::sim_call_counts(*backend_).events_created;
@@ -616,13 +651,11 @@ TEST_F(ServerTest, AutoAlsoRecordsAnEventWhileAnotherWaitedCallIsOnTheGpu) {
   const auto [st, events] = copy();
   EXPECT_EQ(st, Status::Success);
   EXPECT_EQ(events, 1u) << "no event while another client's copy was on the GPU";
-  c.d2h(out.data(), a, out.size());
-  EXPECT_EQ(out, in);
+  EXPECT_TRUE(s.copied());
 
-  busy.view().event_state(11).store(2);  // the held copy goes on and is answered (by the GPU)
-  const Reply r = busy.wait(held_slot, held_seq);
-  ASSERT_EQ(r.status, Status::Success);
-  EXPECT_EQ(busy.view().reply_word(held_slot).load(), static_cast<uint32_t>(held_seq));
+  // The held copy goes on and is answered (by the GPU).
+  ASSERT_EQ(s.held.release(), Status::Success);
+  EXPECT_EQ(s.busy.view().reply_word(s.held.slot).load(), static_cast<uint32_t>(s.held.seq));
   // The device is quiet again once the worker has seen that copy done: no event.
   bool quiet = false;
   for (int i = 0; i < 200 && !quiet; ++i) {
@@ -632,7 +665,34 @@ TEST_F(ServerTest, AutoAlsoRecordsAnEventWhileAnotherWaitedCallIsOnTheGpu) {
     if (!quiet) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   EXPECT_TRUE(quiet) << "still an event per copy with no other call on the GPU";
-  busy.detach();
+  s.busy.detach();
+  c.detach();
+}
+
+// The race itself: with the stream write held back (as a GPU's is behind other streams'
+// copies; here the sim backend delays every stream write by 1 s), the crowded copy is answered
+// by the worker through the slot's seq once its event completes, before its reply word lands;
+// the word lands later all the same, and the client's next call on the slot is unaffected.
+TEST_F(ServerTest, AutoAnswersACrowdedCopyByTheWorkerWhenItsStreamWriteIsLate) {
+  stream_write_delay_ = std::chrono::seconds(1);
+  start_server(GpuReplies::Auto);
+  Crowded s(run_dir_, 0x3c);
+  ASSERT_TRUE(s.ready());
+  TestClient& c = s.c;
+  const ipc::CopyCmd& cp = s.cp;
+  const uint32_t slot = 3;
+  const uint64_t seq = c.send(Opcode::Copy, &cp, sizeof cp, slot, 0, 0);
+  ASSERT_EQ(c.wait(slot, seq).status, Status::Success);
+  EXPECT_EQ(c.view().reply(slot).seq.load(), seq) << "not answered by the worker";
+  EXPECT_NE(c.view().reply_word(slot).load(), static_cast<uint32_t>(seq)) << "the delayed word came first";
+  EXPECT_TRUE(eventually([&] { return c.view().reply_word(slot).load() == static_cast<uint32_t>(seq); }))
+      << "the stream's own answer never landed";
+  // The slot again, for a call the worker answers.
+  EXPECT_EQ(c.wait(slot, c.send(Opcode::MemGetInfo, nullptr, 0, slot)).status, Status::Success);
+  EXPECT_TRUE(s.copied());
+
+  EXPECT_EQ(s.held.release(), Status::Success);
+  s.busy.detach();
   c.detach();
 }
 

@@ -106,6 +106,7 @@ class ServerTest : public ::testing::Test {
     so.memory_bytes = memory;
     so.launch_log = launch_log_;
     so.fault_kernel = fault_kernel_;
+    so.stream_write_delay = stream_write_delay_;
     auto backend = server::make_sim_backend(so);
     backend_ = backend.get();
     server_ = std::make_unique<server::Server>(std::move(o), std::move(backend));
@@ -120,11 +121,14 @@ class ServerTest : public ::testing::Test {
     });
   }
   void start_server() { start_server(options()); }
-  // A server with ServerOptions::gpu_replies set to `mode`, and a client of it.
-  TestClient start_with_gpu_replies(GpuReplies mode) {
+  // A server with ServerOptions::gpu_replies set to `mode` (and a client of it).
+  void start_server(GpuReplies mode) {
     auto o = options();
     o.gpu_replies = mode;
     start_server(o);
+  }
+  TestClient start_with_gpu_replies(GpuReplies mode) {
+    start_server(mode);
     return TestClient(run_dir_);
   }
 
@@ -141,6 +145,7 @@ class ServerTest : public ::testing::Test {
   server::Backend* backend_ = nullptr;  // the server's, while it runs
   std::string launch_log_;              // SimOptions::launch_log of the next start_server
   std::string fault_kernel_;            // SimOptions::fault_kernel of the next start_server
+  std::chrono::microseconds stream_write_delay_{0};  // SimOptions::stream_write_delay, likewise
   std::thread thread_;
   std::atomic<bool> finished_{false};
 };

@@ -598,6 +598,7 @@ class SimBackend final : public Backend {
     if (Status st = usable(s.device()); st != Status::Success) return st;
     // As on a GPU, a stream stops at a fault: what it would have stored after it never lands.
     stream(s).enqueue([this, &word, value, device = static_cast<size_t>(s.device())] {
+      if (options_.stream_write_delay.count() > 0) std::this_thread::sleep_for(options_.stream_write_delay);
       if (!faulted_[device].load(std::memory_order_acquire)) word.store(value, std::memory_order_release);
     });
     return Status::Success;

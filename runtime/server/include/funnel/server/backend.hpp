@@ -8,6 +8,7 @@
 // CUDA runtime error numbers; a sticky one (ipc::is_sticky) poisons the device.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -247,6 +248,9 @@ struct SimOptions {
   // As the CUDA driver (false), a fault is recovered by restarting the server; true lets
   // reset_device recover it in process (the server's other recovery path).
   bool resets_in_process = false;
+  // Each stream memory write (write_value) lands this long after the stream reaches it, as a
+  // GPU's does behind other streams' copies (tests of who answers first; 0: at once).
+  std::chrono::microseconds stream_write_delay{0};
 };
 
 std::unique_ptr<Backend> make_sim_backend(const SimOptions& options);

@@ -16,11 +16,14 @@
 //   --prio 1  the stream is created one priority level up (funnel's normal clients)
 //   --shm 1   the host buffer is a /dev/shm file registered with cudaHostRegister (funnel's
 //             pinned memory), not cudaMallocHost memory
+//   --kw 1    the copy is answered by a one-thread kernel launched after it on the stream that
+//             stores the round's number into the pinned host word (a completion that neither
+//             carries the stream write's barrier nor needs a thread to watch an event)
 // (--wv needs the driver API; for runs under funnel-run, --mode procs, build with -DCC_NO_DRIVER
 // and without -lcuda, so that only the CUDA runtime is called.)
 //   nvcc -O2 -std=c++17 -o concurrent_copies bench/probes/concurrent_copies.cu -lcuda
 //   ./concurrent_copies --mode threads|procs --n N [--rounds R] [--bytes B,B,...] [--wv 1]
-//                       [--prio 1] [--shm 1]
+//                       [--kw 1] [--prio 1] [--shm 1]
 #if !defined(CC_NO_DRIVER)
 #include <cuda.h>
 #endif
@@ -66,8 +69,14 @@ struct Case {
 };
 
 struct Variant {
-  bool wv = false, prio = false, shm = false;
+  bool wv = false, prio = false, shm = false, kw = false;
 };
+
+// --kw: stores `value` into the host word once the stream gets here (after the copy).
+__global__ void answer_kernel(volatile unsigned* word, unsigned value) {
+  __threadfence_system();
+  *word = value;
+}
 
 // A /dev/shm file of `bytes`, mapped and registered with the driver (as funnel's pinned memory).
 void* shm_registered(size_t bytes, int id) {
@@ -135,6 +144,15 @@ void participant(Shared* sh, int id, const std::vector<Case>& cases, int rounds,
 #endif
         }
 #endif
+      } else if (v.kw) {
+        ++answer;
+        answer_kernel<<<1, 1, 0, s>>>(word, answer);
+        CK(cudaGetLastError());
+        while (__atomic_load_n(word, __ATOMIC_ACQUIRE) != answer) {
+#if defined(__x86_64__)
+          __builtin_ia32_pause();
+#endif
+        }
       } else {
         CK(cudaStreamSynchronize(s));
       }
@@ -176,7 +194,8 @@ void report(const Shared* sh, const char* mode, const char* variant, int n, cons
     span.push_back(hi - lo);
   }
   const double ms = median(span);
-  std::printf("{\"mode\":\"%s\",\"variant\":\"%s\",\"n\":%d,\"dir\":\"%s\",\"bytes\":%zu,\"makespan_us\":%.2f,\"copy_us\":%.2f,"
+  std::printf("{\"mode\":\"%s\",\"variant\":\"%s\",\"n\":%d,\"dir\":\"%s\",\"bytes\":%zu,"
+              "\"makespan_us\":%.2f,\"copy_us\":%.2f,"
               "\"agg_gbps\":%.2f}\n",
               mode, variant, n, c.h2d ? "h2d" : "d2h", c.bytes, ms, median(one),
               static_cast<double>(c.bytes) * n / (ms * 1e3));
@@ -196,13 +215,18 @@ int main(int argc, char** argv) {
     else if (a == "--wv") v.wv = std::atoi(argv[i + 1]) != 0;
     else if (a == "--prio") v.prio = std::atoi(argv[i + 1]) != 0;
     else if (a == "--shm") v.shm = std::atoi(argv[i + 1]) != 0;
+    else if (a == "--kw") v.kw = std::atoi(argv[i + 1]) != 0;
     else if (a == "--n") n = std::atoi(argv[i + 1]);
     else if (a == "--rounds") rounds = std::atoi(argv[i + 1]);
     else if (a == "--bytes") {
       sizes.clear();
-      for (char* p = std::strtok(argv[i + 1], ","); p != nullptr; p = std::strtok(nullptr, ",")) sizes.push_back(std::strtoull(p, nullptr, 0));
+      for (char* p = std::strtok(argv[i + 1], ","); p != nullptr; p = std::strtok(nullptr, ","))
+        sizes.push_back(std::strtoull(p, nullptr, 0));
     } else {
-      std::fprintf(stderr, "usage: %s --mode threads|procs --n N [--rounds R] [--bytes B,B,...] [--wv 1] [--prio 1] [--shm 1]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s --mode threads|procs --n N [--rounds R] [--bytes B,B,...] [--wv 1] [--kw 1] "
+                   "[--prio 1] [--shm 1]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -210,7 +234,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bad arguments: n 1..%d, rounds 1..%d, mode threads|procs\n", kMaxN, kMaxRounds);
     return 2;
   }
-  std::string variant = std::string(v.wv ? "wv" : "sync") + (v.prio ? "+prio" : "") + (v.shm ? "+shm" : "");
+  std::string variant =
+      std::string(v.wv ? "wv" : v.kw ? "kw" : "sync") + (v.prio ? "+prio" : "") + (v.shm ? "+shm" : "");
   std::vector<Case> cases;
   for (bool h2d : {true, false})
     for (size_t b : sizes) cases.push_back({h2d, b});

@@ -104,7 +104,8 @@ void Worker::when_complete(StreamEntry& s, uint32_t slot, uint64_t seq, std::fun
     crowded = shared_.gpu_replies == GpuReplies::Auto && count.load(std::memory_order_relaxed) != 0;
     p.in_flight = InFlight(count);
   }
-  if (gpu_reply && shared_.gpu_replies != GpuReplies::Off && slot != ipc::kNoReply && static_cast<uint32_t>(seq) != 0) {
+  if (gpu_reply && shared_.gpu_replies != GpuReplies::Off && slot != ipc::kNoReply &&
+      static_cast<uint32_t>(seq) != 0) {
     std::unique_ptr<BackendEvent> first;
     if (crowded && (backend_.create_event(s.device, false, first) != Status::Success ||
                     backend_.record(*first, *s.stream) != Status::Success))

@@ -509,9 +509,7 @@ Settings Settings::from(const Lookup& env) {
   };
   flag("FUNNEL_PRINT_PLAN", s.print_plan);
   if (auto v = get("FUNNEL_GPU_REPLIES")) {
-    if (*v == "auto") s.gpu_replies = GpuReplies::Auto;
-    else if (*v == "1") s.gpu_replies = GpuReplies::Always;
-    else if (*v == "0") s.gpu_replies = GpuReplies::Off;
+    if (auto g = gpu_replies_from(*v)) s.gpu_replies = *g;
     else bad("FUNNEL_GPU_REPLIES", *v, accepted_of("FUNNEL_GPU_REPLIES"));
   }
   flag("FUNNEL_SUBMIT_ORDER", s.submit_order);
@@ -521,6 +519,12 @@ Settings Settings::from(const Lookup& env) {
 
 const char* gpu_replies_name(GpuReplies g) noexcept {
   return g == GpuReplies::Auto ? "auto" : g == GpuReplies::Always ? "1" : "0";
+}
+
+std::optional<GpuReplies> gpu_replies_from(std::string_view name) noexcept {
+  for (GpuReplies g : {GpuReplies::Auto, GpuReplies::Always, GpuReplies::Off})
+    if (name == gpu_replies_name(g)) return g;
+  return std::nullopt;
 }
 
 const char* server_affinity_name(bool server_affinity, bool worker_follows_rank) noexcept {

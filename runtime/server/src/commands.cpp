@@ -98,10 +98,10 @@ void Worker::when_complete(StreamEntry& s, uint32_t slot, uint64_t seq, std::fun
   // the write lets the worker answer as soon as the work is done, and the write answers if
   // the worker is late (Pending::race): whichever comes first.
   bool crowded = false;
-  if (gpu_reply && shared_.calls_in_flight != nullptr && s.device >= 0 &&
-      static_cast<size_t>(s.device) < shared_.calls_in_flight->size()) {
+  if (gpu_reply && shared_.gpu_replies == GpuReplies::Auto && shared_.calls_in_flight != nullptr &&
+      s.device >= 0 && static_cast<size_t>(s.device) < shared_.calls_in_flight->size()) {
     auto& count = (*shared_.calls_in_flight)[static_cast<size_t>(s.device)];
-    crowded = shared_.gpu_replies == GpuReplies::Auto && count.load(std::memory_order_relaxed) != 0;
+    crowded = count.load(std::memory_order_relaxed) != 0;
     p.in_flight = InFlight(count);
   }
   if (gpu_reply && shared_.gpu_replies != GpuReplies::Off && slot != ipc::kNoReply &&

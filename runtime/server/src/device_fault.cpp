@@ -131,9 +131,7 @@ void Worker::release_device(int device, Status st) {
       ++i;
       continue;
     }
-    Pending gone = std::move(p);
-    if (i + 1 != pending_.size()) pending_[i] = std::move(pending_.back());
-    pending_.pop_back();
+    Pending gone = take_pending(i);
     if (gone.done) gone.done(st);
     if (!gone.answered && gone.slot != ipc::kNoReply) reply(gone.slot, gone.seq, st);
   }

@@ -337,9 +337,7 @@ int main(int argc, char** argv) {
     opt.inherited_listen_fd = listen_fd;
     opt.thread_affinity = affinity != "off";
     opt.worker_follows_rank = affinity == "auto";
-    opt.gpu_replies = gpu_replies == "auto" ? funnel::GpuReplies::Auto
-                      : gpu_replies == "1"  ? funnel::GpuReplies::Always
-                                            : funnel::GpuReplies::Off;
+    opt.gpu_replies = *funnel::gpu_replies_from(gpu_replies);  // checked by the option's IsMember
     opt.submit_order = submit_order;
     opt.launch_batch = launch_batch;
     if (job_report) {

@@ -151,10 +151,12 @@ struct Pending {
   // fault, asked only after kWordStreamCheck (worker.cpp; doc/design/channel.md).
   std::shared_ptr<BackendStream> stream;
   std::chrono::steady_clock::time_point since{};
-  InFlight in_flight;  // a synchronous copy or synchronize the GPU could answer, counted on its device
+  InFlight in_flight;  // GpuReplies::Auto: a call the GPU could answer, counted on its device
   // GpuReplies::Auto with another such call on the GPU: `events` holds one recorded before the
   // stream write; whichever is seen first answers (the worker replies if the event is).
   bool race = false;
+  // The worker must see it complete before its client can go on (Worker::urgent_pending_).
+  bool urgent() const noexcept { return !gpu_reply || race; }
   // A device fault took some of the events: the entry completes with this status.
   Status forced = Status::Success;
   // Runs once every event completed (with the first error among them); returns the reply status.
@@ -287,6 +289,10 @@ class Worker {
   bool poll_pending();
   // Queues a completion to watch (when_complete and the like).
   void add_pending(Pending&& p);
+  // Takes entry i out of pending_ (the last entry moves into its place).
+  Pending take_pending(size_t i);
+  // The GPU stored the answer to `p` in its reply slot's word.
+  bool word_landed(const Pending& p) const noexcept;
   // A GPU-answered entry (Pending::stream): whether it is done, and with what (`status`).
   bool word_entry_done(const Pending& p, std::chrono::steady_clock::time_point now, Status& status);
   // The client sent a call on `slot`: a GPU-answered entry still watched there was seen.

@@ -443,8 +443,19 @@ void Worker::answer(const ipc::CommandHeader& h, const std::array<uint64_t, 5>& 
 }
 
 void Worker::add_pending(Pending&& p) {
-  if (!p.gpu_reply || p.race) ++urgent_pending_;
+  if (p.urgent()) ++urgent_pending_;
   pending_.push_back(std::move(p));
+}
+
+Pending Worker::take_pending(size_t i) {
+  Pending p = std::move(pending_[i]);
+  if (i + 1 != pending_.size()) pending_[i] = std::move(pending_.back());
+  pending_.pop_back();
+  return p;
+}
+
+bool Worker::word_landed(const Pending& p) const noexcept {
+  return view_.reply_word(p.slot).load(std::memory_order_acquire) == static_cast<uint32_t>(p.seq);
 }
 
 bool Worker::pending_due() noexcept {
@@ -452,7 +463,7 @@ bool Worker::pending_due() noexcept {
 }
 
 bool Worker::word_entry_done(const Pending& p, Clock::time_point now, Status& status) {
-  if (view_.reply_word(p.slot).load(std::memory_order_acquire) == static_cast<uint32_t>(p.seq)) return true;
+  if (word_landed(p)) return true;
   // Not (yet) there: the work is still running, the client already took the slot again (it
   // cleared the word; its next call on the slot settles the entry), or the stream faulted.
   // Only an entry this old asks the driver, so the waits that end within it cost none.
@@ -468,9 +479,7 @@ void Worker::settle_reused_slot(uint32_t slot) {
   // the GPU got past the word, so the entry is done; its client needs no wake-up.
   for (size_t i = 0; i < pending_.size(); ++i) {
     if (pending_[i].stream == nullptr || pending_[i].slot != slot) continue;
-    Pending p = std::move(pending_[i]);
-    if (i + 1 != pending_.size()) pending_[i] = std::move(pending_.back());
-    pending_.pop_back();
+    Pending p = take_pending(i);
     if (p.done) p.done(p.forced);
     return;  // one call per slot at a time
   }
@@ -515,7 +524,7 @@ bool Worker::poll_pending() {
       if (s != Status::Success && first == Status::Success) first = s;
     }
     if (!ready) {
-      if (!p.gpu_reply || p.race) ++urgent_pending_;
+      if (p.urgent()) ++urgent_pending_;
       ++i;
       continue;
     }
@@ -527,7 +536,7 @@ bool Worker::poll_pending() {
       reply(p.slot, p.seq, st, p.values);
     } else if (p.gpu_reply && st == Status::Success) {
       wake_sleeping_client();
-    } else if (p.gpu_reply && view_.reply_word(p.slot).load(std::memory_order_acquire) == static_cast<uint32_t>(p.seq)) {
+    } else if (p.gpu_reply && word_landed(p)) {
       // The GPU answered before a later fault made the event report it: the client may have
       // reused the slot since, so it gets the fault at its next call instead.
       ipc::CommandHeader h{};
@@ -540,8 +549,7 @@ bool Worker::poll_pending() {
       h.reply_slot = ipc::kNoReply;
       fail(h, st);
     }
-    if (i + 1 != pending_.size()) pending_[i] = std::move(pending_.back());
-    pending_.pop_back();
+    take_pending(i);
     progressed = true;
   }
   if (fault_device >= 0) observe(fault_device, fault);

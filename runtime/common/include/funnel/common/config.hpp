@@ -11,6 +11,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace funnel {
@@ -35,6 +36,8 @@ const char* to_string(MpiHooks h) noexcept;
 // comes first (the stream write waits for every copy in flight on the GPU, doc/performance.md).
 enum class GpuReplies : uint8_t { Off, Always, Auto };
 const char* gpu_replies_name(GpuReplies g) noexcept;
+// The value named "auto", "1" or "0" (as gpu_replies_name writes it); nullopt for any other.
+std::optional<GpuReplies> gpu_replies_from(std::string_view name) noexcept;
 
 struct Settings {
   std::filesystem::path run_dir;    // FUNNEL_RUN_DIR

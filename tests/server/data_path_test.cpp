@@ -631,49 +631,66 @@ struct Crowded {
 };
 
 // GpuReplies::Auto: the GPU's stream write waits for every copy in flight on the GPU, so a
-// synchronous copy made while another client's is still on the GPU also records an event
-// before its stream write, and the worker answers once that event completes unless the word
-// came first (either answer is right; the sim backend writes at once); a copy made while the
-// device is quiet records none.
-TEST_F(ServerTest, AutoAlsoRecordsAnEventWhileAnotherWaitedCallIsOnTheGpu) {
-  start_server(GpuReplies::Auto);
-  Crowded s(run_dir_, 0x6b);
-  ASSERT_TRUE(s.ready());
-  TestClient& c = s.c;
-  const ipc::CopyCmd& cp = s.cp;
-  // The events the copy made the worker create, and its status.
-  auto copy = [&] {
-    const uint64_t before = server::sim_call_counts(*backend_).events_created;
-    const uint32_t slot = c.next_slot();
-    const Status st = c.wait(slot, c.send(Opcode::Copy, &cp, sizeof cp, slot, 0, 0)).status;
-    return std::pair{st, server::sim_call_counts(*backend_).events_created - before};
-  };
-  const auto [st, events] = copy();
-  EXPECT_EQ(st, Status::Success);
-  EXPECT_EQ(events, 1u) << "no event while another client's copy was on the GPU";
-  EXPECT_TRUE(s.copied());
+// synchronous copy made while another client's is still on the GPU has its word stored by a
+// one-thread kernel (store_word) and records an event before it; the worker answers once that
+// event completes unless the word came first (either answer is right; the sim backend stores
+// at once).  A copy made while the device is quiet is answered by the stream write alone.
+// Where the kernel cannot be used (kernel_stores_ false: a reply kernel that did not load),
+// the crowded copy's word comes from the stream write, with the event all the same.
+TEST_F(ServerTest, AutoAnswersACrowdedCallWithAKernelStoreAndAnEvent) {
+  for (const bool kernels : {true, false}) {
+    SCOPED_TRACE(kernels ? "with kernel stores" : "without kernel stores");
+    kernel_stores_ = kernels;
+    start_server(GpuReplies::Auto);
+    Crowded s(run_dir_, 0x6b);
+    ASSERT_TRUE(s.ready());
+    TestClient& c = s.c;
+    const ipc::CopyCmd& cp = s.cp;
+    // What the copy made the worker ask of the backend, and its status.
+    struct Asked {
+      Status status;
+      uint64_t events, writes, kernels;
+    };
+    auto copy = [&] {
+      const server::SimCallCounts before = server::sim_call_counts(*backend_);
+      const uint32_t slot = c.next_slot();
+      const Status st = c.wait(slot, c.send(Opcode::Copy, &cp, sizeof cp, slot, 0, 0)).status;
+      const server::SimCallCounts after = server::sim_call_counts(*backend_);
+      return Asked{st, after.events_created - before.events_created, after.stream_writes - before.stream_writes,
+                   after.kernel_stores - before.kernel_stores};
+    };
+    const Asked crowded = copy();
+    EXPECT_EQ(crowded.status, Status::Success);
+    EXPECT_EQ(crowded.events, 1u) << "no event while another client's copy was on the GPU";
+    EXPECT_EQ(crowded.kernels, kernels ? 1u : 0u);
+    EXPECT_EQ(crowded.writes, kernels ? 0u : 1u);
+    EXPECT_TRUE(s.copied());
 
-  // The held copy goes on and is answered (by the GPU).
-  ASSERT_EQ(s.held.release(), Status::Success);
-  EXPECT_EQ(s.busy.view().reply_word(s.held.slot).load(), static_cast<uint32_t>(s.held.seq));
-  // The device is quiet again once the worker has seen that copy done: no event.
-  bool quiet = false;
-  for (int i = 0; i < 200 && !quiet; ++i) {
-    const auto [st2, events2] = copy();
-    ASSERT_EQ(st2, Status::Success);
-    quiet = events2 == 0;
-    if (!quiet) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    // The held copy goes on and is answered (by the GPU's stream write: it was alone).
+    ASSERT_EQ(s.held.release(), Status::Success);
+    EXPECT_EQ(s.busy.view().reply_word(s.held.slot).load(), static_cast<uint32_t>(s.held.seq));
+    // The device is quiet again once the worker has seen that copy done: no event, no kernel.
+    Asked quiet{};
+    for (int i = 0; i < 200; ++i) {
+      quiet = copy();
+      ASSERT_EQ(quiet.status, Status::Success);
+      if (quiet.events == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_EQ(quiet.events, 0u) << "still an event per copy with no other call on the GPU";
+    EXPECT_EQ(quiet.kernels, 0u);
+    EXPECT_EQ(quiet.writes, 1u);
+    s.busy.detach();
+    c.detach();
+    stop_server();
   }
-  EXPECT_TRUE(quiet) << "still an event per copy with no other call on the GPU";
-  s.busy.detach();
-  c.detach();
 }
 
-// The race itself: with the stream write held back (as a GPU's is behind other streams'
-// copies; here the sim backend delays every stream write by 1 s), the crowded copy is answered
+// The race itself: with the word's store held back (as a GPU's stream write is behind other
+// streams' copies; here the sim backend delays every store by 1 s), the crowded copy is answered
 // by the worker through the slot's seq once its event completes, before its reply word lands;
 // the word lands later all the same, and the client's next call on the slot is unaffected.
-TEST_F(ServerTest, AutoAnswersACrowdedCopyByTheWorkerWhenItsStreamWriteIsLate) {
+TEST_F(ServerTest, AutoAnswersACrowdedCopyByTheWorkerWhenItsWordIsLate) {
   stream_write_delay_ = std::chrono::seconds(1);
   start_server(GpuReplies::Auto);
   Crowded s(run_dir_, 0x3c);

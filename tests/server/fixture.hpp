@@ -107,6 +107,7 @@ class ServerTest : public ::testing::Test {
     so.launch_log = launch_log_;
     so.fault_kernel = fault_kernel_;
     so.stream_write_delay = stream_write_delay_;
+    so.kernel_stores = kernel_stores_;
     auto backend = server::make_sim_backend(so);
     backend_ = backend.get();
     server_ = std::make_unique<server::Server>(std::move(o), std::move(backend));
@@ -146,6 +147,7 @@ class ServerTest : public ::testing::Test {
   std::string launch_log_;              // SimOptions::launch_log of the next start_server
   std::string fault_kernel_;            // SimOptions::fault_kernel of the next start_server
   std::chrono::microseconds stream_write_delay_{0};  // SimOptions::stream_write_delay, likewise
+  bool kernel_stores_ = true;                        // SimOptions::kernel_stores, likewise
   std::thread thread_;
   std::atomic<bool> finished_{false};
 };

@@ -94,9 +94,10 @@ void Worker::when_complete(StreamEntry& s, uint32_t slot, uint64_t seq, std::fun
   // The stream write waits for every copy then in flight on the GPU (measured on the H100:
   // of 8 copies of 512 KiB made together, each was answered near the end of all eight, 94 us
   // at the median against 59 us by cudaStreamSynchronize, doc/performance.md): so where
-  // another such call is on the device already (GpuReplies::Auto), an event recorded before
-  // the write lets the worker answer as soon as the work is done, and the write answers if
-  // the worker is late (Pending::race): whichever comes first.
+  // another such call is on the device already (GpuReplies::Auto), a one-thread kernel
+  // stores the word instead (Backend::store_word: it waits for this stream only), and an
+  // event recorded before it lets the worker answer if it sees the work done first
+  // (Pending::race; without it, a client asleep in a crowd was woken late).
   bool crowded = false;
   if (gpu_reply && shared_.gpu_replies == GpuReplies::Auto && shared_.calls_in_flight != nullptr &&
       s.device >= 0 && static_cast<size_t>(s.device) < shared_.calls_in_flight->size()) {
@@ -113,7 +114,10 @@ void Worker::when_complete(StreamEntry& s, uint32_t slot, uint64_t seq, std::fun
     auto& r = view_.reply(slot);
     r.status = static_cast<int32_t>(Status::Success);
     for (uint64_t& v : r.value) v = 0;
-    p.gpu_reply = backend_.write_value(*s.stream, view_.reply_word(slot), static_cast<uint32_t>(seq)) == Status::Success;
+    auto& word = view_.reply_word(slot);
+    const auto value = static_cast<uint32_t>(seq);
+    p.gpu_reply = (crowded && backend_.store_word(*s.stream, word, value) == Status::Success) ||
+                  backend_.write_value(*s.stream, word, value) == Status::Success;
     if (p.gpu_reply) {
       s.done_word = &view_.reply_word(slot);
       s.done_value = static_cast<uint32_t>(seq);

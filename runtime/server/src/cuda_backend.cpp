@@ -229,7 +229,13 @@ struct Shared {
   // Such calls skip it from then on; reset_device clears it.
   mutable std::array<std::atomic<bool>, ipc::kMaxDevices> context_faulted{};
 
+  // The one-thread kernel of store_word (kAnswerPtx), loaded once with the backend; null
+  // when the driver refused it (store_word then answers NotSupported).
+  CUlibrary answer_library = nullptr;
+  CUkernel answer_kernel = nullptr;
+
   ~Shared() {
+    if (answer_library != nullptr) FUNNEL_CU(drv, cuLibraryUnload, answer_library);
     for (size_t i = 0; i < pool.size(); ++i) {
       if (pool[i].empty() || !ok(bind(static_cast<int>(i)))) continue;
       for (CUevent e : pool[i]) FUNNEL_CU(drv, cuEventDestroy, e);
@@ -906,6 +912,17 @@ class CudaBackend final : public Backend {
                      CU_STREAM_WRITE_VALUE_DEFAULT);
   }
 
+  Status store_word(BackendStream& bs, std::atomic<uint32_t>& word, uint32_t value) override {
+    if (s_->answer_kernel == nullptr) return Status::NotSupported;
+    CudaStream* s = nullptr;
+    if (Status st = host_word_op(bs, s); !ok(st)) return st;
+    CUdeviceptr address = reinterpret_cast<CUdeviceptr>(&word);
+    void* args[] = {&address, &value};
+    const LaunchConfig c(LaunchDesc{{1, 1, 1}, {1, 1, 1}, 0}, s->handle());
+    return FUNNEL_CU(s_->drv, cuLaunchKernelEx, &c.config, reinterpret_cast<CUfunction>(s_->answer_kernel), args,
+                     nullptr);
+  }
+
   // The event may belong to another device: cuStreamWaitEvent allows that.
   Status wait(BackendStream& bs, BackendEvent& be) override {
     CudaStream& s = enqueue_on(bs);
@@ -1285,6 +1302,42 @@ class CudaBackend final : public Backend {
   std::shared_ptr<Shared> s_;
 };
 
+// store_word's kernel: one thread stores `value` into the word (registered host memory,
+// addressed as is: host_word_op checks that the device can).  PTX, so that the driver
+// compiles it for whatever GPU it finds; written by nvcc -ptx -arch=compute_75 from
+//   extern "C" __global__ void funnel_store_word(unsigned* w, unsigned v) { *(volatile unsigned*)w = v; }
+// with the PTX ISA version lowered to 7.0 (CUDA 11.0) so that older drivers take it too.
+constexpr char kAnswerPtx[] = R"(.version 7.0
+.target sm_75
+.address_size 64
+.visible .entry funnel_store_word(.param .u64 word, .param .u32 value)
+{
+  .reg .b32 %r<2>;
+  .reg .b64 %rd<3>;
+  ld.param.u64 %rd1, [word];
+  ld.param.u32 %r1, [value];
+  cvta.to.global.u64 %rd2, %rd1;
+  st.volatile.global.u32 [%rd2], %r1;
+  ret;
+}
+)";
+
+void load_answer_kernel(Shared& shared) {
+  const Driver& d = shared.drv;
+  std::shared_lock lk(shared.reset_mu);
+  const Status st = shared.on_any_device([&] {
+    Status s = FUNNEL_CU(d, cuLibraryLoadData, &shared.answer_library, kAnswerPtx, nullptr, nullptr, 0u, nullptr,
+                         nullptr, 0u);
+    if (ok(s)) s = FUNNEL_CU(d, cuLibraryGetKernel, &shared.answer_kernel, shared.answer_library, "funnel_store_word");
+    return s;
+  });
+  if (ok(st)) return;
+  spdlog::warn("cuda: the reply kernel did not load (status {}): calls made while others are on the GPU are answered "
+               "by the stream write alone",
+               static_cast<int>(st));
+  shared.answer_kernel = nullptr;
+}
+
 }  // namespace
 
 std::unique_ptr<Backend> make_cuda_backend(const std::vector<int>& devices) {
@@ -1350,6 +1403,7 @@ std::unique_ptr<Backend> make_cuda_backend(const std::vector<int>& devices) {
   }
 
   shared->pool.resize(shared->devices.size());
+  load_answer_kernel(*shared);
   int major = 0, minor = 0;
   for (const Device& dev : shared->devices) {
     char name[256] = {};

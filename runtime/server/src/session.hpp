@@ -153,7 +153,8 @@ struct Pending {
   std::chrono::steady_clock::time_point since{};
   InFlight in_flight;  // GpuReplies::Auto: a call the GPU could answer, counted on its device
   // GpuReplies::Auto with another such call on the GPU: `events` holds one recorded before the
-  // stream write; whichever is seen first answers (the worker replies if the event is).
+  // word's store (a kernel's, Backend::store_word); whichever is seen first answers (the
+  // worker replies if the event is).
   bool race = false;
   // The worker must see it complete before its client can go on (Worker::urgent_pending_).
   bool urgent() const noexcept { return !gpu_reply || race; }

@@ -309,7 +309,8 @@ class SimBackend final : public Backend {
   }
   SimCallCounts call_counts() const {
     return {events_created_.load(std::memory_order_relaxed), event_queries_.load(std::memory_order_relaxed),
-            stream_queries_.load(std::memory_order_relaxed)};
+            stream_queries_.load(std::memory_order_relaxed), stream_writes_.load(std::memory_order_relaxed),
+            kernel_stores_.load(std::memory_order_relaxed)};
   }
   ~SimBackend() override {
     dying_ = true;
@@ -595,13 +596,15 @@ class SimBackend final : public Backend {
   }
 
   Status write_value(BackendStream& s, std::atomic<uint32_t>& word, uint32_t value) override {
-    if (Status st = usable(s.device()); st != Status::Success) return st;
-    // As on a GPU, a stream stops at a fault: what it would have stored after it never lands.
-    stream(s).enqueue([this, &word, value, device = static_cast<size_t>(s.device())] {
-      if (options_.stream_write_delay.count() > 0) std::this_thread::sleep_for(options_.stream_write_delay);
-      if (!faulted_[device].load(std::memory_order_acquire)) word.store(value, std::memory_order_release);
-    });
-    return Status::Success;
+    stream_writes_.fetch_add(1, std::memory_order_relaxed);
+    return store_late(s, word, value);
+  }
+
+  // The sim has no fence to wait behind: the kernel's store lands as the stream write does.
+  Status store_word(BackendStream& s, std::atomic<uint32_t>& word, uint32_t value) override {
+    if (!options_.kernel_stores) return Status::NotSupported;
+    kernel_stores_.fetch_add(1, std::memory_order_relaxed);
+    return store_late(s, word, value);
   }
 
   Status wait(BackendStream& s, BackendEvent& e) override {
@@ -931,6 +934,18 @@ class SimBackend final : public Backend {
   }
 
  private:
+  // write_value and store_word: stores `value` once the stream gets here (after
+  // stream_write_delay), unless the device faulted first.
+  Status store_late(BackendStream& s, std::atomic<uint32_t>& word, uint32_t value) {
+    if (Status st = usable(s.device()); st != Status::Success) return st;
+    // As on a GPU, a stream stops at a fault: what it would have stored after it never lands.
+    stream(s).enqueue([this, &word, value, device = static_cast<size_t>(s.device())] {
+      if (options_.stream_write_delay.count() > 0) std::this_thread::sleep_for(options_.stream_write_delay);
+      if (!faulted_[device].load(std::memory_order_acquire)) word.store(value, std::memory_order_release);
+    });
+    return Status::Success;
+  }
+
   static void* to_ptr(uint64_t a) noexcept { return reinterpret_cast<void*>(a); }
   static SimStream& stream(BackendStream& s) noexcept { return static_cast<SimStream&>(s); }
   static SimEvent& event(BackendEvent& e) noexcept { return static_cast<SimEvent&>(e); }
@@ -999,7 +1014,7 @@ class SimBackend final : public Backend {
   std::vector<std::array<uint64_t, 3>> limits_;
   mutable std::mutex launch_m_;
   std::deque<SimLaunchRecord> launches_;
-  std::atomic<uint64_t> events_created_{0}, event_queries_{0}, stream_queries_{0};
+  std::atomic<uint64_t> events_created_{0}, event_queries_{0}, stream_queries_{0}, stream_writes_{0}, kernel_stores_{0};
   std::mutex log_m_;
   std::ofstream log_;
 };

@@ -157,6 +157,12 @@ class Backend {
   // the stream's earlier work has completed, with a fence before it: the GPU tells a
   // client directly that it got there.  NotSupported where the device cannot.
   virtual Status write_value(BackendStream& s, std::atomic<uint32_t>& word, uint32_t value) = 0;
+  // As write_value, stored by a one-thread kernel launched after the stream's earlier work:
+  // it waits for this stream only, where the stream write's fence waits for every copy in
+  // flight on the device (measured on the H100: doc/performance.md), at the price of a
+  // launch (a few us more when the GPU is otherwise idle).  NotSupported where the backend
+  // cannot (the caller then uses write_value).
+  virtual Status store_word(BackendStream& s, std::atomic<uint32_t>& word, uint32_t value) = 0;
   virtual Status wait(BackendStream& s, BackendEvent& e) = 0;
 
   // Success when everything before the event's last record (or in the stream) has
@@ -248,9 +254,11 @@ struct SimOptions {
   // As the CUDA driver (false), a fault is recovered by restarting the server; true lets
   // reset_device recover it in process (the server's other recovery path).
   bool resets_in_process = false;
-  // Each stream memory write (write_value) lands this long after the stream reaches it, as a
+  // Each stream memory write (write_value, store_word) lands this long after the stream reaches it, as a
   // GPU's does behind other streams' copies (tests of who answers first; 0: at once).
   std::chrono::microseconds stream_write_delay{0};
+  // false: store_word answers NotSupported, as a CUDA backend whose reply kernel did not load.
+  bool kernel_stores = true;
 };
 
 std::unique_ptr<Backend> make_sim_backend(const SimOptions& options);
@@ -263,6 +271,8 @@ struct SimCallCounts {
   uint64_t events_created = 0;
   uint64_t event_queries = 0;
   uint64_t stream_queries = 0;
+  uint64_t stream_writes = 0;  // write_value
+  uint64_t kernel_stores = 0;  // store_word
 };
 SimCallCounts sim_call_counts(const Backend& sim);
 // Throws std::runtime_error naming the problem (no driver, no GPU, bad ordinal) and the fix.

@@ -151,10 +151,11 @@ const std::vector<SettingInfo>& setting_table() {
        "device memory, and a synchronize of a busy stream, itself (a stream memory write into the client's "
        "reply word once the work is done), so the waiting process sees it done without the server's worker "
        "thread having to run; 0 leaves every answer to the worker (as before protocol 7); auto is 1, but "
-       "where another such call is already on the GPU the worker also watches an event recorded before the "
-       "stream write and answers when it completes, if that comes first: the stream write waits for every "
-       "copy then in flight on the GPU, so of copies made together each would otherwise be answered only "
-       "when the last is done (doc/performance.md)"},
+       "where another such call is already on the GPU a one-thread kernel after the work stores the word "
+       "instead of the stream write, and the worker also watches an event recorded before it and answers "
+       "when it completes, if that comes first: the stream write waits for every copy then in flight on the "
+       "GPU, so of copies made together each would otherwise be answered only when the last is done "
+       "(doc/performance.md)"},
       {"FUNNEL_SUBMIT_ORDER", "0", "1 | 0",
        "for a server that a client starts: 1 makes the workers that have a core of their own (every rank "
        "bound, free cores left) take their clients' waited copies to the driver one at a time, first come "

@@ -124,6 +124,12 @@ WATCHED_TEST(ChannelLayout, RejectsEveryKindOfCorruptHeader) {
       {"event states over the ring", [](ChannelHeader& h) { h.event_states_offset = h.ring_offset; }, "overlap"},
       {"event states inside staging", [](ChannelHeader& h) { h.event_states_offset = h.staging_offset + 4096; },
        "overlap"},
+      // In the gap between the device records and the page-aligned ring: outside the registration.
+      {"staging states before the event states",
+       [](ChannelHeader& h) {
+         h.staging_state_offset = (h.devices_offset + h.device_count * sizeof(DeviceRecord) + 63) / 64 * 64;
+       },
+       "after the event states"},
   };
   for (const auto& c : cases) {
     ChannelHeader h = good_header();

@@ -583,6 +583,85 @@ TEST_F(ServerTest, GpuAnsweredCallsWatchTheirReplyWordNotAnEvent) {
   }
 }
 
+// A staged device-to-host chunk (pageable cudaMemcpy) is marked Ready in its staging slot by
+// the stream itself (protocol 11: the staging states lie inside the driver registration), so
+// the client copies it out without the worker: no event, one stream write per chunk; a chunk
+// held on the GPU stays InFlight until the stream goes on.  With gpu_replies off the worker
+// marks it, after an event.
+TEST_F(ServerTest, StagedDeviceToHostChunksAreMarkedReadyByTheGpuUnlessTurnedOff) {
+  for (const GpuReplies mode : {GpuReplies::Auto, GpuReplies::Off}) {
+    SCOPED_TRACE(std::string("gpu_replies ") + gpu_replies_name(mode));
+    const bool gpu = mode != GpuReplies::Off;
+    TestClient c = start_with_gpu_replies(mode);
+    ASSERT_TRUE(c.ok());
+    const uint64_t a = c.alloc(8192);
+    std::vector<uint8_t> in(8192);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint8_t>(i * 7 + 3);
+    c.h2d(a, in.data(), in.size());
+    ASSERT_EQ(c.sync_device(), Status::Success);
+    const server::SimCallCounts before = server::sim_call_counts(*backend_);
+    std::vector<uint8_t> out(in.size(), 0);
+    c.d2h(out.data(), a, out.size());
+    EXPECT_EQ(out, in);
+    const server::SimCallCounts after = server::sim_call_counts(*backend_);
+    EXPECT_EQ(after.stream_writes - before.stream_writes, gpu ? 1u : 0u);
+    EXPECT_EQ(after.events_created - before.events_created, gpu ? 0u : 1u);
+
+    // Held behind a host function on the legacy stream: not Ready before the stream goes on.
+    auto& reached = c.view().event_state(10);
+    auto& done = c.view().event_state(11);
+    c.post(Opcode::HostFunc, ipc::HostFuncCmd{10, 11, 5, 0});
+    auto& state = c.view().staging_state(0);
+    state.store(static_cast<uint32_t>(ipc::StagingState::InFlight));
+    ipc::CopyCmd cp{};
+    cp.dst = {ipc::MemSpace::Staging, 0, 0, 0};
+    cp.src = {ipc::MemSpace::Device, 0, 0, a + 4096};
+    cp.width = cp.dst_pitch = cp.src_pitch = 4096;
+    cp.height = 1;
+    c.post(Opcode::Copy, cp);
+    ASSERT_TRUE(eventually([&] { return reached.load() == 5; }));
+    ASSERT_EQ(c.call(Opcode::MemGetInfo).status, Status::Success);  // the copy is queued
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(state.load(), static_cast<uint32_t>(ipc::StagingState::InFlight)) << "Ready before the copy ran";
+    done.store(5);
+    ASSERT_TRUE(c.wait_staging(0, ipc::StagingState::Ready));
+    EXPECT_EQ(std::memcmp(c.view().staging(0), in.data() + 4096, 4096), 0);
+    state.store(static_cast<uint32_t>(ipc::StagingState::Free));
+    EXPECT_EQ(c.sync_device(), Status::Success);
+
+    // Chunk after chunk through one slot: each copy into the slot settles the entry of the
+    // chunk before (the client saw it Ready, then marked the slot InFlight again), so that
+    // entry is no longer counted as a call on the GPU, and the next chunk does not look crowded
+    // (a kernel store, where the stream write alone answers sooner).  Without the settling the
+    // entries also lived until their stream, busy with the next chunk on a GPU, reported idle.
+    const uint64_t kernels = server::sim_call_counts(*backend_).kernel_stores;
+    for (int i = 0; i < 50; ++i) {
+      c.d2h(out.data(), a, 4096);
+      ASSERT_EQ(std::memcmp(out.data(), in.data(), 4096), 0);
+    }
+    EXPECT_EQ(server::sim_call_counts(*backend_).kernel_stores, kernels) << "chunks alone looked crowded";
+
+    // Chunks through two slots in turn (as the client runtime's round robin does): the entry of
+    // the chunk before, seen by the client but not yet polled, does not make the next chunk
+    // look crowded: it is done once its word is no longer InFlight.
+    for (uint32_t i = 0; i < 50; ++i) {
+      const uint32_t slot = i % 2;
+      auto& w = c.view().staging_state(slot);
+      w.store(static_cast<uint32_t>(ipc::StagingState::InFlight));
+      ipc::CopyCmd chunk = cp;
+      chunk.dst.index = slot;
+      chunk.src.address = a + 4096 * slot;
+      c.post(Opcode::Copy, chunk);
+      ASSERT_TRUE(c.wait_staging(slot, ipc::StagingState::Ready));
+      ASSERT_EQ(std::memcmp(c.view().staging(slot), in.data() + 4096 * slot, 4096), 0);
+      w.store(static_cast<uint32_t>(ipc::StagingState::Free));
+    }
+    EXPECT_EQ(server::sim_call_counts(*backend_).kernel_stores, kernels) << "chunks alone looked crowded";
+    c.detach();
+    stop_server();
+  }
+}
+
 // A synchronous device-to-device copy of `busy` on its stream 5, held on the GPU behind a
 // host function until release(): meanwhile the device has a waited call in flight.
 struct HeldCopy {

@@ -283,6 +283,34 @@ TEST_F(FaultTest, AGpuAnsweredWaitBehindAFaultGetsTheFault) {
   a.detach();
 }
 
+// A staged device-to-host chunk whose Ready the GPU was to store, queued behind a fault: the
+// store never lands, and the worker gives the slot back all the same (Ready, as after any
+// failed copy), with the fault as the client's error.
+TEST_F(FaultTest, AStagedChunkBehindAFaultComesBack) {
+  start();
+  TestClient a(run_dir_, "faulty-app");
+  ASSERT_TRUE(a.ok());
+  const uint64_t x = a.alloc(4096);
+  ASSERT_NE(x, 0u);
+  auto& reached = a.view().event_state(10);
+  auto& done = a.view().event_state(11);
+  a.post(Opcode::HostFunc, ipc::HostFuncCmd{10, 11, 3, 0});
+  ASSERT_EQ(launch(a, kFaultKernel, 11), Status::Success);
+  a.view().staging_state(0).store(static_cast<uint32_t>(ipc::StagingState::InFlight));
+  ipc::CopyCmd cp{};
+  cp.dst = {ipc::MemSpace::Staging, 0, 0, 0};
+  cp.src = {ipc::MemSpace::Device, 0, 0, x};
+  cp.width = cp.dst_pitch = cp.src_pitch = 4096;
+  cp.height = 1;
+  a.post(Opcode::Copy, cp);
+  ASSERT_EQ(a.call(Opcode::MemGetInfo).status, Status::Success);  // the copy and its store are queued
+  ASSERT_TRUE(eventually([&] { return reached.load() == 3; }));
+  done.store(3);
+  EXPECT_TRUE(a.wait_staging(0, ipc::StagingState::Ready)) << "the staging slot never came back";
+  EXPECT_TRUE(eventually([&] { return a.sticky() == 700; }));
+  a.detach();
+}
+
 TEST_F(FaultTest, WithoutARestartTheRunDirectoryIsRemovedAsAtAStop) {
   // What funnel-server does when it cannot re-execute itself: it destroys the Server.
   start();

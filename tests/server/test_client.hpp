@@ -102,8 +102,10 @@ class TestClient {
   // A reply slot for send() (call() takes one too).
   uint32_t next_slot() noexcept { return slot_++ % view_.header().reply_slots; }
 
- private:
+  // Waits (at most 10 s, or until the server hangs up) for a staging slot's state.
   bool wait_staging(uint32_t slot, ipc::StagingState want);
+
+ private:
 
   ipc::UniqueFd fd_;
   ipc::AttachReply attach_{};

@@ -33,8 +33,6 @@ bool layout(const ChannelGeometry& g, ChannelHeader& h) noexcept {
   off = align_up(off + sizeof(Completion), 64);
   h.replies_offset = off;
   off = align_up(off + uint64_t{g.reply_slots} * sizeof(ReplySlot), 64);
-  h.staging_state_offset = off;
-  off = align_up(off + uint64_t{g.staging_slots} * kStagingStateStride, 64);
   h.devices_offset = off;
   off = align_up(off + uint64_t{g.device_count} * sizeof(DeviceRecord), kPage);
   h.ring_offset = off;
@@ -44,7 +42,9 @@ bool layout(const ChannelGeometry& g, ChannelHeader& h) noexcept {
   h.event_slots = g.event_slots;
   off = align_up(off + uint64_t{g.event_slots} * sizeof(uint32_t), 64);
   h.reply_words_offset = off;
-  off = align_up(off + uint64_t{g.reply_slots} * sizeof(uint32_t), kPage);
+  off = align_up(off + uint64_t{g.reply_slots} * sizeof(uint32_t), 64);
+  h.staging_state_offset = off;
+  off = align_up(off + uint64_t{g.staging_slots} * kStagingStateStride, kPage);
   h.staging_offset = off;
   h.staging_slot_size = g.staging_slot_size;
   off += uint64_t{g.staging_slots} * g.staging_slot_size;
@@ -102,6 +102,8 @@ bool validate_header(const ChannelHeader& h, uint64_t mapped_size, const char** 
   if (h.event_states_offset > h.staging_offset) return fail("the event states must lie before the staging area");
   // Also inside the registration, which starts at the event states.
   if (h.reply_words_offset < h.event_states_offset) return fail("the reply words must lie after the event states");
+  if (h.staging_state_offset < h.event_states_offset)
+    return fail("the staging states must lie after the event states");
   return true;
 }
 

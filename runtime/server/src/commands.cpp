@@ -98,13 +98,7 @@ void Worker::when_complete(StreamEntry& s, uint32_t slot, uint64_t seq, std::fun
   // stores the word instead (Backend::store_word: it waits for this stream only), and an
   // event recorded before it lets the worker answer if it sees the work done first
   // (Pending::race; without it, a client asleep in a crowd was woken late).
-  bool crowded = false;
-  if (gpu_reply && shared_.gpu_replies == GpuReplies::Auto && shared_.calls_in_flight != nullptr &&
-      s.device >= 0 && static_cast<size_t>(s.device) < shared_.calls_in_flight->size()) {
-    auto& count = (*shared_.calls_in_flight)[static_cast<size_t>(s.device)];
-    crowded = count.load(std::memory_order_relaxed) != 0;
-    p.in_flight = InFlight(count);
-  }
+  const bool crowded = gpu_reply && count_in_flight(s, p);
   if (gpu_reply && shared_.gpu_replies != GpuReplies::Off && slot != ipc::kNoReply &&
       static_cast<uint32_t>(seq) != 0) {
     std::unique_ptr<BackendEvent> first;
@@ -116,11 +110,12 @@ void Worker::when_complete(StreamEntry& s, uint32_t slot, uint64_t seq, std::fun
     for (uint64_t& v : r.value) v = 0;
     auto& word = view_.reply_word(slot);
     const auto value = static_cast<uint32_t>(seq);
-    p.gpu_reply = (crowded && backend_.store_word(*s.stream, word, value) == Status::Success) ||
-                  backend_.write_value(*s.stream, word, value) == Status::Success;
+    p.gpu_reply = store_answer(s, word, value, crowded);
     if (p.gpu_reply) {
-      s.done_word = &view_.reply_word(slot);
-      s.done_value = static_cast<uint32_t>(seq);
+      p.word = &word;
+      p.word_value = value;
+      s.done_word = &word;
+      s.done_value = value;
       p.stream = s.stream;
       p.since = std::chrono::steady_clock::now();
       if (first != nullptr) {
@@ -148,6 +143,53 @@ void Worker::when_complete(StreamEntry& s, uint32_t slot, uint64_t seq, std::fun
   }
   p.events.push_back(std::move(e));
   add_pending(std::move(p));
+}
+
+bool Worker::count_in_flight(const StreamEntry& s, Pending& p) {
+  if (shared_.gpu_replies != GpuReplies::Auto || shared_.calls_in_flight == nullptr || s.device < 0 ||
+      static_cast<size_t>(s.device) >= shared_.calls_in_flight->size())
+    return false;
+  auto& count = (*shared_.calls_in_flight)[static_cast<size_t>(s.device)];
+  // This client's own answered calls may still be counted (their entries wait for the
+  // throttled poll): a staged copy's chunks, one after the other, would look crowded.
+  if (count.load(std::memory_order_relaxed) != 0 && !pending_.empty()) reap_landed();
+  const bool crowded = count.load(std::memory_order_relaxed) != 0;
+  p.in_flight = InFlight(count);
+  return crowded;
+}
+
+bool Worker::store_answer(StreamEntry& s, std::atomic<uint32_t>& word, uint32_t value, bool crowded) {
+  return (crowded && backend_.store_word(*s.stream, word, value) == Status::Success) ||
+         backend_.write_value(*s.stream, word, value) == Status::Success;
+}
+
+bool Worker::gpu_marks_ready(StreamEntry& s, const ipc::CopyCmd& c) {
+  if (shared_.gpu_replies == GpuReplies::Off) return false;
+  // No event race here (unlike a reply word, the state must not change behind the client:
+  // once it saw Ready it frees the slot, and a late store would mark it Ready again).
+  Pending p;
+  const bool crowded = count_in_flight(s, p);
+  auto& word = view_.staging_state(c.dst.index);  // resolve_location checked the index
+  constexpr auto kReady = static_cast<uint32_t>(ipc::StagingState::Ready);
+  if (!store_answer(s, word, kReady, crowded)) return false;
+  p.gpu_reply = true;
+  p.word = &word;
+  p.word_value = static_cast<uint32_t>(ipc::StagingState::InFlight);
+  p.done_when_changed = true;
+  p.stream = s.stream;
+  p.since = std::chrono::steady_clock::now();
+  p.done = [&word](Status st) {
+    if (st != Status::Success) {
+      // The store will not land (a fault): the slot comes back all the same, as
+      // release_staging gives it back after a failed copy; the error is deferred.
+      auto in_flight = static_cast<uint32_t>(ipc::StagingState::InFlight);
+      word.compare_exchange_strong(in_flight, kReady, std::memory_order_acq_rel);
+    }
+    ipc::futex_wake_all(word);  // a client asleep on the slot (the GPU's store woke nobody)
+    return st;
+  };
+  add_pending(std::move(p));
+  return true;
 }
 
 void Worker::when_drained(int device, uint32_t slot, uint64_t seq, std::function<Status(Status)> done) {
@@ -373,6 +415,11 @@ void Worker::release_staging(const ipc::CopyCmd& c) {
 }
 
 Status Worker::copy(const ipc::CommandHeader& h, const ipc::CopyCmd& c) {
+  if (!pending_.empty()) {  // a staging slot in use again: its last chunk was seen (gpu_marks_ready)
+    const uint32_t slots = view_.header().staging_slots;
+    if (c.src.space == ipc::MemSpace::Staging && c.src.index < slots) settle_reused(view_.staging_state(c.src.index));
+    if (c.dst.space == ipc::MemSpace::Staging && c.dst.index < slots) settle_reused(view_.staging_state(c.dst.index));
+  }
   CopyDesc d{};
   bool dst_dev = false, src_dev = false;
   Status st = resolve_location(c.dst, c.dst_pitch, c.width, c.height, d.dst, dst_dev);
@@ -397,6 +444,7 @@ Status Worker::copy(const ipc::CommandHeader& h, const ipc::CopyCmd& c) {
   if (src_dev && !dst_dev) bump(counters_.bytes_d2h, bytes);
   const bool staging = c.src.space == ipc::MemSpace::Staging || c.dst.space == ipc::MemSpace::Staging;
   if (!staging && one_way(h)) return Status::Success;
+  if (c.dst.space == ipc::MemSpace::Staging && src_dev && one_way(h) && gpu_marks_ready(*s, c)) return Status::Success;
   when_complete(
       *s, h.reply_slot, h.seq,
       [this, c](Status done) {

@@ -151,6 +151,12 @@ struct Pending {
   // fault, asked only after kWordStreamCheck (worker.cpp; doc/design/channel.md).
   std::shared_ptr<BackendStream> stream;
   std::chrono::steady_clock::time_point since{};
+  // Where the GPU stores the answer, and the value that means done: the reply slot's word and
+  // seq's low half; or a staging slot's state (Worker::gpu_marks_ready), done once it is no
+  // longer `word_value` (InFlight: Ready, or already Free again when the client was quick).
+  std::atomic<uint32_t>* word = nullptr;
+  uint32_t word_value = 0;
+  bool done_when_changed = false;
   InFlight in_flight;  // GpuReplies::Auto: a call the GPU could answer, counted on its device
   // GpuReplies::Auto with another such call on the GPU: `events` holds one recorded before the
   // word's store (a kernel's, Backend::store_word); whichever is seen first answers (the
@@ -288,16 +294,23 @@ class Worker {
   void wake_sleeping_client();
   // Answers every completed pending entry; true if any completed.
   bool poll_pending();
+  // What poll_pending does with an entry that completed (with `first`, the first error among
+  // its events; word_seen: its word landed), before it leaves pending_.
+  void finish(Pending& p, Status first, bool word_seen);
+  // Completes the entries whose word the GPU has stored, without asking the driver (an entry
+  // still counted in CallsInFlight would make this client's next call look crowded).
+  void reap_landed();
   // Queues a completion to watch (when_complete and the like).
   void add_pending(Pending&& p);
   // Takes entry i out of pending_ (the last entry moves into its place).
   Pending take_pending(size_t i);
-  // The GPU stored the answer to `p` in its reply slot's word.
-  bool word_landed(const Pending& p) const noexcept;
+  // The GPU stored the answer to `p` in its word (Pending::word).
+  static bool word_landed(const Pending& p) noexcept;
   // A GPU-answered entry (Pending::stream): whether it is done, and with what (`status`).
   bool word_entry_done(const Pending& p, std::chrono::steady_clock::time_point now, Status& status);
-  // The client sent a call on `slot`: a GPU-answered entry still watched there was seen.
-  void settle_reused_slot(uint32_t slot);
+  // The client reused the reply slot or staging slot of `word` (a call on the slot, a copy
+  // through the staging slot): a GPU-answered entry still watching it was seen done.
+  void settle_reused(const std::atomic<uint32_t>& word);
   // Whether this turn polls the pending entries (poll_throttle_).
   bool pending_due() noexcept;
   void drop_for_protocol_error(const char* why);
@@ -383,6 +396,17 @@ class Worker {
   // the stream itself may answer the client (Pending::gpu_reply) where the backend can.
   void when_complete(StreamEntry& s, uint32_t slot, uint64_t seq, std::function<Status(Status)> done,
                      bool gpu_reply = false);
+  // GpuReplies::Auto: counts a call the GPU may answer in `p` (Pending::in_flight); whether
+  // another such call was on s's device already.
+  bool count_in_flight(const StreamEntry& s, Pending& p);
+  // Has the GPU store `value` into `word` once s's work so far is done: by a one-thread kernel
+  // when `crowded` (Backend::store_word), else (or where the kernel is not available) by the
+  // stream write.  False where neither can.
+  bool store_answer(StreamEntry& s, std::atomic<uint32_t>& word, uint32_t value, bool crowded);
+  // A staged device-to-host chunk (c.dst a staging slot): the GPU marks the slot Ready itself
+  // where it can, so the client copies the chunk out without waiting for this thread; false
+  // where it cannot (GpuReplies::Off, no stream write): when_complete then releases the slot.
+  bool gpu_marks_ready(StreamEntry& s, const ipc::CopyCmd& c);
   void release_staging(const ipc::CopyCmd& c);
   void free_allocation(uint64_t address, const DeviceAllocation& a);
   // Every change of allocations_ goes through these: they keep device_used_ (what counts

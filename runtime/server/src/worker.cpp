@@ -309,7 +309,7 @@ void Worker::execute(const ipc::CommandHeader& h, const std::byte* payload) {
     fail(one_way, Status::InvalidValue);
     return;
   }
-  if (h.reply_slot != ipc::kNoReply && !pending_.empty()) settle_reused_slot(h.reply_slot);
+  if (h.reply_slot != ipc::kNoReply && !pending_.empty()) settle_reused(view_.reply_word(h.reply_slot));
   // A client caught by a device fault gets its sticky error for everything but Detach;
   // a sticky status from the backend is a fault of the device the command ran on.
   const auto run = [&] {
@@ -454,8 +454,8 @@ Pending Worker::take_pending(size_t i) {
   return p;
 }
 
-bool Worker::word_landed(const Pending& p) const noexcept {
-  return view_.reply_word(p.slot).load(std::memory_order_acquire) == static_cast<uint32_t>(p.seq);
+bool Worker::word_landed(const Pending& p) noexcept {
+  return p.word != nullptr && (p.word->load(std::memory_order_acquire) == p.word_value) != p.done_when_changed;
 }
 
 bool Worker::pending_due() noexcept {
@@ -474,11 +474,11 @@ bool Worker::word_entry_done(const Pending& p, Clock::time_point now, Status& st
   return true;
 }
 
-void Worker::settle_reused_slot(uint32_t slot) {
+void Worker::settle_reused(const std::atomic<uint32_t>& word) {
   // A client takes a slot again only after it saw the answer there (or the server gone):
   // the GPU got past the word, so the entry is done; its client needs no wake-up.
   for (size_t i = 0; i < pending_.size(); ++i) {
-    if (pending_[i].stream == nullptr || pending_[i].slot != slot) continue;
+    if (pending_[i].stream == nullptr || pending_[i].word != &word) continue;
     Pending p = take_pending(i);
     if (p.done) p.done(p.forced);
     return;  // one call per slot at a time
@@ -528,32 +528,49 @@ bool Worker::poll_pending() {
       ++i;
       continue;
     }
-    Status st = p.done ? p.done(first) : first;
-    if (st == Status::Success && p.fill) st = p.fill(p.values);
-    if (p.race && !word_seen && st == Status::Success) {
-      // The event came first: the worker answers (the stream's write lands later, on a word
-      // the client then ignores or has cleared).
-      reply(p.slot, p.seq, st, p.values);
-    } else if (p.gpu_reply && st == Status::Success) {
-      wake_sleeping_client();
-    } else if (p.gpu_reply && word_landed(p)) {
-      // The GPU answered before a later fault made the event report it: the client may have
-      // reused the slot since, so it gets the fault at its next call instead.
-      ipc::CommandHeader h{};
-      h.reply_slot = ipc::kNoReply;
-      fail(h, st);
-    } else if (!p.answered && p.slot != ipc::kNoReply) {
-      reply(p.slot, p.seq, st, p.values);
-    } else if (st != Status::Success && p.slot == ipc::kNoReply) {
-      ipc::CommandHeader h{};
-      h.reply_slot = ipc::kNoReply;
-      fail(h, st);
-    }
+    finish(p, first, word_seen);
     take_pending(i);
     progressed = true;
   }
   if (fault_device >= 0) observe(fault_device, fault);
   return progressed;
+}
+
+void Worker::finish(Pending& p, Status first, bool word_seen) {
+  Status st = p.done ? p.done(first) : first;
+  if (st == Status::Success && p.fill) st = p.fill(p.values);
+  if (p.race && !word_seen && st == Status::Success) {
+    // The event came first: the worker answers (the stream's write lands later, on a word
+    // the client then ignores or has cleared).
+    reply(p.slot, p.seq, st, p.values);
+  } else if (p.gpu_reply && st == Status::Success) {
+    wake_sleeping_client();
+  } else if (p.gpu_reply && word_landed(p)) {
+    // The GPU answered before a later fault made the event report it: the client may have
+    // reused the slot since, so it gets the fault at its next call instead.
+    ipc::CommandHeader h{};
+    h.reply_slot = ipc::kNoReply;
+    fail(h, st);
+  } else if (!p.answered && p.slot != ipc::kNoReply) {
+    reply(p.slot, p.seq, st, p.values);
+  } else if (st != Status::Success && p.slot == ipc::kNoReply) {
+    ipc::CommandHeader h{};
+    h.reply_slot = ipc::kNoReply;
+    fail(h, st);
+  }
+}
+
+void Worker::reap_landed() {
+  for (size_t i = 0; i < pending_.size();) {
+    Pending& p = pending_[i];
+    if (p.stream == nullptr || p.forced != Status::Success || !word_landed(p)) {
+      ++i;
+      continue;
+    }
+    if (p.urgent() && urgent_pending_ > 0) --urgent_pending_;
+    finish(p, Status::Success, true);
+    take_pending(i);
+  }
 }
 
 }  // namespace funnel::server

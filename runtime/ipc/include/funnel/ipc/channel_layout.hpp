@@ -1,9 +1,11 @@
 // The per-client channel segment: one file in the job's run directory, mapped by
 // the server (which creates it and alone lays it out) and by one client.
 //
-//   [ChannelHeader][RingControl][Completion][ReplySlot x N][staging state x S]
-//   [DeviceRecord x D][command ring bytes][event state x E][reply word x N]
+//   [ChannelHeader][RingControl][Completion][ReplySlot x N][DeviceRecord x D]
+//   [command ring bytes][event state x E][reply word x N][staging state x S]
 //   [staging slot 0 .. S-1]
+// (the server registers everything from the event states on with the driver: the GPU
+// writes event states, reply words and staging states itself).
 //
 // Everything in here is plain data: fixed-size, trivially copyable, offsets instead
 // of pointers, and only atomics that are always lock-free.  No lock lives in the
@@ -19,7 +21,7 @@
 namespace funnel::ipc {
 
 inline constexpr uint64_t kChannelMagic = 0x31434e4c4e4e5546ull;  // "FUNNLNC1"
-inline constexpr uint32_t kProtocolVersion = 10;
+inline constexpr uint32_t kProtocolVersion = 11;
 inline constexpr uint32_t kRecordAlign = 64;  // ring records are multiples of this
 inline constexpr uint32_t kMaxReplySlots = 256;
 inline constexpr uint32_t kMaxEventSlots = 65536;
@@ -42,7 +44,10 @@ struct ChannelHeader {
   uint64_t control_offset;     // RingControl
   uint64_t completion_offset;  // Completion
   uint64_t replies_offset;     // ReplySlot[reply_slots]
-  uint64_t staging_state_offset;  // std::atomic<uint32_t>[staging_slots]
+  // std::atomic<uint32_t> per staging slot, kStagingStateStride apart, after the reply words
+  // (inside the registration: the GPU marks a staged device-to-host chunk Ready itself;
+  // protocol 11).
+  uint64_t staging_state_offset;
   uint64_t devices_offset;     // DeviceRecord[device_count]
   uint64_t ring_offset;
   uint64_t ring_capacity;      // bytes, power of two, multiple of kRecordAlign

@@ -37,7 +37,8 @@
 
 namespace funnel::server {
 
-// Per device, the waited calls of every client that are on the GPU now (Worker::when_complete).
+// Per device, the waited calls (and staged device-to-host chunks) of every client that are on the
+// GPU now (Worker::count_in_flight, from when_complete and gpu_marks_ready).
 using CallsInFlight = std::array<std::atomic<uint32_t>, ipc::kMaxDevices>;
 
 // Counts one waited call in a CallsInFlight entry for as long as it lives.

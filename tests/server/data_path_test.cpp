@@ -583,6 +583,39 @@ TEST_F(ServerTest, GpuAnsweredCallsWatchTheirReplyWordNotAnEvent) {
   }
 }
 
+// A client thread already asleep on a staging state, as one that waited past its spin: counted
+// in client_waiting, and with a sleep far longer than the test allows, so only the server's
+// wake-up (Worker::wake_staging_sleepers) ends it in time.
+class StagingSleeper {
+ public:
+  StagingSleeper(TestClient& c, uint32_t slot, ipc::StagingState want)
+      : word_(c.view().staging_state(slot)),
+        want_(static_cast<uint32_t>(want)),
+        waiting_(c.view().completion().client_waiting),
+        thread_([this] {
+          ipc::wait_until(
+              word_, [&] { return word_.load() == want_; }, [&] { return quit_.load(); },
+              {.spin = std::chrono::nanoseconds(0), .slice = std::chrono::seconds(30), .sleepers = &waiting_});
+          woke_.store(true);
+        }) {}
+  ~StagingSleeper() {
+    if (!woke_.load()) {  // not woken in time: end its sleep (the test failed already)
+      quit_.store(true);
+      ipc::futex_wake_all(word_);
+    }
+    thread_.join();
+  }
+  bool asleep() { return eventually([&] { return waiting_.load() == 1; }); }
+  bool woken() { return eventually([&] { return woke_.load(); }, std::chrono::seconds(10)); }
+
+ private:
+  std::atomic<uint32_t>& word_;
+  uint32_t want_;
+  std::atomic<uint32_t>& waiting_;
+  std::atomic<bool> quit_{false}, woke_{false};
+  std::thread thread_;
+};
+
 // A staged device-to-host chunk (pageable cudaMemcpy) is marked Ready in its staging slot by
 // the stream itself (protocol 11: the staging states lie inside the driver registration), so
 // the client copies it out without the worker: no event, one stream write per chunk; a chunk
@@ -623,7 +656,12 @@ TEST_F(ServerTest, StagedDeviceToHostChunksAreMarkedReadyByTheGpuUnlessTurnedOff
     ASSERT_EQ(c.call(Opcode::MemGetInfo).status, Status::Success);  // the copy is queued
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     EXPECT_EQ(state.load(), static_cast<uint32_t>(ipc::StagingState::InFlight)) << "Ready before the copy ran";
-    done.store(5);
+    {
+      StagingSleeper sleeper(c, 0, ipc::StagingState::Ready);
+      ASSERT_TRUE(sleeper.asleep());
+      done.store(5);
+      EXPECT_TRUE(sleeper.woken()) << "a client asleep on the slot was not woken";
+    }
     ASSERT_TRUE(c.wait_staging(0, ipc::StagingState::Ready));
     EXPECT_EQ(std::memcmp(c.view().staging(0), in.data() + 4096, 4096), 0);
     state.store(static_cast<uint32_t>(ipc::StagingState::Free));
@@ -656,6 +694,79 @@ TEST_F(ServerTest, StagedDeviceToHostChunksAreMarkedReadyByTheGpuUnlessTurnedOff
       ASSERT_EQ(std::memcmp(c.view().staging(slot), in.data() + 4096 * slot, 4096), 0);
       w.store(static_cast<uint32_t>(ipc::StagingState::Free));
     }
+    EXPECT_EQ(server::sim_call_counts(*backend_).kernel_stores, kernels) << "chunks alone looked crowded";
+    c.detach();
+    stop_server();
+  }
+}
+
+// A staged host-to-device chunk (pageable cudaMemcpy from the host) is marked Free again by the
+// stream itself, as a device-to-host one is marked Ready: no event, one stream write per chunk,
+// and the worker need not see the copy done before the client fills the slot again.  A held
+// chunk stays InFlight until the stream goes on; a client asleep on it is woken.  Chunks posted
+// back to back (the client returns once a chunk is staged) are not calls anybody waits for, so
+// they never look crowded to each other.  With gpu_replies off the worker frees the slot, after
+// an event.
+TEST_F(ServerTest, StagedHostToDeviceChunksAreMarkedFreeByTheGpuUnlessTurnedOff) {
+  for (const GpuReplies mode : {GpuReplies::Auto, GpuReplies::Off}) {
+    SCOPED_TRACE(std::string("gpu_replies ") + gpu_replies_name(mode));
+    const bool gpu = mode != GpuReplies::Off;
+    TestClient c = start_with_gpu_replies(mode);
+    ASSERT_TRUE(c.ok());
+    const uint32_t slots = c.view().header().staging_slots;
+    const uint64_t a = c.alloc(4096 * 64);
+    std::vector<uint8_t> in(4096 * 64);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint8_t>(i * 13 + 1);
+    ASSERT_EQ(c.sync_device(), Status::Success);
+    const server::SimCallCounts before = server::sim_call_counts(*backend_);
+    c.h2d(a, in.data(), 4096);
+    const server::SimCallCounts after = server::sim_call_counts(*backend_);
+    EXPECT_EQ(after.stream_writes - before.stream_writes, gpu ? 1u : 0u);
+    EXPECT_EQ(after.events_created - before.events_created, gpu ? 0u : 1u);
+
+    auto chunk = [&](uint32_t slot, uint64_t offset) {
+      auto& w = c.view().staging_state(slot);
+      std::memcpy(c.view().staging(slot), in.data() + offset, 4096);
+      w.store(static_cast<uint32_t>(ipc::StagingState::InFlight));
+      ipc::CopyCmd cp{};
+      cp.dst = {ipc::MemSpace::Device, 0, 0, a + offset};
+      cp.src = {ipc::MemSpace::Staging, slot, 0, 0};
+      cp.width = cp.dst_pitch = cp.src_pitch = 4096;
+      cp.height = 1;
+      c.post(Opcode::Copy, cp);
+    };
+    auto device_matches = [&](uint64_t offset, uint64_t n) {
+      std::vector<uint8_t> out(n, 0);
+      c.d2h(out.data(), a + offset, n);
+      return std::memcmp(out.data(), in.data() + offset, n) == 0;
+    };
+
+    // Held behind a host function on the legacy stream: not Free before the stream goes on.
+    auto& reached = c.view().event_state(10);
+    auto& done = c.view().event_state(11);
+    c.post(Opcode::HostFunc, ipc::HostFuncCmd{10, 11, 6, 0});
+    chunk(1, 4096);
+    ASSERT_TRUE(eventually([&] { return reached.load() == 6; }));
+    ASSERT_EQ(c.call(Opcode::MemGetInfo).status, Status::Success);  // the copy is queued
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(c.view().staging_state(1).load(), static_cast<uint32_t>(ipc::StagingState::InFlight))
+        << "Free before the copy ran";
+    {
+      StagingSleeper sleeper(c, 1, ipc::StagingState::Free);
+      ASSERT_TRUE(sleeper.asleep());
+      done.store(6);
+      EXPECT_TRUE(sleeper.woken()) << "a client asleep on the slot was not woken";
+    }
+    EXPECT_TRUE(device_matches(4096, 4096));
+
+    // Back to back through the slots in turn, each filled again once Free.
+    const uint64_t kernels = server::sim_call_counts(*backend_).kernel_stores;
+    for (uint32_t i = 0; i < 64; ++i) {
+      ASSERT_TRUE(c.wait_staging(i % slots, ipc::StagingState::Free));
+      chunk(i % slots, 4096 * i);
+    }
+    for (uint32_t i = 0; i < slots; ++i) ASSERT_TRUE(c.wait_staging(i, ipc::StagingState::Free));
+    EXPECT_TRUE(device_matches(0, in.size()));
     EXPECT_EQ(server::sim_call_counts(*backend_).kernel_stores, kernels) << "chunks alone looked crowded";
     c.detach();
     stop_server();

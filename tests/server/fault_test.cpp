@@ -283,9 +283,9 @@ TEST_F(FaultTest, AGpuAnsweredWaitBehindAFaultGetsTheFault) {
   a.detach();
 }
 
-// A staged device-to-host chunk whose Ready the GPU was to store, queued behind a fault: the
-// store never lands, and the worker gives the slot back all the same (Ready, as after any
-// failed copy), with the fault as the client's error.
+// Staged chunks whose state the GPU was to store (Ready after a device-to-host one, Free after a
+// host-to-device one), queued behind a fault: the stores never land, and the worker gives the
+// slots back all the same (as after any failed copy), with the fault as the client's error.
 TEST_F(FaultTest, AStagedChunkBehindAFaultComesBack) {
   start();
   TestClient a(run_dir_, "faulty-app");
@@ -303,10 +303,16 @@ TEST_F(FaultTest, AStagedChunkBehindAFaultComesBack) {
   cp.width = cp.dst_pitch = cp.src_pitch = 4096;
   cp.height = 1;
   a.post(Opcode::Copy, cp);
-  ASSERT_EQ(a.call(Opcode::MemGetInfo).status, Status::Success);  // the copy and its store are queued
+  // And one the other way, which the GPU would have marked Free.
+  a.view().staging_state(1).store(static_cast<uint32_t>(ipc::StagingState::InFlight));
+  std::swap(cp.dst, cp.src);
+  cp.src.index = 1;
+  a.post(Opcode::Copy, cp);
+  ASSERT_EQ(a.call(Opcode::MemGetInfo).status, Status::Success);  // the copies and their stores are queued
   ASSERT_TRUE(eventually([&] { return reached.load() == 3; }));
   done.store(3);
-  EXPECT_TRUE(a.wait_staging(0, ipc::StagingState::Ready)) << "the staging slot never came back";
+  EXPECT_TRUE(a.wait_staging(0, ipc::StagingState::Ready)) << "the device-to-host slot never came back";
+  EXPECT_TRUE(a.wait_staging(1, ipc::StagingState::Free)) << "the host-to-device slot never came back";
   EXPECT_TRUE(eventually([&] { return a.sticky() == 700; }));
   a.detach();
 }

@@ -125,7 +125,8 @@ bool TestClient::wait_staging(uint32_t slot, ipc::StagingState want) {
   const auto deadline = Clock::now() + std::chrono::seconds(10);
   return ipc::wait_until(
       w, [&] { return w.load(std::memory_order_acquire) == static_cast<uint32_t>(want); },
-      [&] { return Clock::now() > deadline || ipc::peer_hung_up(fd_.get()); });
+      [&] { return Clock::now() > deadline || ipc::peer_hung_up(fd_.get()); },
+      {.sleepers = &view_.completion().client_waiting});
 }
 
 void TestClient::h2d(uint64_t dst, const void* src, uint64_t n, uint64_t stream) {

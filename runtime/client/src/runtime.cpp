@@ -411,15 +411,20 @@ void Runtime::release_reply_slot(uint32_t s) noexcept {
   slot_cv_.notify_one();
 }
 
+ipc::WaitOptions Runtime::wait_options() noexcept {
+  auto& c = view_.completion();
+  ipc::WaitOptions o{.sleepers = &c.client_waiting};
+  if (c.worker_on_client_cpus.load(std::memory_order_relaxed) != 0) o.pause = {};
+  return o;
+}
+
 Status Runtime::wait_reply(uint32_t slot, uint64_t seq, Reply* reply) noexcept {
   auto& rs = view_.reply(slot);
   auto& c = view_.completion();
   // Answered by the worker (rs.seq) or by the GPU itself (the reply word).
   auto& word = view_.reply_word(slot);
   auto done = [&] { return ipc::reply_arrived(rs, word, seq); };
-  ipc::WaitOptions o{.sleepers = &c.client_waiting};
-  if (c.worker_on_client_cpus.load(std::memory_order_relaxed) != 0) o.pause = {};
-  const bool ok = ipc::wait_until(c.reply_epoch, done, [&] { return gone(); }, o);
+  const bool ok = ipc::wait_until(c.reply_epoch, done, [&] { return gone(); }, wait_options());
   if (!ok) return Status::DevicesUnavailable;  // the slot stays taken: a late reply may still land in it
   Reply r;
   r.status = static_cast<Status>(rs.status);

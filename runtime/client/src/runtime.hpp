@@ -146,8 +146,13 @@ class Runtime {
   template <class Pred>
   bool wait_staging(int slot, Pred pred) noexcept {
     auto& w = view_.staging_state(static_cast<uint32_t>(slot));
-    return ipc::wait_until(w, [&] { return pred(w.load(std::memory_order_acquire)); }, [&] { return gone(); });
+    return ipc::wait_until(w, [&] { return pred(w.load(std::memory_order_acquire)); }, [&] { return gone(); },
+                           wait_options());
   }
+  // How a thread waits for the server or the GPU (a reply, a staging state): counted in
+  // client_waiting while asleep, so that the server wakes only when somebody sleeps; no pause
+  // loop when the worker runs on this client's cores (it would take the worker's time).
+  ipc::WaitOptions wait_options() noexcept;
 
   // Copies into and out of staging slots, split across FUNNEL_COPY_THREADS threads when
   // large.  Made at first use; like the Runtime, never destroyed.

@@ -163,29 +163,34 @@ bool Worker::store_answer(StreamEntry& s, std::atomic<uint32_t>& word, uint32_t 
          backend_.write_value(*s.stream, word, value) == Status::Success;
 }
 
-bool Worker::gpu_marks_ready(StreamEntry& s, const ipc::CopyCmd& c) {
+bool Worker::gpu_marks_slot(StreamEntry& s, uint32_t index, ipc::StagingState state) {
   if (shared_.gpu_replies == GpuReplies::Off) return false;
   // No event race here (unlike a reply word, the state must not change behind the client:
-  // once it saw Ready it frees the slot, and a late store would mark it Ready again).
+  // once it saw Ready it frees the slot, once it saw Free it fills the slot again, and a late
+  // store would undo that).
   Pending p;
-  const bool crowded = count_in_flight(s, p);
-  auto& word = view_.staging_state(c.dst.index);  // resolve_location checked the index
-  constexpr auto kReady = static_cast<uint32_t>(ipc::StagingState::Ready);
-  if (!store_answer(s, word, kReady, crowded)) return false;
+  // Only a chunk the client waits for counts as a call on the GPU: a host-to-device chunk is
+  // posted behind the one before while that one is still on the GPU, and would make it look
+  // crowded (the slower kernel store) where nobody waits for either.
+  const bool ready = state == ipc::StagingState::Ready;
+  const bool crowded = ready && count_in_flight(s, p);
+  auto& word = view_.staging_state(index);  // resolve_location checked the index
+  const auto value = static_cast<uint32_t>(state);
+  if (!store_answer(s, word, value, crowded)) return false;
   p.gpu_reply = true;
   p.word = &word;
   p.word_value = static_cast<uint32_t>(ipc::StagingState::InFlight);
   p.done_when_changed = true;
   p.stream = s.stream;
   p.since = std::chrono::steady_clock::now();
-  p.done = [&word](Status st) {
+  p.done = [this, &word, value](Status st) {
     if (st != Status::Success) {
       // The store will not land (a fault): the slot comes back all the same, as
       // release_staging gives it back after a failed copy; the error is deferred.
       auto in_flight = static_cast<uint32_t>(ipc::StagingState::InFlight);
-      word.compare_exchange_strong(in_flight, kReady, std::memory_order_acq_rel);
+      word.compare_exchange_strong(in_flight, value, std::memory_order_acq_rel);
     }
-    ipc::futex_wake_all(word);  // a client asleep on the slot (the GPU's store woke nobody)
+    wake_staging_sleepers(word);  // the GPU's store woke nobody
     return st;
   };
   add_pending(std::move(p));
@@ -407,15 +412,15 @@ void Worker::release_staging(const ipc::CopyCmd& c) {
   auto set = [&](const ipc::Location& l, ipc::StagingState s) {
     if (l.space != ipc::MemSpace::Staging || l.index >= hd.staging_slots) return;
     auto& w = view_.staging_state(l.index);
-    w.store(static_cast<uint32_t>(s), std::memory_order_release);
-    ipc::futex_wake_all(w);
+    w.store(static_cast<uint32_t>(s), std::memory_order_seq_cst);
+    wake_staging_sleepers(w);
   };
   set(c.src, ipc::StagingState::Free);
   set(c.dst, ipc::StagingState::Ready);
 }
 
 Status Worker::copy(const ipc::CommandHeader& h, const ipc::CopyCmd& c) {
-  if (!pending_.empty()) {  // a staging slot in use again: its last chunk was seen (gpu_marks_ready)
+  if (!pending_.empty()) {  // a staging slot in use again: its last chunk was seen (gpu_marks_slot)
     const uint32_t slots = view_.header().staging_slots;
     if (c.src.space == ipc::MemSpace::Staging && c.src.index < slots) settle_reused(view_.staging_state(c.src.index));
     if (c.dst.space == ipc::MemSpace::Staging && c.dst.index < slots) settle_reused(view_.staging_state(c.dst.index));
@@ -444,7 +449,14 @@ Status Worker::copy(const ipc::CommandHeader& h, const ipc::CopyCmd& c) {
   if (src_dev && !dst_dev) bump(counters_.bytes_d2h, bytes);
   const bool staging = c.src.space == ipc::MemSpace::Staging || c.dst.space == ipc::MemSpace::Staging;
   if (!staging && one_way(h)) return Status::Success;
-  if (c.dst.space == ipc::MemSpace::Staging && src_dev && one_way(h) && gpu_marks_ready(*s, c)) return Status::Success;
+  // A staged chunk: the GPU marks the slot itself where it can (Ready to copy out, or Free to
+  // fill again), so the client goes on without waiting for this thread.
+  if (staging && one_way(h)) {
+    if (c.dst.space == ipc::MemSpace::Staging && src_dev && gpu_marks_slot(*s, c.dst.index, ipc::StagingState::Ready))
+      return Status::Success;
+    if (c.src.space == ipc::MemSpace::Staging && dst_dev && gpu_marks_slot(*s, c.src.index, ipc::StagingState::Free))
+      return Status::Success;
+  }
   when_complete(
       *s, h.reply_slot, h.seq,
       [this, c](Status done) {

@@ -38,7 +38,7 @@
 namespace funnel::server {
 
 // Per device, the waited calls (and staged device-to-host chunks) of every client that are on the
-// GPU now (Worker::count_in_flight, from when_complete and gpu_marks_ready).
+// GPU now (Worker::count_in_flight, from when_complete and gpu_marks_slot).
 using CallsInFlight = std::array<std::atomic<uint32_t>, ipc::kMaxDevices>;
 
 // Counts one waited call in a CallsInFlight entry for as long as it lives.
@@ -153,8 +153,10 @@ struct Pending {
   std::shared_ptr<BackendStream> stream;
   std::chrono::steady_clock::time_point since{};
   // Where the GPU stores the answer, and the value that means done: the reply slot's word and
-  // seq's low half; or a staging slot's state (Worker::gpu_marks_ready), done once it is no
-  // longer `word_value` (InFlight: Ready, or already Free again when the client was quick).
+  // seq's low half; or a staging slot's state (Worker::gpu_marks_slot), done once it is no
+  // longer `word_value` (InFlight: Ready, or already Free again when the client was quick; Free
+  // after a host-to-device chunk, which a quick client may have set InFlight again already: the
+  // copy it sends through the slot next settles the entry, settle_reused).
   std::atomic<uint32_t>* word = nullptr;
   uint32_t word_value = 0;
   bool done_when_changed = false;
@@ -293,6 +295,9 @@ class Worker {
   void reply(uint32_t slot, uint64_t seq, Status st, const std::array<uint64_t, 5>& values = {});
   void answer(const ipc::CommandHeader& h, const std::array<uint64_t, 5>& values = {});
   void wake_sleeping_client();
+  // Wakes client threads asleep on a staging state the GPU or this thread just changed, if any
+  // client thread sleeps at all (Completion::client_waiting).
+  void wake_staging_sleepers(std::atomic<uint32_t>& word);
   // Answers every completed pending entry; true if any completed.
   bool poll_pending();
   // What poll_pending does with an entry that completed (with `first`, the first error among
@@ -404,10 +409,11 @@ class Worker {
   // when `crowded` (Backend::store_word), else (or where the kernel is not available) by the
   // stream write.  False where neither can.
   bool store_answer(StreamEntry& s, std::atomic<uint32_t>& word, uint32_t value, bool crowded);
-  // A staged device-to-host chunk (c.dst a staging slot): the GPU marks the slot Ready itself
-  // where it can, so the client copies the chunk out without waiting for this thread; false
-  // where it cannot (GpuReplies::Off, no stream write): when_complete then releases the slot.
-  bool gpu_marks_ready(StreamEntry& s, const ipc::CopyCmd& c);
+  // A staged chunk: the GPU stores `state` into staging slot `index` itself where it can (Ready
+  // after a device-to-host chunk, so the client copies it out; Free after a host-to-device one,
+  // so the client fills the slot again), without waiting for this thread; false where it cannot
+  // (GpuReplies::Off, no stream write): when_complete then releases the slot.
+  bool gpu_marks_slot(StreamEntry& s, uint32_t index, ipc::StagingState state);
   void release_staging(const ipc::CopyCmd& c);
   void free_allocation(uint64_t address, const DeviceAllocation& a);
   // Every change of allocations_ goes through these: they keep device_used_ (what counts

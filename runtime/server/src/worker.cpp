@@ -438,6 +438,13 @@ void Worker::wake_sleeping_client() {
   }
 }
 
+void Worker::wake_staging_sleepers(std::atomic<uint32_t>& word) {
+  // A client thread asleep on a staging state counts itself in client_waiting too (the same
+  // Dekker pairing as above: the state was stored, or seen stored by the GPU, before this load),
+  // so a chunk nobody sleeps for costs no system call.
+  if (view_.completion().client_waiting.load(std::memory_order_seq_cst) != 0) ipc::futex_wake_all(word);
+}
+
 void Worker::answer(const ipc::CommandHeader& h, const std::array<uint64_t, 5>& values) {
   if (h.reply_slot != ipc::kNoReply) reply(h.reply_slot, h.seq, Status::Success, values);
 }

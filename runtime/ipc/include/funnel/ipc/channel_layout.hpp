@@ -21,7 +21,7 @@
 namespace funnel::ipc {
 
 inline constexpr uint64_t kChannelMagic = 0x31434e4c4e4e5546ull;  // "FUNNLNC1"
-inline constexpr uint32_t kProtocolVersion = 11;
+inline constexpr uint32_t kProtocolVersion = 12;
 inline constexpr uint32_t kRecordAlign = 64;  // ring records are multiples of this
 inline constexpr uint32_t kMaxReplySlots = 256;
 inline constexpr uint32_t kMaxEventSlots = 65536;
@@ -97,7 +97,7 @@ inline constexpr uint32_t kConsumerNapping = 2;
 // Server -> client state.
 struct alignas(64) Completion {
   std::atomic<uint32_t> reply_epoch;    // futex word: bumped after a reply if a client thread sleeps
-  std::atomic<uint32_t> client_waiting; // number of client threads asleep on reply_epoch (a hint)
+  std::atomic<uint32_t> client_waiting; // client threads asleep on reply_epoch or a staging state (a hint)
   std::atomic<int32_t> deferred_error;  // first error of one-way work since the client last looked
   std::atomic<int32_t> sticky_error;    // context-poisoning error; never cleared for this client
   uint64_t reserved0;

@@ -8,6 +8,8 @@
 #   rounds, funnel first in even ones), and the table
 #   compares the per-line medians over the rounds (native pageable bandwidth on the H100
 #   machine moves by up to 40 % between runs; alternating keeps drift out of the ratio).
+#   Every funnel round starts a server of its own (FUNNEL_JOB_ID=membench-PID-ROUND) and
+#   stops it after: each round draws a new CUDA context on both sides.
 # Writes OUT/native.jsonl, OUT/funnel.jsonl (every round), OUT/*.log and OUT/ratios.txt; prints the table.
 # For bandwidth lines the ratio is funnel GB/s / native GB/s (1.0 = as fast, lower = slower);
 # for latency lines it is funnel µs / native µs (higher = slower).
@@ -21,7 +23,8 @@ TIMEOUT=${TIMEOUT:-600}
 mkdir -p "$OUT_DIR"
 MB=$BUILD_DIR/bin/membench
 FR=$BUILD_DIR/bin/funnel-run
-for f in "$MB" "$FR"; do
+FCTL=$BUILD_DIR/bin/funnelctl
+for f in "$MB" "$FR" "$FCTL"; do
   [[ -x $f ]] || { echo "membench.sh: $f not found: build funnel first (BUILD_DIR=$BUILD_DIR)" >&2; exit 2; }
 done
 OPTS=()
@@ -31,7 +34,6 @@ elif "$FR" --help 2>&1 | grep -q -- '--backend'; then
   OPTS=(--backend cuda)
 fi
 export FUNNEL_BACKEND=cuda
-export FUNNEL_JOB_ID=membench-$$
 
 ROUNDS=${ROUNDS:-3}
 rc=0
@@ -43,8 +45,13 @@ run_native() {
     timeout "$TIMEOUT" "$MB" "$@" >"$OUT_DIR/native.$r.log" 2>&1 || { echo "native membench failed (exit $?)"; rc=1; }
 }
 run_funnel() {
+  # A server of its own per round, stopped after it: a CUDA context draws its small-copy speed
+  # when it is made (doc/performance.md, "Two kinds of context"), so one server kept across the
+  # rounds would weigh one draw against ROUNDS native ones.
+  export FUNNEL_JOB_ID=membench-$$-$r
   echo "=== round $r/$ROUNDS: membench through funnel ($FR ${OPTS[*]})"
   timeout "$TIMEOUT" "$FR" "${OPTS[@]}" "$MB" "$@" >"$OUT_DIR/funnel.$r.log" 2>&1 || { echo "funnel membench failed (exit $?)"; rc=1; }
+  "$FCTL" shutdown --timeout 10 >/dev/null 2>&1 || true
 }
 for ((r = 1; r <= ROUNDS; r++)); do
   # The order alternates too: whichever ran second in a round was measured faster on the H100

@@ -5,8 +5,10 @@
 // creates N non-blocking streams (and uses the legacy one) and, per stream, times the median
 // of 4 KiB pinned d2h and h2d copies (cudaMemcpyAsync + cudaStreamSynchronize) and of an event
 // record + synchronize, rounds interleaved across the streams.  Output: one JSON line per stream.
+// With --contexts C it does all that C times in one process, destroying the context between
+// (cudaDeviceReset) and making a new one: is the draw made per context or per process?
 //   nvcc -O2 -std=c++17 -o stream_modes bench/probes/stream_modes.cu
-//   ./stream_modes [--streams N] [--iters N] [--rounds R]
+//   ./stream_modes [--streams N] [--iters N] [--rounds R] [--contexts C]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -27,16 +29,8 @@ double median(std::vector<double> v) {
 }
 
 double us_since(Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); }
-}  // namespace
 
-int main(int argc, char** argv) {
-  int streams = 8, iters = 200, rounds = 3;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    if (a == "--streams") streams = std::max(1, std::atoi(argv[i + 1]));
-    else if (a == "--iters") iters = std::max(1, std::atoi(argv[i + 1]));
-    else if (a == "--rounds") rounds = std::max(1, std::atoi(argv[i + 1]));
-  }
+void measure(int ctx, int streams, int iters, int rounds) {
   const size_t n = 4096;
   void *h = nullptr, *d = nullptr;
   CK(cudaMallocHost(&h, n));
@@ -71,7 +65,29 @@ int main(int argc, char** argv) {
     }
   }
   for (size_t i = 0; i < s.size(); ++i)
-    std::printf("{\"stream\":%zu,\"d2h_4k_us\":%.3f,\"h2d_4k_us\":%.3f,\"record_sync_us\":%.3f}\n", i, median(d2h[i]),
+    std::printf("{\"context\":%d,\"stream\":%zu,\"d2h_4k_us\":%.3f,\"h2d_4k_us\":%.3f,\"record_sync_us\":%.3f}\n", ctx, i, median(d2h[i]),
                 median(h2d[i]), median(rec[i]));
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i > 0) CK(cudaStreamDestroy(s[i]));
+    CK(cudaEventDestroy(e[i]));
+  }
+  CK(cudaFreeHost(h));
+  CK(cudaFree(d));
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  int streams = 8, iters = 200, rounds = 3, contexts = 1;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--streams") streams = std::max(1, std::atoi(argv[i + 1]));
+    else if (a == "--iters") iters = std::max(1, std::atoi(argv[i + 1]));
+    else if (a == "--rounds") rounds = std::max(1, std::atoi(argv[i + 1]));
+    else if (a == "--contexts") contexts = std::max(1, std::atoi(argv[i + 1]));
+  }
+  for (int ctx = 0; ctx < contexts; ++ctx) {
+    if (ctx > 0) CK(cudaDeviceReset());
+    measure(ctx, streams, iters, rounds);
+  }
   return 0;
 }

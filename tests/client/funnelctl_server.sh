@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2154  # pid_NAME: set by eval in client()
 # funnelctl_server.sh SCENARIO BIN_DIR CTL_HOLD [PRELOAD]
 # funnelctl against a sim funnel-server with real clients (tests/client/programs/ctl_hold.cu,
 # which prints "ready", keeps calling the runtime for CTL_HOLD_MS, then prints "done"):

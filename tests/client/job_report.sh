@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2154  # pid_NAME: set by eval in client()
 # job_report.sh BIN_DIR PROGRAMS_DIR [PRELOAD]
 # The job report a stopping sim funnel-server writes to its log directory (doc/accounting.md):
 #   1. memory, kernels (as MPI rank 3) and hostfunc run to the end, ctl_hold is SIGKILLed

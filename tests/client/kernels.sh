@@ -12,7 +12,7 @@ bin=$1 prog=$2 preload=${3:-}
 sim_env "$bin" "$preload"
 timeout 60 "$bin/funnel-run" "$prog" > "$dir/out" 2> "$dir/err"
 rc=$?
-[ "$rc" -eq 0 ] && grep -qx done "$dir/out" || { echo "FAIL: rc=$rc"; cat "$dir/out" "$dir/err"; exit 1; }
+[ "$rc" -eq 0 ] && grep -qx 'done' "$dir/out" || { echo "FAIL: rc=$rc"; cat "$dir/out" "$dir/err"; exit 1; }
 # The server writes the log as it launches; shutting it down flushes it.
 FUNNEL_RUN_DIR=$dir/run timeout 5 "$bin/funnelctl" shutdown >/dev/null 2>&1
 python3 - "$dir/out" "$FUNNEL_SIM_LAUNCH_LOG" <<'EOF'

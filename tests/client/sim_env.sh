@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the client test scripts: a private run directory ($dir) on the sim backend,
 # with the launch log at $dir/launches.jsonl; at exit the server is stopped and $dir removed.
 #   sim_env BIN_DIR [PRELOAD]      PRELOAD (a sanitizer runtime) goes first in LD_PRELOAD

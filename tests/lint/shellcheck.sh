@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/lint/shellcheck.sh SOURCE_DIR: the shell scripts that users and admins run -- the Slurm prolog,
-# task prolog and epilog and their library (slurm/), scripts/, bench/ and the GPU and
-# reliability suites' scripts -- pass `shellcheck -S warning` (warnings and errors; style
+# task prolog and epilog and their library (slurm/), scripts/, bench/ and every test suite's
+# scripts (tests/*/*.sh) -- pass `shellcheck -S warning` (warnings and errors; style
 # notes are not checked).  Exit 77 (skipped) where shellcheck is not installed
 # (scripts/install-deps.sh installs it).
 set -u -o pipefail
@@ -9,7 +9,7 @@ src=${1:?usage: shellcheck.sh SOURCE_DIR}
 command -v shellcheck >/dev/null || { echo "SKIP: shellcheck not installed (apt-get install shellcheck)"; exit 77; }
 cd "$src" || exit 2
 files=(slurm/funnel-slurm-prolog slurm/funnel-slurm-epilog slurm/funnel-slurm-task-prolog slurm/funnel-slurm-lib.sh
-       scripts/*.sh scripts/device/*.sh bench/*.sh bench/probes/*.sh tests/gpu/*.sh tests/reliability/*.sh tests/lint/*.sh)
+       scripts/*.sh scripts/device/*.sh bench/*.sh bench/probes/*.sh tests/*/*.sh)
 for f in "${files[@]}"; do
   [[ -f $f ]] || { echo "FAIL: $f is missing (tests/lint/shellcheck.sh lists it)"; exit 1; }
 done

@@ -4,12 +4,12 @@
 # MPI_Init fails on every rank with a message naming the variable, the value and what is
 # accepted; the job ends (no hang) and no server, run directory or segment is left.
 set -u
-bin=$1 prog=$2
+prog=$2  # $1, BIN_DIR, is not needed here
 uid=$(id -u)
 tmp=$(mktemp -d /tmp/funnel-mpi-bad.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 export FUNNEL_BACKEND=sim FUNNEL_LOG_DIR=$tmp/log FUNNEL_IDLE_EXIT_MS=1000
-mpirun=(mpirun --oversubscribe -np 2 --mca btl self,vader)
+mpirun=(mpirun --oversubscribe -np 2 --mca btl "self,vader")
 [ "$uid" -eq 0 ] && mpirun+=(--allow-run-as-root)
 check() {  # VAR VALUE ACCEPTED
   local var=$1 value=$2 accepted=$3 job=bad-$$-$RANDOM
@@ -20,8 +20,9 @@ check() {  # VAR VALUE ACCEPTED
   grep -qF -- "$var='$value' is not valid: expected $accepted" "$tmp/out" ||
     { echo "FAIL: $var='$value': no message naming it"; cat "$tmp/out"; exit 1; }
   grep -q 'ranks ok' "$tmp/out" && { echo "FAIL: $var='$value': the program ran"; exit 1; }
-  for _ in $(seq 50); do ls /dev/shm | grep -qF "funnel-$uid-$job" || break; sleep 0.1; done
-  ls /dev/shm | grep -qF "funnel-$uid-$job" && { echo "FAIL: $var='$value': left /dev/shm/funnel-$uid-$job"; exit 1; }
+  left() { [ -n "$(find /dev/shm -maxdepth 1 -name "*funnel-$uid-$job*")" ]; }
+  for _ in $(seq 50); do left || break; sleep 0.1; done
+  left && { echo "FAIL: $var='$value': left /dev/shm/funnel-$uid-$job"; exit 1; }
   pgrep -f "funnel-$uid-$job" >/dev/null && { echo "FAIL: $var='$value': a server is left"; exit 1; }
   echo "ok: $var='$value' (exit $rc)"
 }

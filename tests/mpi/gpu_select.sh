@@ -7,7 +7,7 @@ bin=$1 prog=$2
 tmp=$(mktemp -d /tmp/funnel-gpusel.XXXXXX)
 export FUNNEL_RUN_DIR=$tmp/run FUNNEL_BACKEND=sim FUNNEL_LOG_DIR=$tmp/log
 unset FUNNEL_RANKS_PER_GPU FUNNEL_GPU_MAP FUNNEL_DEVICE_MEM_LIMIT CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
-mpirun=(mpirun --oversubscribe -np 4 --mca btl self,vader)
+mpirun=(mpirun --oversubscribe -np 4 --mca btl "self,vader")
 [ "$(id -u)" -eq 0 ] && mpirun+=(--allow-run-as-root)
 cleanup() { timeout 5 "$bin/funnelctl" shutdown >/dev/null 2>&1; rm -rf "$tmp"; }
 trap cleanup EXIT

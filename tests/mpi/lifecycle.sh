@@ -18,9 +18,9 @@ uid=$(id -u)
 tmp=$(mktemp -d /tmp/funnel-mpi.XXXXXX)
 export FUNNEL_BACKEND=sim FUNNEL_LOG_DIR=$tmp/log FUNNEL_IDLE_EXIT_MS=1000 FUNNEL_ATTACH_TIMEOUT_MS=30000
 unset FUNNEL_RUN_DIR FUNNEL_JOB_ID
-mpirun=(mpirun --oversubscribe -np "$np" --mca btl self,vader)
+mpirun=(mpirun --oversubscribe -np "$np" --mca btl "self,vader")
 [ "$uid" -eq 0 ] && mpirun+=(--allow-run-as-root)
-prestarted_dir= mpirun_pid= ranks=
+prestarted_dir='' mpirun_pid='' ranks=''
 # pid $1 is still one of this job's ranks (not a zombie, not a pid used again since).
 # Builtins only: it runs in wait_gone's loop.
 rank_alive() {
@@ -88,7 +88,7 @@ case $scenario in kill|abort) ranks=$(rank_pids) ;; esac
 
 gone() {  # the ranks (where known), the server process, its run directory and its segments are all gone
   for p in $ranks; do rank_alive "$p" && return 1; done
-  ! kill -0 "$pid" 2>/dev/null && [ ! -e "$run_dir" ] && [ -z "$(ls /dev/shm | grep -F "funnel-$uid-$job")" ]
+  ! kill -0 "$pid" 2>/dev/null && [ ! -e "$run_dir" ] && [ -z "$(find /dev/shm -maxdepth 1 -name "*funnel-$uid-$job*")" ]
 }
 wait_gone() {  # at most $1 tenths of a second
   local end=$((${EPOCHREALTIME//[!0-9]/} + $1 * 100000))

@@ -9,7 +9,7 @@ tmp=$(mktemp -d /tmp/funnel-pkg.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 export FUNNEL_BACKEND=sim FUNNEL_IDLE_EXIT_MS=1000
 unset FUNNEL_RUN_DIR FUNNEL_JOB_ID FUNNEL_SERVER
-mpirun=(mpirun --oversubscribe -np 2 --mca btl self,vader)
+mpirun=(mpirun --oversubscribe -np 2 --mca btl "self,vader")
 [ "$(id -u)" -eq 0 ] && mpirun+=(--allow-run-as-root)
 try() {  # NAME CMAKE_ARGS...
   local name=$1; shift

@@ -17,7 +17,7 @@ unset FUNNEL_RUN_DIR FUNNEL_MPI_HOOKS LD_PRELOAD
 export FUNNEL_BACKEND=sim FUNNEL_LOG_DIR=$tmp/log FUNNEL_IDLE_EXIT_MS=60000 FUNNEL_ATTACH_TIMEOUT_MS=30000
 export FUNNEL_JOB_ID=funnel-run-$scenario-$$ FUNNEL_SERVER=$build/bin/funnel-server
 run_dir=/dev/shm/funnel-$uid-$FUNNEL_JOB_ID
-mpirun=(timeout 40 mpirun --oversubscribe --mca btl self,vader)
+mpirun=(timeout 40 mpirun --oversubscribe --mca btl "self,vader")
 [ "$uid" -eq 0 ] && mpirun+=(--allow-run-as-root)
 cleanup() {
   [ -S "$run_dir/server.sock" ] && FUNNEL_RUN_DIR=$run_dir timeout 5 "$build/bin/funnelctl" shutdown >/dev/null 2>&1
@@ -31,7 +31,7 @@ fail() {  # the reason and the ranks' output come last: CI shows the end of the 
   exit 1
 }
 count() { cat "$tmp"/log/*.log 2>/dev/null | grep -c -- "$1"; }
-left() { ls /dev/shm | grep -F "funnel-$uid-$FUNNEL_JOB_ID"; }
+left() { find /dev/shm -maxdepth 1 -name "*funnel-$uid-$FUNNEL_JOB_ID*" -printf '%f\n'; }
 # job NP PROGRAM FUNNEL_RUN [ENV...]: the job ran, every rank was ok, one server saw NP
 # attaches and NP clean detaches.
 job() {

@@ -15,7 +15,7 @@ tmp=$(mktemp -d /tmp/funnel-run-preload.XXXXXX)
 unset FUNNEL_MPI_HOOKS OMPI_COMM_WORLD_SIZE OMPI_COMM_WORLD_LOCAL_RANK PMIX_RANK PMI_RANK FUNNEL_JOB_ID
 export FUNNEL_BACKEND=sim FUNNEL_LOG_DIR=$tmp/log FUNNEL_RUN_DIR=$tmp/run FUNNEL_IDLE_EXIT_MS=60000
 bin=$(dirname "$FR")
-mpirun=(mpirun --oversubscribe --mca btl self,vader)
+mpirun=(mpirun --oversubscribe --mca btl "self,vader")
 [ "$(id -u)" -eq 0 ] && mpirun+=(--allow-run-as-root)
 # Stops the server funnel-run started and waits (at most 5 s) until its socket is gone.
 stop_server() {

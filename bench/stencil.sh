@@ -21,8 +21,8 @@
 #   N          global grid is N^3 (default 256)
 #   STEPS      timed steps (default 200); WARMUP untimed steps before them (default 20)
 #   MPIRUN     default mpirun (Open MPI); MPIRUN_ARGS extra arguments for it
-#   KEEP_SERVER_LOGS  set: keep the server log and job report of every funnel run (default:
-#              of failed runs only), in OUT/MODE/npN.server/
+#   KEEP_SERVER_LOGS  set: keep the server log and job report of every funnel and linked run
+#              (default: of failed runs only), in OUT/MODE/npN.server/
 #   BIND       Open MPI's --bind-to for every mode (default none; core: each rank on a core of
 #              its own, where funnel's workers share their ranks' CPUs, doc/placement.md)
 # Writes OUT/results.jsonl (the app's JSON line per run, with "mode" renamed to the run's mode)
@@ -74,8 +74,11 @@ run_one() {
     # NVIDIA's runtime would come first (local ranks inherit mpirun's environment), so it is
     # left out.
     app=$BUILD_DIR/bin/stencil_funnel
-    pre=(env -u LD_LIBRARY_PATH "FUNNEL_JOB_ID=stencil-hooks-$np-$$")
-    env_args=(-x FUNNEL_JOB_ID)
+    # The server the hooks start logs (and reports) where a funnel-run one does.
+    local logs=$OUT_DIR/$mode/np$np.server
+    rm -rf "$logs"
+    pre=(env -u LD_LIBRARY_PATH "FUNNEL_JOB_ID=stencil-hooks-$np-$$" "FUNNEL_LOG_DIR=$logs")
+    env_args=(-x FUNNEL_JOB_ID -x FUNNEL_LOG_DIR)
   elif [[ $mode == funnel ]] || setting=$(funnel_variant_env "$mode"); then
     # A job id of its own per run, so a fresh server with the mode's setting (bench/modes.sh).
     export FUNNEL_JOB_ID=stencil-${mode//+/_}-$np-$$  # a job id has no '+'

@@ -551,7 +551,8 @@ void Worker::finish(Pending& p, Status first, bool word_seen) {
     // the client then ignores or has cleared).
     reply(p.slot, p.seq, st, p.values);
   } else if (p.gpu_reply && st == Status::Success) {
-    wake_sleeping_client();
+    // A staging state's entry (no reply slot) woke its own sleepers in `done`.
+    if (p.slot != ipc::kNoReply) wake_sleeping_client();
   } else if (p.gpu_reply && word_landed(p)) {
     // The GPU answered before a later fault made the event report it: the client may have
     // reused the slot since, so it gets the fault at its next call instead.

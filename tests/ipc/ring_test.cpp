@@ -121,6 +121,41 @@ WATCHED_TEST(Ring, RecordsOfManySizesWrapAroundWithPad) {
   EXPECT_EQ(s.control().head.load(), s.control().tail.load());
 }
 
+// The writer keeps the head it last read and loads `head` only when that copy shows too little
+// room (the server writes head after every record it reads: a load per record moved its cache
+// line between the two cores on every call).  Shown with a head that looks like a full ring:
+// the writer goes on while its copy shows room, and waits once it does not.
+WATCHED_TEST(Ring, WriterReadsHeadOnlyWhenItsCopyShowsTooLittleRoom) {
+  Segment s(4096);
+  RingWriter w(s.view());
+  const uint64_t record = record_size_for(64);
+  const uint64_t fit = s.capacity() / record;
+  uint64_t seq = 1;
+  // A head that says "no room at all" (the reader is a whole ring behind); the writer's copy
+  // still says the ring is empty.
+  const uint64_t real_head = s.control().head.load();
+  s.control().head.store(real_head - s.capacity());  // wraps: tail - head > capacity
+  // (A writer that read `head` here would see no room: it gives up instead of waiting forever.)
+  auto soon = [n = 0]() mutable { return ++n > 2; };
+  for (uint64_t k = 0; k < fit; ++k) ASSERT_TRUE(write_record(w, seq++, 64, soon)) << "record " << k;
+  // Now its copy shows no room: it reads head, which shows none either, and gives up.
+  int looks = 0;
+  EXPECT_FALSE(write_record(w, seq, 64, [&] { return ++looks > 2; }));
+  EXPECT_GT(looks, 0);
+  // With the real head back, the records written are there to be read, in order.
+  s.control().head.store(real_head);
+  RingReader r(s.view());
+  std::vector<std::byte> out(kMaxRecordSize);
+  const char* why = nullptr;
+  for (uint64_t k = 1; k <= fit; ++k) {
+    uint32_t size = 0;
+    ASSERT_EQ(r.next(out.data(), size, &why), RingReader::Next::Record) << (why ? why : "");
+    ASSERT_TRUE(check_record(out.data(), size, k));
+  }
+  // And the writer, seeing room again, goes on.
+  EXPECT_TRUE(write_record(w, seq, 64));
+}
+
 WATCHED_TEST(Ring, RecordFillingTheWholeRingFits) {
   Segment s(4096);
   RingWriter w(s.view());

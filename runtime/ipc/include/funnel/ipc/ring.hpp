@@ -18,7 +18,8 @@ class RingWriter {
   RingWriter() = default;
   explicit RingWriter(const ChannelView& v) noexcept
       : ctl_(&v.control()), data_(v.ring()), cap_(v.header().ring_capacity),
-        tail_(v.control().tail.load(std::memory_order_relaxed)) {}
+        tail_(v.control().tail.load(std::memory_order_relaxed)),
+        head_seen_(v.control().head.load(std::memory_order_acquire)) {}
 
   // Returns where to write a record of `size` bytes (a multiple of kRecordAlign, at
   // most kMaxRecordSize), waiting while the ring is full; nullptr once give_up() fires.
@@ -69,10 +70,18 @@ class RingWriter {
   // 16 workers halved launch throughput on the H100) and make the server wake us after
   // every record.  So sleep at once; the server wakes us when half the ring is free
   // (RingReader::advance), and the half still queued keeps it busy meanwhile.
+  // The head last read: it only grows, so room it shows is there.  `head` is loaded only when
+  // that copy shows too little: the server writes it after every record it reads, and a load
+  // per record took its cache line from the server's core and back (two line transfers on the
+  // path of every synchronous call: the client's reserve, then the server's next advance).
   template <class GiveUp>
   bool wait_space(uint64_t need, GiveUp& give_up) {
+    if (tail_ + need - head_seen_ <= cap_) return true;
     // seq_cst: pairs with advance() (see there).
-    auto has_space = [&] { return tail_ + need - ctl_->head.load(std::memory_order_seq_cst) <= cap_; };
+    auto has_space = [&] {
+      head_seen_ = ctl_->head.load(std::memory_order_seq_cst);
+      return tail_ + need - head_seen_ <= cap_;
+    };
     WaitOptions o;
     o.spin = std::chrono::nanoseconds::zero();
     o.sleepers = &ctl_->producer_waiting;
@@ -83,6 +92,7 @@ class RingWriter {
   std::byte* data_ = nullptr;
   uint64_t cap_ = 0;
   uint64_t tail_ = 0;
+  uint64_t head_seen_ = 0;
   uint32_t reserved_ = 0;
 };
 

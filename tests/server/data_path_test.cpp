@@ -523,6 +523,26 @@ TEST_F(ServerTest, SynchronousCopiesAreAnsweredByTheGpuUnlessTurnedOff) {
     const uint64_t bad_seq = c.send(Opcode::Copy, &cp, sizeof cp, bad_slot, 0, 0);
     EXPECT_EQ(c.wait(bad_slot, bad_seq).status, Status::InvalidValue);
     EXPECT_EQ(v.reply(bad_slot).seq.load(), bad_seq);
+    // The slot again, after that error and after an answer with values (MemGetInfo's free and
+    // total bytes): a GPU-answered copy there reads Success and no values (the worker stores
+    // the slot's fields before the GPU's answer only where they differ).
+    cp = device_copy(a, b, 4096);
+    const uint64_t again = c.send(Opcode::Copy, &cp, sizeof cp, bad_slot, 0, 0);
+    const Reply after_error = c.wait(bad_slot, again);
+    EXPECT_EQ(after_error.status, Status::Success) << "the error of the slot's last call was read again";
+    const uint64_t info = c.send(Opcode::MemGetInfo, nullptr, 0, bad_slot, 0, 0);
+    const Reply valued = c.wait(bad_slot, info);
+    ASSERT_EQ(valued.status, Status::Success);
+    ASSERT_NE(valued.value[0], 0u);
+    const uint64_t last = c.send(Opcode::Copy, &cp, sizeof cp, bad_slot, 0, 0);
+    const Reply after_values = c.wait(bad_slot, last);
+    EXPECT_EQ(after_values.status, Status::Success);
+    for (const uint64_t x : after_values.value) {
+      EXPECT_EQ(x, 0u) << "the last answer's values were read again";
+    }
+    if (gpu) {
+      EXPECT_EQ(v.reply_word(bad_slot).load(), static_cast<uint32_t>(last));
+    }
     c.detach();
     stop_server();
   }

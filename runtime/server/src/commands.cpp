@@ -105,9 +105,13 @@ void Worker::when_complete(StreamEntry& s, uint32_t slot, uint64_t seq, std::fun
     if (crowded && (backend_.create_event(s.device, false, first) != Status::Success ||
                     backend_.record(*first, *s.stream) != Status::Success))
       first.reset();  // the stream write alone answers
+    // Stored only where they differ (they mostly do not: the slot's last answer was this too):
+    // the client polls this slot's line while it waits, and a store would take the line from
+    // its core before the driver calls below.
     auto& r = view_.reply(slot);
-    r.status = static_cast<int32_t>(Status::Success);
-    for (uint64_t& v : r.value) v = 0;
+    if (r.status != static_cast<int32_t>(Status::Success)) r.status = static_cast<int32_t>(Status::Success);
+    for (uint64_t& v : r.value)
+      if (v != 0) v = 0;
     auto& word = view_.reply_word(slot);
     const auto value = static_cast<uint32_t>(seq);
     p.gpu_reply = store_answer(s, word, value, crowded);

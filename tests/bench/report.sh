@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# ctest bench.report: bench/report.py, bench/collect.py and bench/run.sh's argument handling,
-# without a GPU.   tests/bench/report.sh REPO_ROOT
+# ctest bench.report: bench/report.py, bench/collect.py, bench/membench_pool.py and bench/run.sh's
+# argument handling, without a GPU.   tests/bench/report.sh REPO_ROOT
 set -u -o pipefail
 ROOT=${1:?usage: report.sh REPO_ROOT}
 cd "$ROOT" || exit 2
@@ -105,6 +105,40 @@ OUT=$TMP/run NS="1 4 x" bench/run.sh >/dev/null 2>&1
 OUT=$TMP/run BENCHES="kernels bogus" bench/run.sh >/dev/null 2>&1
 [[ $? == 2 ]] || fail "run.sh with an unknown benchmark must exit 2"
 for s in bench/*.sh; do bash -n "$s" || fail "bash -n $s"; done
+
+# 4. bench/membench_pool.py: rounds of two passes pooled; medians, ratio and interval per row
+P=$TMP/pool
+mkdir -p "$P/a" "$P/b"
+{
+  echo '{"bench":"verify","pageable":true,"pinned":true,"pinned_async":true}'
+  for g in 1.0 2.0; do echo "{\"bench\":\"d2h_pinned\",\"bytes\":4096,\"gbps\":$g,\"us\":1}"; done
+  echo '{"bench":"stream_sync_empty","us":4.0}'
+} >"$P/a/native.jsonl"
+{
+  echo '{"bench":"d2h_pinned","bytes":4096,"gbps":6.0,"us":1}'
+  echo '{"bench":"stream_sync_empty","us":6.0}'
+} >"$P/b/native.jsonl"
+{
+  for g in 0.9 1.8 2.7; do echo "{\"bench\":\"d2h_pinned\",\"bytes\":4096,\"gbps\":$g,\"us\":1}"; done
+  for u in 1.0 2.0; do echo "{\"bench\":\"stream_sync_empty\",\"us\":$u}"; done
+} >"$P/a/funnel.jsonl"
+: >"$P/b/funnel.jsonl"
+python3 bench/membench_pool.py "$P/a" "$P/b" --boot 200 >"$TMP/pool.txt" || fail "membench_pool.py exited nonzero"
+# native 4 KiB median 2.0 GB/s over 3 rounds (mean 3.0), funnel 1.8: ratio 0.900; empty sync 5.0 us vs 1.5 us
+grep -Eq '^d2h_pinned +4 KiB +GB/s +3 +2\.000 +1\.800 +0\.900 ' "$TMP/pool.txt" || fail "pooled d2h row"
+grep -Eq '^stream_sync_empty +- +us +2 +5\.000 +1\.500 +0\.300 ' "$TMP/pool.txt" || fail "pooled us row"
+python3 bench/membench_pool.py "$P/a" --rows '^d2h' --boot 10 | grep -q stream_sync && fail "--rows kept another row"
+echo '{"bench":"verify","pageable":true,"pinned":false,"pinned_async":true}' >>"$P/b/funnel.jsonl"
+python3 bench/membench_pool.py "$P/a" "$P/b" --boot 10 >"$TMP/pool.txt"
+rc=$?
+if [[ $rc != 1 ]] || ! grep -q 'DATA CHECK FAILED in some funnel round' "$TMP/pool.txt"; then
+  fail "a failed data check must exit 1"
+fi
+python3 bench/membench_pool.py "$P" >"$TMP/pool.txt" 2>&1
+rc=$?
+if [[ $rc != 1 ]] || ! grep -q 'native.jsonl not found' "$TMP/pool.txt"; then
+  fail "a folder without jsonl files must exit 1"
+fi
 
 if ((fails > 0)); then
   echo "$fails check(s) failed; table:"

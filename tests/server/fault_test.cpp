@@ -12,6 +12,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -86,9 +89,12 @@ class FaultTest : public ServerTest {
     return so;
   }
 
-  // The fixture's server, with run()'s outcome kept.
-  void start(bool resets_in_process = false) {
-    server_ = std::make_unique<server::Server>(options(), server::make_sim_backend(sim(resets_in_process)));
+  // The fixture's server, with run()'s outcome kept.  `before_create_event`: the sim
+  // backend's test hook (SimOptions).
+  void start(bool resets_in_process = false, std::function<void()> before_create_event = {}) {
+    server::SimOptions so = sim(resets_in_process);
+    so.before_create_event = std::move(before_create_event);
+    server_ = std::make_unique<server::Server>(options(), server::make_sim_backend(so));
     server_->start();
     thread_ = std::thread([this] {
       try {
@@ -256,6 +262,32 @@ TEST_F(FaultTest, FaultPoisonsTheDevicesClientsOnlyAndTheServerRestartsOnceEvery
 // A synchronous copy answered by the GPU (its stream stores the reply word) whose stream
 // faults before it gets there: the word never lands, so the worker, which watches the word
 // and not an event, learns of the fault by asking the stream (Worker::word_entry_done).
+// A device synchronize whose stream faults the device between the worker's query of it (still
+// busy) and the event it records to watch it: the record fails with the fault, and the
+// synchronize answers that fault (it answered Success, seen once in CI with the pooled
+// worker).  The hook lets the stream go on inside that event's creation and waits for the
+// fault; a slower fault only makes the event's wait answer it instead.
+TEST_F(FaultTest, ASynchronizeWhoseStreamFaultsWhileItIsBeingWatchedGetsTheFault) {
+  std::atomic<bool> armed{false};
+  std::atomic<std::atomic<uint32_t>*> release{nullptr};
+  start(false, [&] {
+    if (!armed.exchange(false)) return;
+    release.load()->store(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  });
+  TestClient a(run_dir_, "faulty-app");
+  ASSERT_TRUE(a.ok());
+  auto& reached = a.view().event_state(10);
+  release = &a.view().event_state(11);
+  a.post(Opcode::HostFunc, ipc::HostFuncCmd{10, 11, 1, 0});  // holds the legacy stream
+  ASSERT_EQ(launch(a, kFaultKernel, 11), Status::Success);    // behind it
+  ASSERT_TRUE(eventually([&] { return reached.load() == 1; }));
+  armed = true;
+  EXPECT_EQ(a.sync_device(), Status::IllegalAddress);
+  EXPECT_FALSE(armed.load()) << "the synchronize recorded no event";
+  EXPECT_TRUE(eventually([&] { return a.sticky() == 700; }));
+}
+
 TEST_F(FaultTest, AGpuAnsweredWaitBehindAFaultGetsTheFault) {
   start();
   TestClient a(run_dir_, "faulty-app");

@@ -217,9 +217,21 @@ void Worker::when_drained(int device, uint32_t slot, uint64_t seq, std::function
       break;
     }
     std::unique_ptr<BackendEvent> e;
-    if (backend_.create_event(s->device, false, e) != Status::Success || backend_.record(*e, *s->stream) != Status::Success)
-      continue;  // cannot observe this stream; it is drained at teardown at the latest
-    p.events.push_back(std::move(e));
+    Status r = backend_.create_event(s->device, false, e);
+    if (r == Status::Success) r = backend_.record(*e, *s->stream);
+    if (r == Status::Success) {
+      p.events.push_back(std::move(e));
+      continue;
+    }
+    // No event to watch it by: the device faulted since the query (the stream's fault is the
+    // answer; answering Success here let a synchronize behind a faulting kernel succeed), or
+    // no event could be made (then the stream is waited for here, in this thread).
+    if (!ipc::is_sticky(r)) r = backend_.synchronize(*s->stream);
+    if (ipc::is_sticky(r)) {
+      fault_device = s->device;
+      fault = r;
+      break;
+    }
   }
   if (fault_device >= 0 || p.events.empty()) {
     const Status r = p.done ? p.done(fault) : fault;

@@ -549,6 +549,7 @@ class SimBackend final : public Backend {
 
   Status create_event(int device, bool timing, std::unique_ptr<BackendEvent>& out) override {
     events_created_.fetch_add(1, std::memory_order_relaxed);
+    if (options_.before_create_event) options_.before_create_event();
     if (Status st = usable(device); st != Status::Success) return st;
     out = std::make_unique<SimEvent>(device, timing);
     return Status::Success;

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -259,6 +260,10 @@ struct SimOptions {
   std::chrono::microseconds stream_write_delay{0};
   // false: store_word answers NotSupported, as a CUDA backend whose reply kernel did not load.
   bool kernel_stores = true;
+  // Tests only: called on the caller's thread at the start of every create_event, before the
+  // device is checked (to make the device fault at that moment, between the worker's stream
+  // query and the event it records after it).
+  std::function<void()> before_create_event;
 };
 
 std::unique_ptr<Backend> make_sim_backend(const SimOptions& options);

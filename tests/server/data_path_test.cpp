@@ -552,6 +552,30 @@ TEST_F(ServerTest, SynchronousCopiesAreAnsweredByTheGpuUnlessTurnedOff) {
 // GPU"): it watches the reply word, and asks the stream only about a wait older than a
 // millisecond (held here by a host function), which still ends with the right answer once
 // the stream goes on.  With gpu_replies off, each synchronous copy records an event.
+// A GPU-answered call whose reply word shows another value once its stream is done (a late
+// stream write of an earlier call on the slot, answered by its event, landed over this one's):
+// the worker, finding the stream idle, answers through the slot; it only woke the client,
+// which then waited for its value forever (a hostfunc run of the soak hung so).
+TEST_F(ServerTest, AGpuAnsweredCallWhoseWordWasOverwrittenIsAnsweredThroughItsSlot) {
+  std::atomic<bool> overwrite{false};
+  stream_write_value_ = [&](uint32_t v) { return overwrite.load() ? v + 1000 : v; };
+  TestClient c = start_with_gpu_replies(GpuReplies::Always);
+  ASSERT_TRUE(c.ok());
+  const uint64_t a = c.alloc(4096), b = c.alloc(4096);
+  c.create_stream(5);
+  ipc::CopyCmd cp = device_copy(a, b, 4096);
+  overwrite = true;
+  const uint32_t slot = c.next_slot();
+  const uint64_t seq = c.send(Opcode::Copy, &cp, sizeof cp, slot, 5, 0);
+  const Reply r = c.wait(slot, seq, std::chrono::seconds(5));
+  EXPECT_EQ(r.status, Status::Success) << "not answered (Timeout is " << static_cast<int>(Status::Timeout) << ")";
+  EXPECT_EQ(c.view().reply(slot).seq.load(), seq) << "answered through the slot";
+  EXPECT_EQ(c.view().reply_word(slot).load(), static_cast<uint32_t>(seq) + 1000) << "the word shows the other value";
+  overwrite = false;
+  const uint32_t next = c.next_slot();
+  EXPECT_EQ(c.wait(next, c.send(Opcode::Copy, &cp, sizeof cp, next, 5, 0)).status, Status::Success);
+}
+
 TEST_F(ServerTest, GpuAnsweredCallsWatchTheirReplyWordNotAnEvent) {
   for (const GpuReplies mode : {GpuReplies::Always, GpuReplies::Off}) {
     SCOPED_TRACE(std::string("gpu_replies ") + gpu_replies_name(mode));

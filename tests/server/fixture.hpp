@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -108,6 +109,7 @@ class ServerTest : public ::testing::Test {
     so.fault_kernel = fault_kernel_;
     so.stream_write_delay = stream_write_delay_;
     so.kernel_stores = kernel_stores_;
+    so.stream_write_value = stream_write_value_;
     auto backend = server::make_sim_backend(so);
     backend_ = backend.get();
     server_ = std::make_unique<server::Server>(std::move(o), std::move(backend));
@@ -148,6 +150,7 @@ class ServerTest : public ::testing::Test {
   std::string fault_kernel_;            // SimOptions::fault_kernel of the next start_server
   std::chrono::microseconds stream_write_delay_{0};  // SimOptions::stream_write_delay, likewise
   bool kernel_stores_ = true;                        // SimOptions::kernel_stores, likewise
+  std::function<uint32_t(uint32_t)> stream_write_value_;  // SimOptions::stream_write_value, likewise
   std::thread thread_;
   std::atomic<bool> finished_{false};
 };

@@ -551,8 +551,16 @@ void Worker::finish(Pending& p, Status first, bool word_seen) {
     // the client then ignores or has cleared).
     reply(p.slot, p.seq, st, p.values);
   } else if (p.gpu_reply && st == Status::Success) {
-    // A staging state's entry (no reply slot) woke its own sleepers in `done`.
-    if (p.slot != ipc::kNoReply) wake_sleeping_client();
+    // A staging state's entry (no reply slot) woke its own sleepers in `done`.  Done by the
+    // stream's state while the word does not show this call's value: a late stream write of
+    // an earlier call on the slot, answered by its event (p.race), may have landed over this
+    // one's, so the slot answers it (a client that moved on ignores an older seq).
+    if (p.slot != ipc::kNoReply) {
+      if (!word_landed(p))
+        reply(p.slot, p.seq, st, p.values);
+      else
+        wake_sleeping_client();
+    }
   } else if (p.gpu_reply && word_landed(p)) {
     // The GPU answered before a later fault made the event report it: the client may have
     // reused the slot since, so it gets the fault at its next call instead.

@@ -264,6 +264,9 @@ struct SimOptions {
   // device is checked (to make the device fault at that moment, between the worker's stream
   // query and the event it records after it).
   std::function<void()> before_create_event;
+  // Tests only: what a stream memory write stores instead of its value (a late write of an
+  // earlier call landing over this one's, as the GPU's writes of two streams may).
+  std::function<uint32_t(uint32_t)> stream_write_value;
 };
 
 std::unique_ptr<Backend> make_sim_backend(const SimOptions& options);

@@ -548,7 +548,7 @@ void Worker::finish(Pending& p, Status first, bool word_seen) {
   if (st == Status::Success && p.fill) st = p.fill(p.values);
   if (p.race && !word_seen && st == Status::Success) {
     // The event came first: the worker answers (the stream's write lands later, on a word
-    // the client then ignores or has cleared).
+    // the client then ignores or has cleared, or over a later call's answer there: see below).
     reply(p.slot, p.seq, st, p.values);
   } else if (p.gpu_reply && st == Status::Success) {
     // A staging state's entry (no reply slot) woke its own sleepers in `done`.  Done by the

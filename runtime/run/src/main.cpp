@@ -57,12 +57,14 @@ fs::path client_library() {
   return fs::weakly_canonical(self.parent_path() / ".." / "lib" / "libcudart.so.13");
 }
 
+#ifdef FUNNEL_MPI_HOOKS_LIBRARY
 // The MPI C library `info` needs directly ("libmpi.so.40", "libmpich.so.12"); "" if none.
 std::string mpi_library(const funnel::ElfInfo& info) {
   for (const auto& n : info.needed)
     if (n.starts_with("libmpi.so.") || n.starts_with("libmpich.so.")) return n;
   return "";
 }
+#endif
 
 struct HooksChoice {
   fs::path library;     // the MPI hooks to preload; empty: none

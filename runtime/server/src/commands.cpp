@@ -80,6 +80,13 @@ Status Worker::resolve_location(const ipc::Location& l, uint64_t pitch, uint64_t
   return Status::InvalidValue;
 }
 
+Status Worker::record_event(int device, BackendStream& stream, std::unique_ptr<BackendEvent>& out) {
+  Status st = backend_.create_event(device, false, out);
+  if (st == Status::Success) st = backend_.record(*out, stream);
+  if (st != Status::Success) out.reset();
+  return st;
+}
+
 void Worker::when_complete(StreamEntry& s, uint32_t slot, uint64_t seq, std::function<Status(Status)> done,
                            bool gpu_reply) {
   Pending p;
@@ -101,10 +108,8 @@ void Worker::when_complete(StreamEntry& s, uint32_t slot, uint64_t seq, std::fun
   const bool crowded = gpu_reply && count_in_flight(s, p);
   if (gpu_reply && shared_.gpu_replies != GpuReplies::Off && slot != ipc::kNoReply &&
       static_cast<uint32_t>(seq) != 0) {
-    std::unique_ptr<BackendEvent> first;
-    if (crowded && (backend_.create_event(s.device, false, first) != Status::Success ||
-                    backend_.record(*first, *s.stream) != Status::Success))
-      first.reset();  // the stream write alone answers
+    std::unique_ptr<BackendEvent> first;  // none where it cannot be had: the stream write alone answers
+    if (crowded) record_event(s.device, *s.stream, first);
     // Stored only where they differ (they mostly do not: the slot's last answer was this too):
     // the client polls this slot's line while it waits, and a store would take the line from
     // its core before the driver calls below.
@@ -136,9 +141,7 @@ void Worker::when_complete(StreamEntry& s, uint32_t slot, uint64_t seq, std::fun
     }
   }
   std::unique_ptr<BackendEvent> e;
-  Status st = backend_.create_event(s.device, false, e);
-  if (st == Status::Success) st = backend_.record(*e, *s.stream);
-  if (st != Status::Success) {
+  if (const Status st = record_event(s.device, *s.stream, e); st != Status::Success) {
     // Without an event, completion cannot be observed: answer with the error now.
     const Status r = p.done ? p.done(st) : st;
     if (slot != ipc::kNoReply) reply(slot, seq, r);
@@ -217,8 +220,7 @@ void Worker::when_drained(int device, uint32_t slot, uint64_t seq, std::function
       break;
     }
     std::unique_ptr<BackendEvent> e;
-    Status r = backend_.create_event(s->device, false, e);
-    if (r == Status::Success) r = backend_.record(*e, *s->stream);
+    Status r = record_event(s->device, *s->stream, e);
     if (r == Status::Success) {
       p.events.push_back(std::move(e));
       continue;
@@ -760,8 +762,7 @@ Status Worker::device_reset(const ipc::CommandHeader& h) {
     Pending p;
     for (auto& s : dropped) {
       std::unique_ptr<BackendEvent> e;
-      if (backend_.create_event(s->device(), false, e) == Status::Success && backend_.record(*e, *s) == Status::Success)
-        p.events.push_back(std::move(e));
+      if (record_event(s->device(), *s, e) == Status::Success) p.events.push_back(std::move(e));
     }
     p.done = [dropped](Status st) mutable {
       dropped.clear();

@@ -395,6 +395,9 @@ class Worker {
   Status resolve_location(const ipc::Location& l, uint64_t pitch, uint64_t width, uint64_t height,
                           CopyEndpoint& out, bool& is_device) const;
   EventEntry* find_event(uint64_t id);
+  // An untimed event on `device` recorded on `stream` now, by which the worker watches the
+  // stream's work so far; `out` stays empty where it cannot be made or recorded (the status says why).
+  Status record_event(int device, BackendStream& stream, std::unique_ptr<BackendEvent>& out);
   // Runs `done` (and answers h's reply slot) once all of this client's work so far on
   // `device` (-1: every device) completed; at once when its streams are idle.
   void when_drained(int device, uint32_t slot, uint64_t seq, std::function<Status(Status)> done);

@@ -548,10 +548,6 @@ TEST_F(ServerTest, SynchronousCopiesAreAnsweredByTheGpuUnlessTurnedOff) {
   }
 }
 
-// A GPU-answered call costs the worker no event (doc/design/channel.md, "Answered by the
-// GPU"): it watches the reply word, and asks the stream only about a wait older than a
-// millisecond (held here by a host function), which still ends with the right answer once
-// the stream goes on.  With gpu_replies off, each synchronous copy records an event.
 // A GPU-answered call whose reply word shows another value once its stream is done (a late
 // stream write of an earlier call on the slot, answered by its event, landed over this one's):
 // the worker, finding the stream idle, answers through the slot; it only woke the client,
@@ -576,6 +572,10 @@ TEST_F(ServerTest, AGpuAnsweredCallWhoseWordWasOverwrittenIsAnsweredThroughItsSl
   EXPECT_EQ(c.wait(next, c.send(Opcode::Copy, &cp, sizeof cp, next, 5, 0)).status, Status::Success);
 }
 
+// A GPU-answered call costs the worker no event (doc/design/channel.md, "Answered by the
+// GPU"): it watches the reply word, and asks the stream only about a wait older than a
+// millisecond (held here by a host function), which still ends with the right answer once
+// the stream goes on.  With gpu_replies off, each synchronous copy records an event.
 TEST_F(ServerTest, GpuAnsweredCallsWatchTheirReplyWordNotAnEvent) {
   for (const GpuReplies mode : {GpuReplies::Always, GpuReplies::Off}) {
     SCOPED_TRACE(std::string("gpu_replies ") + gpu_replies_name(mode));

@@ -259,9 +259,6 @@ TEST_F(FaultTest, FaultPoisonsTheDevicesClientsOnlyAndTheServerRestartsOnceEvery
   EXPECT_EQ(d.sticky(), 0);
 }
 
-// A synchronous copy answered by the GPU (its stream stores the reply word) whose stream
-// faults before it gets there: the word never lands, so the worker, which watches the word
-// and not an event, learns of the fault by asking the stream (Worker::word_entry_done).
 // A device synchronize whose stream faults the device between the worker's query of it (still
 // busy) and the event it records to watch it: the record fails with the fault, and the
 // synchronize answers that fault (it answered Success, seen once in CI with the pooled
@@ -288,6 +285,9 @@ TEST_F(FaultTest, ASynchronizeWhoseStreamFaultsWhileItIsBeingWatchedGetsTheFault
   EXPECT_TRUE(eventually([&] { return a.sticky() == 700; }));
 }
 
+// A synchronous copy answered by the GPU (its stream stores the reply word) whose stream
+// faults before it gets there: the word never lands, so the worker, which watches the word
+// and not an event, learns of the fault by asking the stream (Worker::word_entry_done).
 TEST_F(FaultTest, AGpuAnsweredWaitBehindAFaultGetsTheFault) {
   start();
   TestClient a(run_dir_, "faulty-app");

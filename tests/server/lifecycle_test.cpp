@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "funnel/common/run_dir.hpp"
 #include "fixture.hpp"
 #include "test_client.hpp"
 
@@ -228,6 +229,7 @@ TEST_F(ServerTest, IdleExitAfterLastClientLeft) {
 TEST_F(ServerTest, StaleRunDirIsCleanedAndLiveServerDetected) {
   std::filesystem::create_directory(run_dir_);
   ::chmod(run_dir_.c_str(), 0700);
+  std::ofstream(run_dir_ / kRunDirMarker) << "created";  // funnel made it
   {
     // A socket file nobody listens on: what a killed server leaves behind.
     const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET, 0);

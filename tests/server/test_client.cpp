@@ -1,5 +1,7 @@
 #include "test_client.hpp"
 
+#include <algorithm>
+
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -181,13 +183,16 @@ void TestClient::detach(ipc::DetachCmd cpu) {
   mapped_ = false;
 }
 
-std::string control(const std::filesystem::path& run_dir, const char* verb) {
+std::string control(const std::filesystem::path& run_dir, const char* verb) { return control(run_dir, verb, ""); }
+
+std::string control(const std::filesystem::path& run_dir, std::string_view verb, std::string_view arg) {
   int err = 0;
   ipc::UniqueFd fd = ipc::connect_seqpacket(run_dir / ipc::kSocketName, err);
   if (!fd) return {};
   const auto h = hello(ipc::Role::Control, "test-control");
   ipc::ControlRequest req{};
-  std::strncpy(req.verb, verb, sizeof req.verb - 1);
+  std::memcpy(req.verb, verb.data(), std::min(verb.size(), sizeof req.verb - 1));
+  std::memcpy(req.arg, arg.data(), std::min(arg.size(), sizeof req.arg - 1));
   if (!ipc::send_message(fd.get(), &h, sizeof h) || !ipc::send_message(fd.get(), &req, sizeof req)) return {};
   std::string buf(ipc::kMaxControlReply, '\0');
   const ssize_t n = ipc::recv_message(fd.get(), buf.data(), buf.size(), std::chrono::seconds(10));

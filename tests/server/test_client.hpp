@@ -10,6 +10,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "funnel/ipc/channel_layout.hpp"
@@ -127,5 +128,7 @@ pid_t fork_client(const std::filesystem::path& run_dir, const char* command,
 
 // Sends a control verb and returns the JSON answer ("" on failure).
 std::string control(const std::filesystem::path& run_dir, const char* verb);
+// The same with any bytes as the verb and the argument (cut to the request's fields).
+std::string control(const std::filesystem::path& run_dir, std::string_view verb, std::string_view arg);
 
 }  // namespace funnel::test

@@ -8,12 +8,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <string_view>
 #include <thread>
 #include <utility>
 
 #include "funnel/common/control_client.hpp"
 #include "funnel/common/cpu_times.hpp"
 #include "funnel/common/launcher.hpp"
+#include "funnel/common/run_dir.hpp"
+#include "funnel/common/text.hpp"
 #include "funnel/ipc/protocol.hpp"
 #include "log.hpp"
 
@@ -45,7 +48,10 @@ void command_line(char* out, size_t cap) {
   for (char& c : s)
     if (c == '\0') c = ' ';
   while (!s.empty() && s.back() == ' ') s.pop_back();
-  std::snprintf(out, cap, "%s", s.c_str());
+  // Cut at a character boundary: a split UTF-8 character would reach the server's reports.
+  const std::string_view kept = funnel::utf8_prefix(s, cap - 1);
+  std::memcpy(out, kept.data(), kept.size());
+  out[kept.size()] = '\0';
 }
 
 }  // namespace
@@ -193,6 +199,7 @@ Status Runtime::attach_locked() noexcept {
         device_count_ = 1;
         one_device_ = true;
       }
+      check_device_mem_limit(st, device_count_);
     } catch (const ConfigError& e) {
       log_error(fmt::format("funnel: {}; every CUDA call fails with cudaErrorInitializationError", e.what()));
       sock_.reset();
@@ -274,10 +281,14 @@ void Runtime::mark_dead() noexcept {
                             "nothing; CUDA calls now fail with cudaErrorDevicesUnavailable (kill -CONT it for the "
                             "next process)",
                             dir, view_.header().server_pid));
-    else
+    else {
       log_error(fmt::format("funnel: the funnel-server of run directory {} (FUNNEL_RUN_DIR) is gone; CUDA calls now fail with "
                     "cudaErrorDevicesUnavailable",
                     dir));
+      // A killed server left its files (channels, pinned buffers: /dev/shm memory): the
+      // first client to notice removes them, unless a server is being started there again.
+      if (settings_) reclaim_dead_run_dir(settings_->run_dir);
+    }
   }
   dead_.store(true);
   // Wake this process's sleepers so that they notice at once.

@@ -376,6 +376,19 @@ int select_gpu(const Settings& s, const LocalRank& local, int ngpus) {
   return static_cast<int>(static_cast<int64_t>(local.rank) * ngpus / local.size);
 }
 
+void check_device_mem_limit(const Settings& s, int visible) {
+  for (const auto& [device, bytes] : s.device_mem_limit) {
+    if (device < visible) continue;
+    const std::string value = value_text(s, "FUNNEL_DEVICE_MEM_LIMIT");
+    throw ConfigError(fmt::format("{}='{}' is not valid here: it limits device {}, but this process sees {} device(s){} "
+                                  "(ordinals 0..{}); expected {}",
+                                  s.device_mem_limit_from, value, device, visible,
+                                  s.selects_gpu() ? " (FUNNEL_GPU_MAP / FUNNEL_RANKS_PER_GPU give it one GPU, device 0)"
+                                                  : "",
+                                  visible - 1, accepted_of("FUNNEL_DEVICE_MEM_LIMIT")));
+  }
+}
+
 std::optional<std::string> Settings::environment(const char* name) {
   const char* v = std::getenv(name);
   if (v == nullptr) return std::nullopt;
@@ -428,7 +441,7 @@ Settings Settings::from(const Lookup& env) {
   if (auto d = non_empty("FUNNEL_LOG_DIR")) {
     s.log_dir = *d;
   } else {
-    s.log_dir = fmt::format("/tmp/funnel-{}-logs", ::geteuid());
+    s.log_dir = default_log_dir();
   }
   if (auto l = get("FUNNEL_LOG_LEVEL")) {
     static const std::set<std::string> levels{"trace", "debug", "info", "warn", "error", "off"};

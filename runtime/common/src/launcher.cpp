@@ -194,9 +194,17 @@ ipc::UniqueFd connect_or_start_server(const Settings& s) {
   // Someone may have started it while we waited for the lock.
   if (auto fd = connect_server(s)) return fd;
   try {
-    start_server(s);
-  } catch (const std::system_error& e) {
-    throw LaunchError(fmt::format("cannot start funnel-server: {} ({})", e.what(), where(s)));
+    try {
+      start_server(s);
+    } catch (const std::system_error& e) {
+      throw LaunchError(fmt::format("cannot start funnel-server: {} ({})", e.what(), where(s)));
+    }
+  } catch (const LaunchError&) {
+    // Another process's server may have won a race for the directory: use it.
+    if (auto fd = connect_server(s)) return fd;
+    // Nothing of the failed start stays behind (the start lock, a directory made for it).
+    remove_run_dir_files(s.run_dir, true);
+    throw;
   }
   int err = 0;
   auto fd = ipc::connect_seqpacket(socket_path(s.run_dir), err);

@@ -34,9 +34,12 @@ MappedFile MappedFile::create(const std::filesystem::path& path, uint64_t size) 
     fail(rc, fmt::format("cannot reserve {} bytes for {}", size, path.string()));
   }
   try {
+    // The mapping outlives the file's descriptor, which closes here: a process holds no
+    // descriptor per mapped file (a client's thousand pinned buffers must not exhaust the
+    // server's or its own RLIMIT_NOFILE).
+    const bip::file_mapping file(path.c_str(), bip::read_write);
     MappedFile m;
-    m.file_ = bip::file_mapping(path.c_str(), bip::read_write);
-    m.region_ = bip::mapped_region(m.file_, bip::read_write, 0, size);
+    m.region_ = bip::mapped_region(file, bip::read_write, 0, size);
     return m;
   } catch (const bip::interprocess_exception& e) {
     ::unlink(path.c_str());
@@ -51,9 +54,9 @@ MappedFile MappedFile::open(const std::filesystem::path& path, uint64_t expected
     fail(EINVAL, fmt::format("{} has {} bytes, expected {}", path.string(), st.st_size, expected_size));
   if (st.st_uid != ::geteuid()) fail(EPERM, fmt::format("{} is not owned by this user", path.string()));
   try {
+    const bip::file_mapping file(path.c_str(), bip::read_write);
     MappedFile m;
-    m.file_ = bip::file_mapping(path.c_str(), bip::read_write);
-    m.region_ = bip::mapped_region(m.file_, bip::read_write, 0, static_cast<size_t>(st.st_size));
+    m.region_ = bip::mapped_region(file, bip::read_write, 0, static_cast<size_t>(st.st_size));
     return m;
   } catch (const bip::interprocess_exception& e) {
     fail(EIO, fmt::format("cannot map {}: {}", path.string(), e.what()));

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "funnel/common/text.hpp"
 #include "funnel/ipc/futex.hpp"
 
 namespace funnel::server {
@@ -16,7 +17,8 @@ ClientSession::ClientSession(uint32_t id, ipc::UniqueFd fd, const ipc::HelloMsg&
     : fd_(std::move(fd)), pid_(peer_pid), rank_(hello.mpi_rank) {
   shared_.id = id;
   shared_.client_fd = fd_.get();
-  command_.assign(hello.command, strnlen(hello.command, sizeof hello.command));
+  // Whatever bytes the client sent: it reaches JSON (funnelctl), the log and the job report.
+  command_ = sanitize_text({hello.command, strnlen(hello.command, sizeof hello.command)});
   shared_.pid = peer_pid;
   shared_.mpi_rank = rank_;
   shared_.command = command_;

@@ -510,6 +510,14 @@ Status Worker::memset(const ipc::CommandHeader& h, const ipc::MemsetCmd& c) {
 
 Status Worker::stream_create(const ipc::CommandHeader& h, const ipc::StreamCreateCmd& c) {
   if (Status st = check_device(h.device); st != Status::Success) return st;
+  if (const uint32_t most = backend_.max_streams_per_client();
+      most != 0 && counters_.streams.load(std::memory_order_relaxed) >= most) {
+    if (!stream_limit_logged_)
+      spdlog::warn("client {} (pid {}): refused a stream: the {} backend serves at most {} streams per client",
+                   shared_.id, shared_.pid, backend_.name(), most);
+    stream_limit_logged_ = true;
+    return Status::MemoryAllocation;
+  }
   if (Status st = streams_.create(c.stream_id, h.device, c.flags, c.priority); st != Status::Success) return st;
   add(counters_.streams, 1);
   answer(h);

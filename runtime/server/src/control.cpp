@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "funnel/common/text.hpp"
 #include "funnel/ipc/protocol.hpp"
 #include "server_impl.hpp"
 
@@ -52,6 +53,10 @@ bool to_u64(const std::string& text, uint64_t& v) {
 }
 
 nlohmann::json error(const std::string& why) { return {{"error", why}}; }
+
+// Never throws on bad UTF-8 (every string in it should be sanitised already; this is the
+// second line of defence).
+std::string to_text(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
 
 }  // namespace
 
@@ -138,7 +143,7 @@ nlohmann::json Server::Impl::defaults_verb(const Connection& c, const std::strin
   }
   if (!a.empty()) {
     defaults = d;
-    spdlog::info("client defaults set by pid {} (funnelctl): {}", c.peer.pid, defaults_json().dump());
+    spdlog::info("client defaults set by pid {} (funnelctl): {}", c.peer.pid, to_text(defaults_json()));
   }
   return defaults_json();
 }
@@ -241,30 +246,35 @@ std::string Server::Impl::stats_json() const {
               {"clients_died", load(totals.clients_died)},
               {"clients_terminated", load(totals.clients_terminated)},
               {"bad_commands", load(totals.bad_commands)}}}};
-  return j.dump();
+  return to_text(j);
+}
+
+std::string Server::Impl::control_answer(const Connection& c, const std::string& verb, const std::string& arg) {
+  if (verb == "stats" || verb == "status" || verb == "clients") return stats_json();
+  if (verb == "plan") {
+    // Also when FUNNEL_SERVER_AFFINITY=off: what the server would do, marked as not applied.
+    placement->replan(true);
+    return to_text(placement->to_json());
+  }
+  if (verb == "shutdown") return to_text(shutdown_verb(c, arg));
+  if (verb == "terminate") return to_text(terminate_verb(c, arg));
+  if (verb == "defaults") return to_text(defaults_verb(c, arg));
+  return to_text(error("unknown verb '" + verb + "': use stats, status, clients, plan, terminate, defaults or shutdown"));
 }
 
 void Server::Impl::on_control(Connection& c, const ipc::ControlRequest& req) {
-  const std::string verb = req.verb;
-  const std::string arg = req.arg;
+  // The request's bytes are the peer's: they reach the answer and the log only as UTF-8.
+  const std::string verb = sanitize_text({req.verb, strnlen(req.verb, sizeof req.verb)});
+  const std::string arg = sanitize_text({req.arg, strnlen(req.arg, sizeof req.arg)});
   std::string text;
-  if (verb == "stats" || verb == "status" || verb == "clients") {
-    text = stats_json();
-  } else if (verb == "plan") {
-    // Also when FUNNEL_SERVER_AFFINITY=off: what the server would do, marked as not applied.
-    placement->replan(true);
-    text = placement->to_json().dump();
-  } else if (verb == "shutdown") {
-    text = shutdown_verb(c, arg).dump();
-  } else if (verb == "terminate") {
-    text = terminate_verb(c, arg).dump();
-  } else if (verb == "defaults") {
-    text = defaults_verb(c, arg).dump();
-  } else {
-    text = error("unknown verb '" + verb + "': use stats, status, clients, plan, terminate, defaults or shutdown").dump();
+  try {
+    text = control_answer(c, verb, arg);
+  } catch (const std::exception& e) {
+    // No request may stop the server: whatever went wrong is this request's error.
+    spdlog::error("control request '{}' of pid {} failed: {}", verb, c.peer.pid, e.what());
+    text = to_text(error(fmt::format("{} failed in the server: {}", verb, e.what())));
   }
-  if (text.size() > ipc::kMaxControlReply)
-    text = nlohmann::json{{"error", "the answer is larger than kMaxControlReply"}}.dump();
+  if (text.size() > ipc::kMaxControlReply) text = to_text(error("the answer is larger than kMaxControlReply"));
   // One message must fit the socket buffer: a large stats answer would not by default.
   const int buf = static_cast<int>(ipc::kMaxControlReply + 4096);
   ::setsockopt(c.fd.get(), SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);

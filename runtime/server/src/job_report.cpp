@@ -105,7 +105,10 @@ std::string spawn_detached(const std::vector<std::string>& args) noexcept {
 // Returns "" or the cause.
 std::string write_file(const fs::path& path, std::string_view text) noexcept {
   const std::string tmp = path.string() + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // Created afresh, never through a link (the log directory is checked as well: ensure_log_dir).
+  const auto create = [&] { return ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644); };
+  int fd = create();
+  if (fd < 0 && errno == EEXIST && ::unlink(tmp.c_str()) == 0) fd = create();  // left by a server killed mid-write
   if (fd < 0) return std::strerror(errno);
   std::string why;
   for (size_t done = 0; done < text.size() && why.empty();) {
@@ -390,7 +393,7 @@ void write_job_report(const fs::path& dir, JobReport report) noexcept {
       return true;
     };
     put(paths.text, report_text(report, paths, chart_line));
-    const bool json_written = put(paths.json, report_json(report).dump(1) + "\n");
+    const bool json_written = put(paths.json, report_json(report).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     std::string chart = json_written ? "no chart: " + unavailable : "no chart without the JSON";
     if (json_written && unavailable.empty()) {
       const std::string why = spawn_detached({kPython, script.string(), paths.json.string(), paths.chart.string()});

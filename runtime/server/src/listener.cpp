@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "funnel/affinity/binding.hpp"
@@ -57,8 +59,6 @@ void send_attach_reply(int fd, Status st, const std::string& message, uint32_t i
   if (!ipc::send_message(fd, &r, sizeof r)) spdlog::warn("cannot send the attach reply: {}", std::strerror(errno));
 }
 
-bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
-
 // Clients wait in the backlog while a restart after a GPU fault is due (possibly all the
 // ranks of a job at once), and a full backlog blocks connect() without a timeout: as long
 // as the system allows (net.core.somaxconn).
@@ -78,19 +78,7 @@ int socket_option(int fd, int option) {
 
 }  // namespace
 
-void Server::Impl::remove_stale_files() {
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(options.run_dir, ec)) {
-    const std::string name = e.path().filename().string();
-    // A listening_name whose server is gone: killed between its bind and its link.
-    const pid_t bound_by = ipc::listening_name_pid(name);
-    const bool unlinked_socket = bound_by != 0 && ::kill(bound_by, 0) != 0 && errno == ESRCH;
-    if (starts_with(name, ipc::kChannelFilePrefix) || starts_with(name, ipc::kPinnedFilePrefix) || unlinked_socket) {
-      std::error_code rm;
-      std::filesystem::remove(e.path(), rm);
-    }
-  }
-}
+void Server::Impl::remove_stale_files() { remove_run_dir_files(options.run_dir, false); }
 
 void Server::Impl::prepare_run_dir() {
   ensure_run_dir(options.run_dir);
@@ -160,11 +148,24 @@ void Server::Impl::accept_connections() {
     const int fd = ::accept4(listen_fd.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) spdlog::warn("accept: {}", std::strerror(errno));
+      if (errno == EMFILE || errno == ENFILE) {
+        // Out of descriptors: answer the waiting peer through the spare one, or stop
+        // accepting a while (a listening socket stays readable: retrying at once would spin).
+        if (!shed_one_connection(errno)) pause_accepting();
+        if (!accept_paused_until) continue;
+      } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        spdlog::warn("accept: {}", std::strerror(errno));
+      }
       return;
+    }
+    if (refused_for_descriptors != 0) {
+      spdlog::info("file descriptors are available again ({} connection(s) were refused meanwhile)",
+                   refused_for_descriptors);
+      refused_for_descriptors = 0;
     }
     Connection c;
     c.fd = ipc::UniqueFd(fd);
+    c.accepted_at = Clock::now();
     try {
       c.peer = ipc::peer_credentials(fd);
     } catch (const std::exception& e) {
@@ -174,6 +175,85 @@ void Server::Impl::accept_connections() {
     watch(fd);
     connections.emplace(fd, std::move(c));
   }
+}
+
+std::string Server::Impl::descriptor_shortage(int err) const {
+  rlimit lim{};
+  ::getrlimit(RLIMIT_NOFILE, &lim);
+  if (err == ENFILE)
+    return "the system is out of open files (ENFILE, fs.file-max): close programs or raise fs.file-max";
+  return fmt::format("funnel-server {} has no file descriptor left (RLIMIT_NOFILE {}; it raised its soft limit to "
+                     "the hard one at start): raise the hard limit (ulimit -Hn, limits.conf, Slurm's "
+                     "PropagateResourceLimits) or run fewer clients per server",
+                     ::getpid(), lim.rlim_cur);
+}
+
+bool Server::Impl::shed_one_connection(int err) {
+  if (!spare_fd) return false;
+  spare_fd.reset();
+  ipc::UniqueFd fd(::accept4(listen_fd.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+  const std::string why = descriptor_shortage(err);
+  if (fd) {
+    if (refused_for_descriptors++ == 0) spdlog::error("refusing new connections: {}", why);
+    // The hello is usually there already: a control peer gets its JSON answer, anyone else
+    // (a client, or one that said nothing yet) the attach reply.
+    ipc::HelloMsg hello{};
+    const ssize_t n = ::recv(fd.get(), &hello, sizeof hello, MSG_DONTWAIT);
+    if (n == static_cast<ssize_t>(sizeof hello) && hello.magic == ipc::kSocketMagic && hello.role == ipc::Role::Control) {
+      const std::string text = nlohmann::json{{"error", why}}.dump();
+      ipc::send_message(fd.get(), text.data(), text.size());
+    } else {
+      send_attach_reply(fd.get(), Status::MemoryAllocation, why);
+    }
+  }
+  spare_fd = ipc::UniqueFd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  return static_cast<bool>(fd);
+}
+
+void Server::Impl::pause_accepting() {
+  if (accept_paused_until) return;
+  spdlog::error("accept: {}; accepting again in {} ms", descriptor_shortage(errno), kAcceptPause.count());
+  unwatch(listen_fd.get());
+  accept_paused_until = Clock::now() + kAcceptPause;
+}
+
+void Server::Impl::resume_accepting() {
+  if (!accept_paused_until || Clock::now() < *accept_paused_until) return;
+  accept_paused_until.reset();
+  if (listening && restart_device < 0) watch(listen_fd.get());
+}
+
+void Server::Impl::expire_connections() {
+  const auto now = Clock::now();
+  for (auto it = connections.begin(); it != connections.end();) {
+    if (now - it->second.accepted_at < options.hello_timeout) {
+      ++it;
+      continue;
+    }
+    spdlog::warn("pid {}: no {} within {} ms of connecting; closing the connection", it->second.peer.pid,
+                 it->second.phase == Connection::Phase::AwaitHello ? "hello" : "request",
+                 std::chrono::duration_cast<std::chrono::milliseconds>(options.hello_timeout).count());
+    unwatch(it->first);
+    it = connections.erase(it);
+  }
+}
+
+std::optional<Clock::time_point> Server::Impl::next_connection_deadline() const {
+  std::optional<Clock::time_point> next = accept_paused_until;
+  for (const auto& [fd, c] : connections) {
+    const auto at = c.accepted_at + options.hello_timeout;
+    if (!next || at < *next) next = at;
+  }
+  return next;
+}
+
+size_t Server::Impl::descriptors_in_use() {
+  std::error_code ec;
+  size_t n = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec))
+    ++n;
+  return n;
 }
 
 void Server::Impl::on_connection(int fd) {
@@ -283,8 +363,20 @@ void Server::Impl::on_hello(Connection& c, const ipc::HelloMsg& hello) {
   }
   if (clients.size() >= options.max_clients) {
     send_attach_reply(c.fd.get(), Status::MpsMaxClientsReached,
-                      fmt::format("the funnel-server serves {} clients already (--max-clients)", clients.size()));
-    spdlog::warn("pid {}: refused, {} clients attached (--max-clients)", c.peer.pid, clients.size());
+                      fmt::format("the funnel-server serves {} clients already, its limit: raise FUNNEL_MAX_CLIENTS "
+                                  "(funnel-server --max-clients) for the server's next start",
+                                  clients.size()));
+    spdlog::warn("pid {}: refused, {} clients attached (FUNNEL_MAX_CLIENTS, --max-clients)", c.peer.pid,
+                 clients.size());
+    return;
+  }
+  // A client costs the server a descriptor or two (its socket; its channel and pinned
+  // buffers are mapped without one), and the driver needs some: keep a reserve.
+  if (rlimit lim{}; ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY &&
+                    descriptors_in_use() + kDescriptorReserve > lim.rlim_cur) {
+    const std::string why = descriptor_shortage(EMFILE);
+    send_attach_reply(c.fd.get(), Status::MemoryAllocation, why);
+    spdlog::error("pid {}: refused: {}", c.peer.pid, why);
     return;
   }
   attach(c, with_defaults(hello));

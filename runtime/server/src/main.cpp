@@ -5,12 +5,15 @@
 #include <malloc.h>
 #include <signal.h>
 #include <sys/personality.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <stdexcept>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -19,7 +22,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
-#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -169,6 +172,72 @@ void leave_client_layout(char** argv) {
   std::fprintf(stderr, "funnel-server: warning: cannot run again with the usual memory layout: %s\n",
                std::strerror(errno));
 }
+// The log file, written through a descriptor opened without following links.
+class FileSink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  explicit FileSink(int fd) : fd_(fd) {}
+  ~FileSink() override { ::close(fd_); }
+  FileSink(const FileSink&) = delete;
+  FileSink& operator=(const FileSink&) = delete;
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    spdlog::memory_buf_t line;
+    formatter_->format(msg, line);
+    for (size_t done = 0; done < line.size();) {
+      const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;  // a full disk loses log lines, never the server
+      done += static_cast<size_t>(n);
+    }
+  }
+  void flush_() override {}  // every line is written at once
+
+ private:
+  int fd_;
+};
+
+// Opens the log file in the checked log directory: a new file (0600), or, where this pid's
+// file exists already (the image that re-executed itself after a GPU fault), that one when it
+// is a regular file of this user, appended to.
+int open_log(const std::string& dir, const std::string& name) {
+  int fd = funnel::open_private_file(dir, name, true, true);
+  if (fd < 0 && errno == EEXIST) {
+    fd = funnel::open_private_file(dir, name, false, true);
+    struct stat st {};
+    if (fd >= 0 && (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid())) {
+      ::close(fd);
+      fd = -1;
+      errno = EPERM;
+    }
+  }
+  if (fd < 0)
+    throw std::runtime_error(fmt::format("cannot open the log file {}/{}: {} (FUNNEL_LOG_DIR)", dir, name,
+                                         std::strerror(errno)));
+  return fd;
+}
+
+// A server holds a socket per client and what the driver opens: the soft RLIMIT_NOFILE a
+// rank's shell handed down (often 1024) is no limit for it, the hard one is.
+void raise_descriptor_limit() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == lim.rlim_max) return;
+  const rlim_t was = lim.rlim_cur;
+  lim.rlim_cur = lim.rlim_max;
+  if (lim.rlim_max == RLIM_INFINITY) {
+    // The kernel caps descriptors at fs.nr_open even where the hard limit is unlimited.
+    unsigned long nr_open = 1u << 20;
+    if (std::FILE* f = std::fopen("/proc/sys/fs/nr_open", "re")) {
+      if (std::fscanf(f, "%lu", &nr_open) != 1) nr_open = 1u << 20;
+      std::fclose(f);
+    }
+    lim.rlim_cur = nr_open;
+  }
+  if (::setrlimit(RLIMIT_NOFILE, &lim) == 0)
+    spdlog::info("RLIMIT_NOFILE: soft limit raised from {} to the hard limit {}", was, lim.rlim_max);
+  else
+    spdlog::warn("RLIMIT_NOFILE: cannot raise the soft limit {} to {}: {}", was, lim.rlim_max, std::strerror(errno));
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -226,6 +295,11 @@ int main(int argc, char** argv) {
   app.add_option("--ready-fd", ready_fd, "write 'R' (or the start error) to this fd, then close it");
   // Internal (no help group): how the server passes its socket to itself when it restarts.
   app.add_option("--listen-fd", listen_fd, "the listening socket inherited across a restart after a GPU fault")
+      ->group("");
+  // Internal (tests): how long an accepted connection may stay silent (ServerOptions::hello_timeout).
+  uint32_t hello_timeout_ms = 10000;
+  app.add_option("--hello-timeout-ms", hello_timeout_ms, "close a connection that sends no hello this long")
+      ->check(CLI::Range(100u, 3600000u))
       ->group("");
   app.add_option("--max-clients", max_clients, "refuse clients beyond this many")->check(CLI::Range(1u, 4096u));
   app.add_option("--staging-slots", staging_slots, "staging buffers per client")->check(CLI::Range(2u, 16u));
@@ -293,17 +367,20 @@ int main(int argc, char** argv) {
     ::signal(SIGPIPE, SIG_IGN);
 
     std::vector<spdlog::sink_ptr> sinks;
-    std::error_code ec;
-    std::filesystem::create_directories(log_dir, ec);
-    const auto log_file = std::filesystem::path(log_dir) /
-                          fmt::format("funnel-server-{}-{}.log", funnel::sanitize_for_filename(settings.job_id), ::getpid());
-    sinks.push_back(std::make_shared<spdlog::sinks::basic_file_sink_mt>(log_file.string()));
+    // Checked before anything is written there (no other user's directory, links or files).
+    std::string refused_log_dir;
+    log_dir = funnel::ensure_log_dir(log_dir, &refused_log_dir).string();
+    const std::string log_name =
+        fmt::format("funnel-server-{}-{}.log", funnel::sanitize_for_filename(settings.job_id), ::getpid());
+    sinks.push_back(std::make_shared<FileSink>(open_log(log_dir, log_name)));
     if (foreground) sinks.push_back(std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
     auto logger = std::make_shared<spdlog::logger>("funnel-server", sinks.begin(), sinks.end());
     logger->set_level(spdlog::level::from_str(log_level));
     logger->flush_on(spdlog::level::info);
     spdlog::set_default_logger(logger);
+    if (!refused_log_dir.empty()) spdlog::warn("{}: logging to {} instead", refused_log_dir, log_dir);
 
+    raise_descriptor_limit();
     std::unique_ptr<funnel::server::Backend> backend;
     // What the server was started with matters for support: it must load no funnel library.
     if (const char* pre = std::getenv("LD_PRELOAD"); pre != nullptr && *pre != '\0') spdlog::info("LD_PRELOAD={}", pre);
@@ -327,6 +404,7 @@ int main(int argc, char** argv) {
     opt.run_dir = run_dir;
     if (idle_exit_ms) opt.idle_exit = std::chrono::milliseconds(*idle_exit_ms);
     opt.max_clients = max_clients;
+    opt.hello_timeout = std::chrono::milliseconds(hello_timeout_ms);
     opt.pending_spin = std::chrono::microseconds(spin_us);
     opt.idle_spin = std::chrono::microseconds(idle_spin_us);
     opt.spin_backoff = std::chrono::milliseconds(spin_backoff_ms);

@@ -4,6 +4,7 @@
 // process where the backend can, else a restart once every client has left.
 #include "funnel/server/server.hpp"
 
+#include <fcntl.h>
 #include <malloc.h>
 #include <signal.h>
 #include <sys/epoll.h>
@@ -11,7 +12,9 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -78,6 +81,7 @@ void Server::start() {
   m.watch(m.wake_fd.get());
   m.watch(m.notify_fd.get());
   m.watch(m.listen_fd.get());
+  m.spare_fd = ipc::UniqueFd(FUNNEL_SYSCHECK(::open("/dev/null", O_RDONLY | O_CLOEXEC)));
   m.started_at = m.idle_since = Clock::now();
   m.started_wall = std::chrono::system_clock::now();
   std::vector<std::string> bus_ids;
@@ -129,6 +133,11 @@ RunOutcome Server::run() {
       }
       timeout = static_cast<int>(left.count()) + 1;
     }
+    if (const auto next = m.next_connection_deadline()) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(*next - Clock::now()).count();
+      const int until_next = static_cast<int>(std::clamp<int64_t>(left, 0, std::numeric_limits<int>::max()));
+      timeout = timeout < 0 ? until_next : std::min(timeout, until_next);
+    }
     const int n = ::epoll_wait(m.epoll_fd.get(), events, 64, timeout);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -148,17 +157,14 @@ RunOutcome Server::run() {
         m.stopping = true;
       } else if (fd == m.notify_fd.get()) {
         [[maybe_unused]] const ssize_t r = ::read(fd, &count, sizeof count);
-      } else if (fd == m.listen_fd.get()) {
-        m.accept_connections();
-      } else if (auto it = m.client_by_fd.find(fd); it != m.client_by_fd.end()) {
-        auto c = m.clients.find(it->second);
-        if (c != m.clients.end()) m.on_client_message(*c->second);
       } else {
-        m.on_connection(fd);
+        m.serve(fd);
       }
     }
-    m.reap_finished();
-    m.recover_devices();
+    m.expire_connections();
+    m.resume_accepting();
+    m.guarded("reaping finished clients", [&] { m.reap_finished(); });
+    m.guarded("recovering devices", [&] { m.recover_devices(); });
   }
   if (m.restart_due()) {
     // Connections accepted before the fault that never attached (or control ones) would
@@ -175,6 +181,39 @@ RunOutcome Server::run() {
   }
   m.shutdown_all();
   return RunOutcome::Stopped;
+}
+
+void Server::Impl::serve(int fd) {
+  const auto client = client_by_fd.find(fd);
+  const uint32_t id = client == client_by_fd.end() ? 0 : client->second;
+  const bool ok = guarded(fd == listen_fd.get() ? "accepting a connection" : "serving a connection", [&] {
+    if (fd == listen_fd.get()) accept_connections();
+    else if (id != 0) on_client_message(*clients.at(id));
+    else on_connection(fd);
+  });
+  if (ok || fd == listen_fd.get()) return;
+  // What failed is this peer's: it goes, the server and everyone else stay.
+  spdlog::warn("dropping the connection (descriptor {}{}) whose request failed", fd,
+               id == 0 ? "" : fmt::format(", client {}", id));
+  unwatch(fd);
+  if (id == 0) {
+    connections.erase(fd);
+  } else if (auto it = clients.find(id); it != clients.end()) {
+    if (it->second->phase() == ClientSession::Phase::AwaitMapped) drop_client(id);
+    else it->second->request_stop(false);
+  }
+}
+
+bool Server::Impl::guarded(const char* what, const std::function<void()>& fn) noexcept {
+  try {
+    fn();
+    return true;
+  } catch (const std::exception& e) {
+    spdlog::error("{}: {}", what, e.what());
+  } catch (...) {
+    spdlog::error("{}: an unknown exception", what);
+  }
+  return false;
 }
 
 void Server::Impl::drop_client(uint32_t id) {
@@ -335,10 +374,8 @@ void Server::Impl::shutdown_all() {
   client_by_fd.clear();
   for (auto& [fd, c] : connections) unwatch(fd);
   connections.clear();
-  remove_stale_files();
-  ::unlink(start_lock_path(options.run_dir).c_str());
-  if (::rmdir(options.run_dir.c_str()) != 0 && errno != ENOTEMPTY && errno != EEXIST && errno != ENOENT)
-    spdlog::warn("cannot remove the run directory {}: {}", options.run_dir.string(), std::strerror(errno));
+  // Only what funnel made: the directory too where funnel created it and nothing else is left.
+  remove_run_dir_files(options.run_dir, true);
   spdlog::info("funnel-server {} stopped ({} client(s) were attached; {} attached in all, {} detached, {} died)",
                ::getpid(), n, totals.clients_attached.load(), totals.clients_detached.load(),
                totals.clients_died.load());

@@ -5,6 +5,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -31,7 +32,15 @@ struct Connection {
   ipc::UniqueFd fd;
   ipc::PeerCredentials peer{};
   Phase phase = Phase::AwaitHello;
+  // A connection that has not attached (or asked its question) within
+  // ServerOptions::hello_timeout of this is closed.
+  std::chrono::steady_clock::time_point accepted_at;
 };
+
+// Descriptors a new client must leave free (the driver, the job report, control peers).
+inline constexpr size_t kDescriptorReserve = 32;
+// How long the server stops accepting when it is out of descriptors and has no spare one.
+inline constexpr std::chrono::milliseconds kAcceptPause{100};
 
 struct Server::Impl {
   ServerOptions options;
@@ -49,6 +58,11 @@ struct Server::Impl {
   std::vector<ipc::DeviceRecord> device_records;
   std::unique_ptr<ThreadPlacement> placement;  // from start()
   ipc::UniqueFd listen_fd, epoll_fd, wake_fd, notify_fd, signal_fd;
+  // Held open to be given up when the server is out of descriptors, so that it can still
+  // accept a waiting peer and tell it why it is refused (accept_connections).
+  ipc::UniqueFd spare_fd;
+  uint64_t refused_for_descriptors = 0;  // in the current shortage; 0: none
+  std::optional<Clock::time_point> accept_paused_until;  // set: the listening socket is unwatched
   ServerTotals totals;
   DeviceHealth health;  // read by every worker
   SubmitOrder submit_order;  // taken by workers on cores of their own
@@ -86,6 +100,18 @@ struct Server::Impl {
   // directory's socket.
   void adopt_listener();
   void accept_connections();
+  // Out of descriptors (EMFILE/ENFILE): accepts one waiting connection with the spare
+  // descriptor and answers it why it is refused; false when there was none to accept or no
+  // spare descriptor.
+  bool shed_one_connection(int err);
+  std::string descriptor_shortage(int err) const;
+  void pause_accepting();
+  void resume_accepting();
+  // Closes the connections older than options.hello_timeout that never attached.
+  void expire_connections();
+  // When the run loop must look again: the first connection's timeout or the end of a pause.
+  std::optional<Clock::time_point> next_connection_deadline() const;
+  static size_t descriptors_in_use();
   void on_connection(int fd);
   void on_hello(Connection& c, const ipc::HelloMsg& hello);
   void attach(Connection& c, const ipc::HelloMsg& hello);
@@ -93,7 +119,9 @@ struct Server::Impl {
   void remove_stale_files();
 
   // control.cpp
+  // Answers one request; never throws (an exception becomes the request's error answer).
   void on_control(Connection& c, const ipc::ControlRequest& req);
+  std::string control_answer(const Connection& c, const std::string& verb, const std::string& arg);
   std::string stats_json() const;
   nlohmann::json shutdown_verb(const Connection& c, const std::string& arg);
   nlohmann::json terminate_verb(const Connection& c, const std::string& arg);
@@ -103,6 +131,12 @@ struct Server::Impl {
   ipc::HelloMsg with_defaults(const ipc::HelloMsg& hello) const;
 
   // server.cpp
+  // One event of a connection, a client's socket or the listening socket, under the one
+  // boundary that keeps a peer's request from stopping the server: an exception is logged
+  // and costs only that peer its connection.
+  void serve(int fd);
+  // Runs fn; logs and returns false when it throws.
+  static bool guarded(const char* what, const std::function<void()>& fn) noexcept;
   void watch(int fd);
   void unwatch(int fd);
   void reap_finished();

@@ -451,6 +451,7 @@ class Worker {
   std::chrono::steady_clock::time_point no_spin_until_{};  // back_off()
   std::chrono::steady_clock::time_point last_sweep_{};  // the last GPU busy sweep (worker.cpp)
   uint64_t next_pinned_id_ = 1;
+  bool stream_limit_logged_ = false;  // the backend's stream limit was reported once
   std::vector<Pending> pending_;
   // Pending entries a client waits on that only this worker can answer (not gpu_reply),
   // counted by add_pending and poll_pending: while there are none the worker need not spin,

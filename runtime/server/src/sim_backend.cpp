@@ -907,6 +907,7 @@ class SimBackend final : public Backend {
   }
 
   bool resets_in_process() const noexcept override { return options_.resets_in_process; }
+  uint32_t max_streams_per_client() const noexcept override { return options_.max_streams_per_client; }
 
   // As cuDevicePrimaryCtxReset: the fault is gone, and so is whatever memory the device
   // still held; limits are back at their defaults.

@@ -145,6 +145,10 @@ LocalRank launcher_local_rank(const Settings::Lookup& env);
 // or FUNNEL_RANKS_PER_GPU; -1 when neither is set. ConfigError when the map has no entry
 // for the rank or names a GPU the server does not have.
 int select_gpu(const Settings& s, const LocalRank& local, int ngpus);
+// Throws ConfigError when FUNNEL_DEVICE_MEM_LIMIT (or CUDA_MPS_PINNED_DEVICE_MEM_LIMIT)
+// names a device ordinal the process cannot see (`visible` devices: the server's, or 1
+// where FUNNEL_GPU_MAP / FUNNEL_RANKS_PER_GPU give it one): a limit that limits nothing.
+void check_device_mem_limit(const Settings& s, int visible);
 
 // The variable that shows this process was started by an MPI launcher, "" when none is
 // set: OMPI_COMM_WORLD_SIZE (Open MPI's mpirun), PMIX_RANK (any PMIx launcher: Open MPI's

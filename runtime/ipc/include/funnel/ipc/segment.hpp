@@ -28,8 +28,7 @@ class MappedFile {
   explicit operator bool() const noexcept { return data() != nullptr; }
 
  private:
-  boost::interprocess::file_mapping file_;
-  boost::interprocess::mapped_region region_;
+  boost::interprocess::mapped_region region_;  // no descriptor stays open behind it
 };
 
 }  // namespace funnel::ipc

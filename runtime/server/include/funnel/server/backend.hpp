@@ -221,6 +221,8 @@ class Backend {
   // When it does not, the server recovers by re-executing itself once every client has
   // left (doc/design/faults.md).  The default is the CUDA driver's answer.
   virtual bool resets_in_process() const noexcept { return false; }
+  // The most streams one client may hold (0: no limit of funnel's; the driver's own).
+  virtual uint32_t max_streams_per_client() const noexcept { return 0; }
   // Recovers a device after a sticky fault (doc/design/faults.md): destroys its context
   // with everything in it and makes a fresh one current for every thread's next call.
   // The caller guarantees that nothing of the device (stream, event, allocation) is
@@ -267,6 +269,9 @@ struct SimOptions {
   // Tests only: what a stream memory write stores instead of its value (a late write of an
   // earlier call landing over this one's, as the GPU's writes of two streams may).
   std::function<uint32_t(uint32_t)> stream_write_value;
+  // Each sim stream is a thread of the server: a client may hold this many, no more (one
+  // client's thousands of streams must not slow the others or the machine).
+  uint32_t max_streams_per_client = 512;
 };
 
 std::unique_ptr<Backend> make_sim_backend(const SimOptions& options);

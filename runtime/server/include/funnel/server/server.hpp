@@ -58,6 +58,9 @@ struct ServerOptions {
   // The most consecutive launches on one stream that a worker issues together (one CUDA
   // graph launch) when they are in the ring at once (FUNNEL_LAUNCH_BATCH); 0 or 1: none.
   uint32_t launch_batch = kDefaultLaunchBatch;
+  // A connection that sends no hello (or a control peer no request) within this long is
+  // closed: idle connections must not hold the server's descriptors.
+  std::chrono::milliseconds hello_timeout{10000};
   bool handle_signals = false;  // SIGTERM/SIGINT through a signalfd (the caller blocked them)
   // A listening socket bound to the run directory's socket, inherited from the server that
   // re-executed itself after a GPU fault (funnel-server --listen-fd); start() checks it and

@@ -20,15 +20,24 @@ const char* to_string(MpiHooks h) noexcept { return h == MpiHooks::Auto ? "auto"
 
 const std::vector<SettingInfo>& setting_table() {
   static const std::vector<SettingInfo> table{
-      {"FUNNEL_RUN_DIR", "/dev/shm/funnel-<uid>-<job id>", "an absolute path, socket path under 108 characters",
-       "the job's run directory: the server's socket, start lock and channel files (mode 0700)"},
+      {"FUNNEL_RUN_DIR", "/dev/shm/funnel-<uid>-<job id>",
+       "an absolute path, socket path under 108 characters; a new or empty directory, or one funnel made",
+       "the job's run directory: the server's socket, start lock, channel and pinned-buffer files (mode 0700). "
+       "funnel creates it (or adopts it empty) and marks it (.funnel-run-dir); a directory holding other files "
+       "is refused, since the server removes the files it makes there when it stops, and the directory itself "
+       "only where funnel created it"},
       {"FUNNEL_JOB_ID", "SLURM_JOB_ID, PBS_JOBID, LSB_JOBID, OMPI_MCA_ess_base_jobid, PMIX_NAMESPACE, else nojob",
        "letters, digits, '.', '_', '-'", "names the default run directory: processes of one job share a server"},
       {"FUNNEL_BACKEND", "cuda", "cuda | sim",
        "backend of a server that a client starts; sim stands host memory in for a GPU (testing)"},
       {"FUNNEL_SERVER", "funnel-server beside the client runtime (../bin)", "path to an executable",
        "the funnel-server binary a client starts when none runs"},
-      {"FUNNEL_LOG_DIR", "/tmp/funnel-<uid>-logs", "a directory path", "where funnel-server writes its log"},
+      {"FUNNEL_LOG_DIR", "/tmp/funnel-<uid>-logs",
+       "a directory path; a directory of this user's that no other user can write (not a symlink)",
+       "where funnel-server writes its log and job report; created 0700 where missing. A directory another user "
+       "owns or can write is refused with the fix, except the default: where someone else made "
+       "/tmp/funnel-<uid>-logs first, the server logs to a new private /tmp/funnel-<uid>-logs.XXXXXX instead "
+       "and says so there"},
       {"FUNNEL_LOG_LEVEL", "info", "trace | debug | info | warn | error | off", "log detail"},
       {"FUNNEL_IDLE_EXIT_MS", "3000", "integer 0..3600000",
        "a server started by a client exits this long after its last client left"},
@@ -87,7 +96,8 @@ const std::vector<SettingInfo>& setting_table() {
       {"FUNNEL_DEVICE_MEM_LIMIT", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, else no limit",
        "bytes with an optional K, M, G or T (powers of 1024, a B after it allowed), e.g. 1G, 512M, 1024K, "
        "4096; or per device ordinal, e.g. 0=1G,1=512M (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT's syntax); "
-       "both kinds mixed: a device's own entry wins; each at least 1 byte",
+       "both kinds mixed: a device's own entry wins; each at least 1 byte; a device entry must name a device "
+       "the process sees (checked when it attaches)",
        "the most device memory this client may hold on a GPU (cudaMalloc, cudaMallocPitch, cudaMalloc3D, "
        "cudaMallocAsync): an allocation past it fails with cudaErrorMemoryAllocation, and cudaMemGetInfo "
        "reports the limit as total and the limit less what the client holds as free (never more than the "

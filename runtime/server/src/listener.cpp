@@ -225,17 +225,21 @@ void Server::Impl::resume_accepting() {
 
 void Server::Impl::expire_connections() {
   const auto now = Clock::now();
+  size_t closed = 0;
+  pid_t last_pid = 0;
   for (auto it = connections.begin(); it != connections.end();) {
     if (now - it->second.accepted_at < options.hello_timeout) {
       ++it;
       continue;
     }
-    spdlog::warn("pid {}: no {} within {} ms of connecting; closing the connection", it->second.peer.pid,
-                 it->second.phase == Connection::Phase::AwaitHello ? "hello" : "request",
-                 std::chrono::duration_cast<std::chrono::milliseconds>(options.hello_timeout).count());
+    ++closed;
+    last_pid = it->second.peer.pid;
     unwatch(it->first);
     it = connections.erase(it);
   }
+  if (closed != 0)
+    spdlog::warn("closed {} connection(s) (the last of pid {}) that did not attach or ask within {} ms", closed,
+                 last_pid, std::chrono::duration_cast<std::chrono::milliseconds>(options.hello_timeout).count());
 }
 
 std::optional<Clock::time_point> Server::Impl::next_connection_deadline() const {
@@ -373,7 +377,7 @@ void Server::Impl::on_hello(Connection& c, const ipc::HelloMsg& hello) {
   // A client costs the server a descriptor or two (its socket; its channel and pinned
   // buffers are mapped without one), and the driver needs some: keep a reserve.
   if (rlimit lim{}; ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY &&
-                    descriptors_in_use() + kDescriptorReserve > lim.rlim_cur) {
+                    descriptors_in_use() + std::min<size_t>(kDescriptorReserve, lim.rlim_cur / 8) > lim.rlim_cur) {
     const std::string why = descriptor_shortage(EMFILE);
     send_attach_reply(c.fd.get(), Status::MemoryAllocation, why);
     spdlog::error("pid {}: refused: {}", c.peer.pid, why);

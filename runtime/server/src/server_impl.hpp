@@ -37,7 +37,8 @@ struct Connection {
   std::chrono::steady_clock::time_point accepted_at;
 };
 
-// Descriptors a new client must leave free (the driver, the job report, control peers).
+// Descriptors a new client must leave free (the driver, the job report, control peers); an
+// eighth of the limit where that is less.
 inline constexpr size_t kDescriptorReserve = 32;
 // How long the server stops accepting when it is out of descriptors and has no spare one.
 inline constexpr std::chrono::milliseconds kAcceptPause{100};

@@ -35,6 +35,7 @@
 #include "funnel/ipc/module_digest.hpp"
 #include "funnel/server/server.hpp"
 #include "fuzz_input.hpp"
+#include "fuzz_server.hpp"
 #include "test_client.hpp"
 
 namespace {
@@ -55,26 +56,15 @@ constexpr uint64_t kModuleId = 1;  // the test fat binary, loaded before every i
   std::abort();
 }
 
+// The test fat binary (module 1) and its digest; the server is fuzz_server()'s.
 struct Env {
-  std::filesystem::path dir;
   std::filesystem::path run_dir;
-  std::unique_ptr<server::Server> server;
-  std::thread thread;
   std::vector<std::byte> fatbin;
   ipc::ModuleDigest digest{};
 };
 Env* env = nullptr;  // reachable until exit: LeakSanitizer does not count what it holds
 // FUNNEL_FUZZ_VERBOSE=1: print each answered command's status (to see what a seed reaches).
 bool verbose = false;
-
-void stop_server() {
-  if (env == nullptr) return;
-  env->server->request_stop();
-  env->thread.join();
-  env->server.reset();
-  std::error_code ec;
-  std::filesystem::remove_all(env->dir, ec);
-}
 
 // Commands that the contract answers once the worker processed them (channel.md, "When
 // is the reply written"), and the kernel queries that are answered the same way.
@@ -339,41 +329,13 @@ void run_input(const uint8_t* data, size_t size) {
   s.detach();
 }
 
-// A fuzzer that crashed (the point of it) never ran stop_server: remove the directories of
-// those whose process is gone (named /dev/shm/funnel-fuzz-<pid>-XXXXXX).
-void remove_stale_dirs() {
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("funnel-fuzz-", 0) != 0) continue;
-    const long pid = std::strtol(name.c_str() + std::strlen("funnel-fuzz-"), nullptr, 10);
-    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) std::filesystem::remove_all(e.path(), ec);
-  }
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   verbose = std::getenv("FUNNEL_FUZZ_VERBOSE") != nullptr;
   spdlog::set_level(verbose ? spdlog::level::debug : spdlog::level::off);
   env = new Env;
-  remove_stale_dirs();
-  std::string tmpl = "/dev/shm/funnel-fuzz-" + std::to_string(::getpid()) + "-XXXXXX";
-  if (::mkdtemp(tmpl.data()) == nullptr) broken("mkdtemp in /dev/shm failed");
-  env->dir = tmpl;
-  env->run_dir = env->dir / "run";
-  server::ServerOptions o;
-  o.run_dir = env->run_dir;
-  o.staging_slots = 4;
-  o.staging_slot_bytes = 64 * 1024;
-  o.ring_capacity = 64 * 1024;
-  o.max_clients = 4096;
-  server::SimOptions so;
-  so.devices = 2;
-  so.memory_bytes = uint64_t{64} << 20;
-  env->server = std::make_unique<server::Server>(std::move(o), server::make_sim_backend(so));
-  env->server->start();
-  env->thread = std::thread([] { env->server->run(); });
+  env->run_dir = fuzz::start_fuzz_server(4).run_dir;
 #ifdef FUNNEL_FUZZ_FATBIN
   std::ifstream in(FUNNEL_FUZZ_FATBIN, std::ios::binary);
   const std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -382,7 +344,6 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   std::memcpy(env->fatbin.data(), chars.data(), chars.size());
   env->digest = ipc::module_digest(env->fatbin);
 #endif
-  std::atexit(stop_server);
   return 0;
 }
 

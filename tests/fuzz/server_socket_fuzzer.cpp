@@ -31,6 +31,7 @@
 #include "funnel/ipc/protocol.hpp"
 #include "funnel/ipc/socket.hpp"
 #include "funnel/server/server.hpp"
+#include "fuzz_server.hpp"
 #include "test_client.hpp"
 
 namespace {
@@ -43,26 +44,11 @@ using namespace funnel;
   std::abort();
 }
 
-struct Env {
-  std::filesystem::path dir;
-  std::filesystem::path run_dir;
-  std::unique_ptr<server::Server> server;
-  std::thread thread;
-};
-Env* env = nullptr;  // reachable until exit
-
-void stop_server() {
-  if (env == nullptr) return;
-  env->server->request_stop();
-  env->thread.join();
-  env->server.reset();
-  std::error_code ec;
-  std::filesystem::remove_all(env->dir, ec);
-}
+const std::filesystem::path* run_dir = nullptr;  // the fuzz server's
 
 ipc::UniqueFd connect() {
   int err = 0;
-  auto fd = ipc::connect_seqpacket(env->run_dir / ipc::kSocketName, err);
+  auto fd = ipc::connect_seqpacket(*run_dir / ipc::kSocketName, err);
   if (!fd) broken("cannot connect:", std::strerror(err));
   return fd;
 }
@@ -90,7 +76,7 @@ void control_step(std::string_view bytes) {
   std::memcpy(req.verb, bytes.data(), verb_len);
   bytes.remove_prefix(verb_len);
   std::memcpy(req.arg, bytes.data(), std::min(bytes.size(), sizeof req.arg - 1));
-  // The one verb that ends the session: asked for by other means (stop_server).
+  // The one verb that ends the session: the server stops at exit (stop_fuzz_server).
   if (std::strncmp(req.verb, "shutdown", sizeof req.verb) == 0) req.verb[0] = 'S';
   if (!ipc::send_message(fd.get(), &h, sizeof h) || !ipc::send_message(fd.get(), &req, sizeof req))
     broken("cannot send a control request");
@@ -155,7 +141,7 @@ void run_input(const uint8_t* data, size_t size) {
   // Still serving, and every client of this input gone.
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   for (;;) {
-    const auto j = nlohmann::json::parse(test::control(env->run_dir, "stats"), nullptr, false);
+    const auto j = nlohmann::json::parse(test::control(*run_dir, "stats"), nullptr, false);
     if (j.is_discarded() || !j.contains("server")) broken("the server stopped answering stats");
     if (j["server"]["clients"] == 0) break;
     if (std::chrono::steady_clock::now() > until) broken("clients of an ended input are still attached");
@@ -168,24 +154,7 @@ void run_input(const uint8_t* data, size_t size) {
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   spdlog::set_level(std::getenv("FUNNEL_FUZZ_VERBOSE") != nullptr ? spdlog::level::debug : spdlog::level::off);
   ::signal(SIGPIPE, SIG_IGN);
-  env = new Env;
-  std::string tmpl = "/dev/shm/funnel-fuzz-" + std::to_string(::getpid()) + "-XXXXXX";
-  if (::mkdtemp(tmpl.data()) == nullptr) broken("mkdtemp in /dev/shm failed");
-  env->dir = tmpl;
-  env->run_dir = env->dir / "run";
-  server::ServerOptions o;
-  o.run_dir = env->run_dir;
-  o.staging_slots = 2;
-  o.staging_slot_bytes = 64 * 1024;
-  o.ring_capacity = 64 * 1024;
-  o.max_clients = 4096;
-  server::SimOptions so;
-  so.devices = 2;
-  so.memory_bytes = uint64_t{64} << 20;
-  env->server = std::make_unique<server::Server>(std::move(o), server::make_sim_backend(so));
-  env->server->start();
-  env->thread = std::thread([] { env->server->run(); });
-  std::atexit(stop_server);
+  run_dir = &fuzz::start_fuzz_server(2).run_dir;
   return 0;
 }
 

@@ -12,15 +12,16 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
-threads() {  # where each server thread waits (a hang's first clue)
+threads() {  # threads [PID]: where each thread of the server (or of PID) waits (a hang's first clue)
   local t
-  for t in /proc/"$spid"/task/*; do
+  for t in /proc/"${1:-$spid}"/task/*; do
     echo "thread $(basename "$t") $(cat "$t/comm" 2>/dev/null): wchan $(cat "$t/wchan" 2>/dev/null)," \
       "syscall $(cut -d' ' -f1 "$t/syscall" 2>/dev/null), state $(cut -d' ' -f3 "$t/stat" 2>/dev/null)"
   done
 }
 fail() {  # the reason comes last: CI shows the end of the output
   for f in "$dir"/steady.*.fail; do [ -f "$f" ] && { echo "--- $f"; head -40 "$f"; }; done
+  for f in "$dir"/steady.*.hang; do [ -f "$f" ] && { echo "--- $f"; head -160 "$f"; }; done
   tail -30 "$dir"/log/*.log 2>/dev/null
   if [ -n "${spid:-}" ] && [ -d "/proc/$spid" ]; then threads; fi
   echo "FAIL: $*"
@@ -52,8 +53,19 @@ steady() {  # steady I: runs the programs in turn until $dir/stop, checking each
   local i=$1 n=0 bad=0 p rc
   while [ ! -e "$dir/stop" ]; do
     p=${steady_progs[$(((n + i) % ${#steady_progs[@]}))]}
-    timeout 60 "$bin/funnel-run" "$progs/$p" >"$dir/steady.$i.out" 2>"$dir/steady.$i.err"
+    timeout 60 "$bin/funnel-run" "$progs/$p" >"$dir/steady.$i.out" 2>"$dir/steady.$i.err" &
+    local runner=$!
+    # A run still going after 50 s hangs: where its threads wait, and what the server says
+    # of it, while it still exists (its stacks too where gdb is installed).
+    ( sleep 50; hung=$(pgrep -P "$runner"); [ -n "$hung" ] || exit 0
+      { echo "run $n of $p (pid $hung) hangs at $(date +%T.%N); its threads:"; threads "$hung"
+        command -v gdb >/dev/null && timeout 20 gdb -batch -p "$hung" -ex 'thread apply all bt' 2>&1 | grep -E '^(Thread|#)' | head -120
+        timeout 5 "$bin/funnelctl" clients --json | python3 -c 'import json,sys; [print(c) for c in json.load(sys.stdin)["clients"] if c.get("pid") == '"$hung"']'
+      } >>"$dir/steady.$i.hang" 2>&1 ) &
+    local watcher=$!
+    wait "$runner"
     rc=$?
+    kill "$watcher" 2>/dev/null
     if [ "$rc" -ne 0 ] || ! diff -q "$progs/$p.expected" "$dir/steady.$i.out" >/dev/null; then
       bad=$((bad + 1))
       { echo "run $n of $p: exit $rc at $(date +%T.%N)"; diff "$progs/$p.expected" "$dir/steady.$i.out"

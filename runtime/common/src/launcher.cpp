@@ -202,8 +202,9 @@ ipc::UniqueFd connect_or_start_server(const Settings& s) {
   } catch (const LaunchError&) {
     // Another process's server may have won a race for the directory: use it.
     if (auto fd = connect_server(s)) return fd;
-    // Nothing of the failed start stays behind (the start lock, a directory made for it).
-    remove_run_dir_files(s.run_dir, true);
+    // Nothing of the failed start stays behind (the start lock, a directory made for it);
+    // we hold the start lock, so where no server listens nobody else is starting one.
+    if (no_server_listens(s.run_dir)) remove_run_dir_files(s.run_dir, true);
     throw;
   }
   int err = 0;

@@ -89,6 +89,14 @@ void check_own_directory(const fs::path& dir, const char* what, const char* vari
 
 }  // namespace
 
+bool no_server_listens(const fs::path& dir) noexcept {
+  int err = 0;
+  if (ipc::connect_seqpacket(socket_path(dir), err)) return false;
+  // Only a refused connection or a missing socket is an answer; anything else (a full
+  // backlog, a signal) says nothing about the server.
+  return err == ECONNREFUSED || err == ENOENT;
+}
+
 std::string sanitize_for_filename(const std::string& s) {
   std::string out = s;
   for (char& c : out) {
@@ -151,15 +159,13 @@ void remove_run_dir_files(const fs::path& dir, bool socket_too) {
 
 bool reclaim_dead_run_dir(const fs::path& dir) noexcept {
   try {
-    if (marker_of(dir).empty()) return false;
-    int err = 0;
-    if (ipc::connect_seqpacket(socket_path(dir), err)) return false;  // a server listens
+    if (marker_of(dir).empty() || !no_server_listens(dir)) return false;
     // The start lock keeps us from removing the files of a server being started now.
     const int lock = ::open(start_lock_path(dir).c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (lock < 0) return false;
     const bool locked = ::flock(lock, LOCK_EX | LOCK_NB) == 0;
     bool removed = false;
-    if (locked && !ipc::connect_seqpacket(socket_path(dir), err)) {
+    if (locked && no_server_listens(dir)) {
       remove_run_dir_files(dir, true);
       removed = true;
     }

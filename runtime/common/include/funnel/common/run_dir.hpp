@@ -25,6 +25,10 @@ void ensure_run_dir(const std::filesystem::path& dir);
 // when funnel created it and nothing else is left.  Files of other names stay.
 void remove_run_dir_files(const std::filesystem::path& dir, bool socket_too);
 
+// True when connecting to the run directory's socket is refused or finds no socket: no
+// server listens there (a full backlog or any other error is no such answer).
+bool no_server_listens(const std::filesystem::path& dir) noexcept;
+
 // After a server died without cleaning up (SIGKILL): when no server listens in `dir` and
 // nobody holds its start lock (a client starting a new one), removes the dead server's
 // files as remove_run_dir_files does.  True when it removed them.

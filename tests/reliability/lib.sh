@@ -60,7 +60,7 @@ steady() {  # steady I: runs the programs in turn until $dir/stop, checking each
     ( sleep 50; hung=$(pgrep -P "$runner"); [ -n "$hung" ] || exit 0
       { echo "run $n of $p (pid $hung) hangs at $(date +%T.%N); its threads:"; threads "$hung"
         command -v gdb >/dev/null && timeout 20 gdb -batch -p "$hung" -ex 'thread apply all bt' 2>&1 | grep -E '^(Thread|#)' | head -120
-        timeout 5 "$bin/funnelctl" clients --json | python3 -c 'import json,sys; [print(c) for c in json.load(sys.stdin)["clients"] if c.get("pid") == '"$hung"']'
+        timeout 5 "$bin/funnelctl" clients --json | python3 -c 'import json,sys; [print(c) for c in json.load(sys.stdin) if c.get("pid") == '"$hung"']'
       } >>"$dir/steady.$i.hang" 2>&1 ) &
     local watcher=$!
     wait "$runner"

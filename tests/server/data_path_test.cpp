@@ -947,5 +947,70 @@ TEST_F(ServerTest, AutoAnswersACrowdedCopyByTheWorkerWhenItsWordIsLate) {
   c.detach();
 }
 
+// The late store of a raced call (answered by its event) can land after the client took the
+// slot again for a call answered by its own stream write, and after the worker saw that word:
+// over the later call's answer, before the client (asleep) read it.  Seen on the H100 in the
+// soak: a client waiting forever (1 run in about 4000), its worker idle.  Such a call is
+// answered through the slot as well, as long as the earlier store is still to land.
+TEST_F(ServerTest, ALateStoreOfAnEarlierCallCannotHideALaterAnswer) {
+  // The store to hold back (0: none), shared with the sim's stream thread, which may run it
+  // after this body: let go at the end of the body whatever happened.
+  struct StoreGate {
+    std::mutex m;
+    std::condition_variable cv;
+    uint32_t held_value = 0;
+    bool let_go = false;
+    void open() {
+      {
+        std::lock_guard lk(m);
+        let_go = true;
+      }
+      cv.notify_all();
+    }
+  };
+  auto gate = std::make_shared<StoreGate>();
+  before_store_ = [gate](uint32_t value) {
+    std::unique_lock lk(gate->m);
+    if (gate->held_value != 0 && value == gate->held_value) gate->cv.wait(lk, [&] { return gate->let_go; });
+  };
+  struct OpenAtExit {
+    std::shared_ptr<StoreGate> g;
+    ~OpenAtExit() { g->open(); }
+  } open_at_exit{gate};
+  auto& m = gate->m;
+  auto& held_value = gate->held_value;
+  start_server(GpuReplies::Auto);
+  Crowded s(run_dir_, 0x5a);
+  ASSERT_TRUE(s.ready());
+  TestClient& c = s.c;
+  const uint32_t slot = 3;
+  // Seqs are per client: c's must not be one the busy client's stores carry too.
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(c.call(Opcode::Fence).status, Status::Success);
+  // Crowded (the held copy is on the GPU): a kernel store, raced by an event; the store waits.
+  const uint64_t first = c.seq() + 1;
+  {
+    std::lock_guard lk(m);
+    held_value = static_cast<uint32_t>(first);
+  }
+  ASSERT_EQ(c.send(Opcode::Copy, &s.cp, sizeof s.cp, slot, 0, 0), first);
+  ASSERT_EQ(c.wait(slot, first).status, Status::Success);
+  ASSERT_EQ(c.view().reply(slot).seq.load(), first) << "the worker did not answer by the event";
+  // The device quiet again: the next call is answered by its stream's write alone.
+  ASSERT_EQ(s.held.release(), Status::Success);
+  c.create_stream(7, ipc::kStreamNonBlocking);  // not behind the legacy stream, which waits on the store
+  c.view().reply_word(slot).store(0);  // the client takes the slot again
+  const uint64_t second = c.send(Opcode::Copy, &s.cp, sizeof s.cp, slot, 7, 0);
+  // The client sleeps; meanwhile its word lands, the worker sees it, then the late store lands.
+  EXPECT_TRUE(eventually([&] { return c.view().reply_word(slot).load() == static_cast<uint32_t>(second); }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  gate->open();
+  EXPECT_TRUE(eventually([&] { return c.view().reply_word(slot).load() == static_cast<uint32_t>(first); }))
+      << "the late store never landed";
+  EXPECT_EQ(c.wait(slot, second, std::chrono::seconds(3)).status, Status::Success) << "the answer was lost";
+  EXPECT_TRUE(s.copied());
+  s.busy.detach();
+  c.detach();
+}
+
 }  // namespace
 }  // namespace funnel::test

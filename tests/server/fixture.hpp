@@ -110,6 +110,7 @@ class ServerTest : public ::testing::Test {
     so.stream_write_delay = stream_write_delay_;
     so.kernel_stores = kernel_stores_;
     so.stream_write_value = stream_write_value_;
+    so.before_store = before_store_;
     auto backend = server::make_sim_backend(so);
     backend_ = backend.get();
     server_ = std::make_unique<server::Server>(std::move(o), std::move(backend));
@@ -151,6 +152,7 @@ class ServerTest : public ::testing::Test {
   std::chrono::microseconds stream_write_delay_{0};  // SimOptions::stream_write_delay, likewise
   bool kernel_stores_ = true;                        // SimOptions::kernel_stores, likewise
   std::function<uint32_t(uint32_t)> stream_write_value_;  // SimOptions::stream_write_value, likewise
+  std::function<void(uint32_t)> before_store_;             // SimOptions::before_store, likewise
   std::thread thread_;
   std::atomic<bool> finished_{false};
 };

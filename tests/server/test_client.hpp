@@ -60,6 +60,8 @@ class TestClient {
   uint64_t send(Opcode op, const void* payload, size_t payload_len, uint32_t reply_slot = ipc::kNoReply,
                 uint64_t stream = 0, int device = 0, uint32_t record_size = 0);
   Reply wait(uint32_t slot, uint64_t seq, std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  // The seq of the last record sent (the next one gets seq() + 1).
+  uint64_t seq() const noexcept { return seq_; }
   // send + wait on a fresh slot.
   Reply call(Opcode op, const void* payload = nullptr, size_t payload_len = 0, uint64_t stream = 0, int device = 0);
   Reply on_stream(Opcode op, uint64_t stream) { return call(op, nullptr, 0, stream, 0); }

@@ -450,6 +450,17 @@ class Worker {
   std::chrono::steady_clock::time_point idle_since_{};  // the last work done (turn)
   std::chrono::steady_clock::time_point no_spin_until_{};  // back_off()
   std::chrono::steady_clock::time_point last_sweep_{};  // the last GPU busy sweep (worker.cpp)
+  // Stores of a reply word still to land on the GPU for calls the worker answered first (a
+  // raced call's event came before its kernel store): until its stream has run it, a later
+  // GPU-answered call on that slot is answered through the slot as well (finish()).
+  struct LateStore {
+    uint32_t slot;
+    std::shared_ptr<BackendStream> stream;
+  };
+  static constexpr size_t kMaxLateStores = 64;  // past this, every check prunes them all
+  std::vector<LateStore> late_stores_;
+  // Whether a late store for `slot` may still land; forgets those whose stream is idle.
+  bool late_store_pending(uint32_t slot);
   uint64_t next_pinned_id_ = 1;
   bool stream_limit_logged_ = false;  // the backend's stream limit was reported once
   std::vector<Pending> pending_;

@@ -943,6 +943,7 @@ class SimBackend final : public Backend {
     // As on a GPU, a stream stops at a fault: what it would have stored after it never lands.
     stream(s).enqueue([this, &word, value, device = static_cast<size_t>(s.device())] {
       if (options_.stream_write_delay.count() > 0) std::this_thread::sleep_for(options_.stream_write_delay);
+      if (options_.before_store) options_.before_store(value);
       if (faulted_[device].load(std::memory_order_acquire)) return;
       word.store(options_.stream_write_value ? options_.stream_write_value(value) : value, std::memory_order_release);
     });

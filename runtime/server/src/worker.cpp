@@ -550,13 +550,15 @@ void Worker::finish(Pending& p, Status first, bool word_seen) {
     // The event came first: the worker answers (the stream's write lands later, on a word
     // the client then ignores or has cleared, or over a later call's answer there: see below).
     reply(p.slot, p.seq, st, p.values);
+    if (p.stream != nullptr) late_stores_.push_back({p.slot, p.stream});
   } else if (p.gpu_reply && st == Status::Success) {
-    // A staging state's entry (no reply slot) woke its own sleepers in `done`.  Done by the
-    // stream's state while the word does not show this call's value: a late stream write of
-    // an earlier call on the slot, answered by its event (p.race), may have landed over this
-    // one's, so the slot answers it (a client that moved on ignores an older seq).
+    // A staging state's entry (no reply slot) woke its own sleepers in `done`.  The slot
+    // answers too where the word may not keep this call's value: it does not show it now (a
+    // late stream write of an earlier call on the slot, answered by its event, landed over
+    // it), or such a write is still to land (it would land over it before a sleeping client
+    // reads it, and the client would wait forever).  A client that moved on ignores an older seq.
     if (p.slot != ipc::kNoReply) {
-      if (!word_landed(p))
+      if (!word_landed(p) || late_store_pending(p.slot))
         reply(p.slot, p.seq, st, p.values);
       else
         wake_sleeping_client();
@@ -574,6 +576,22 @@ void Worker::finish(Pending& p, Status first, bool word_seen) {
     h.reply_slot = ipc::kNoReply;
     fail(h, st);
   }
+}
+
+bool Worker::late_store_pending(uint32_t slot) {
+  bool pending = false;
+  for (size_t i = 0; i < late_stores_.size();) {
+    LateStore& l = late_stores_[i];
+    // An idle stream has run its store; a faulted one never will.
+    if ((l.slot == slot || late_stores_.size() > kMaxLateStores) && backend_.query(*l.stream) != Status::NotReady) {
+      l = std::move(late_stores_.back());
+      late_stores_.pop_back();
+      continue;
+    }
+    pending = pending || l.slot == slot;
+    ++i;
+  }
+  return pending;
 }
 
 void Worker::reap_landed() {

@@ -269,6 +269,9 @@ struct SimOptions {
   // Tests only: what a stream memory write stores instead of its value (a late write of an
   // earlier call landing over this one's, as the GPU's writes of two streams may).
   std::function<uint32_t(uint32_t)> stream_write_value;
+  // Tests only: called on the stream's thread just before a stream write or kernel store of
+  // `value` lands (to hold one back while the stream waits, as a GPU's store behind other work).
+  std::function<void(uint32_t)> before_store;
   // Each sim stream is a thread of the server: a client may hold this many, no more (one
   // client's thousands of streams must not slow the others or the machine).
   uint32_t max_streams_per_client = 512;

@@ -95,7 +95,8 @@ status-clients)
   if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then
     other=/dev/shm/funnel-65534-$job
     trap 'FUNNEL_RUN_DIR=$other timeout 5 "$ctl" shutdown --force >/dev/null 2>&1; rm -rf "$stale" "$stale2" "$dir"' EXIT
-    chmod 711 "$dir" && mkdir -m 777 "$dir/nobody-log"
+    # nobody's own log directory: a server refuses one that another user owns or can write.
+    chmod 711 "$dir" && mkdir -m 700 "$dir/nobody-log" && chown 65534:65534 "$dir/nobody-log"
     FUNNEL_RUN_DIR=$other FUNNEL_LOG_DIR=$dir/nobody-log setpriv --reuid=65534 --regid=65534 --clear-groups \
       env -u FUNNEL_SIM_LAUNCH_LOG "$bin/funnel-server" --sim-devices 1 --idle-exit-ms 60000 || fail "no server as nobody"
     "$ctl" --job "$job" status >"$dir/root.out" 2>&1 || fail "root's --job status exited $?"

@@ -2,6 +2,7 @@
 // when it is a symlink, a file, has the wrong mode or belongs to someone else.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -9,6 +10,7 @@
 #include <fstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "funnel/common/run_dir.hpp"
 #include "funnel/ipc/protocol.hpp"
@@ -108,6 +110,58 @@ WATCHED_TEST(RunDir, RefusesADirectoryOfAnotherUser) {
   const std::string msg = error_of(dir);
   EXPECT_NE(msg.find("65534"), std::string::npos) << msg;
   EXPECT_NE(msg.find("FUNNEL_RUN_DIR"), std::string::npos) << msg;
+}
+
+// Ranks of a job start at once: whoever makes the directory, the others must accept it while
+// its maker marks it and the first of them already put files in it (start.lock).
+WATCHED_TEST(RunDir, ManyProcessesMakingItAtOnceAllAcceptIt) {
+  TempBase base;
+  for (int round = 0; round < 20; ++round) {
+    const fs::path dir = base.path() / ("run" + std::to_string(round));
+    int go[2];
+    ASSERT_EQ(::pipe(go), 0);
+    std::vector<pid_t> kids;
+    for (int k = 0; k < 12; ++k) {
+      const pid_t pid = ::fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        ::close(go[1]);
+        char c;
+        if (::read(go[0], &c, 1) != 0) ::_exit(3);  // released together when the pipe closes
+        try {
+          ensure_run_dir(dir);
+          std::ofstream(dir / ("file." + std::to_string(::getpid()))) << "x";
+        } catch (...) {
+          ::_exit(1);
+        }
+        ::_exit(0);
+      }
+      kids.push_back(pid);
+    }
+    ::close(go[0]);
+    ::close(go[1]);
+    for (const pid_t pid : kids) {
+      int status = 0;
+      ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "round " << round << ": a process refused it";
+    }
+    std::string text;
+    std::getline(std::ifstream(dir / kRunDirMarker), text);
+    EXPECT_EQ(text, "created") << "round " << round;
+  }
+}
+
+// A directory funnel did not make and that holds files is refused; nothing in it is removed.
+WATCHED_TEST(RunDir, RefusesADirectoryOfOtherFiles) {
+  TempBase base;
+  const fs::path dir = base.path() / "project";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  std::ofstream(dir / "channel.notes") << "mine";
+  const std::string msg = error_of(dir);
+  EXPECT_NE(msg.find("funnel did not make"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("FUNNEL_RUN_DIR"), std::string::npos) << msg;
+  remove_run_dir_files(dir, true);  // what a stopping server would do: it is not funnel's
+  EXPECT_TRUE(fs::exists(dir / "channel.notes"));
 }
 
 WATCHED_TEST(RunDir, DefaultNamesAndPaths) {

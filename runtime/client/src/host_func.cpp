@@ -144,6 +144,7 @@ class HostFuncs {
     int idle = 0;
     while (!stop_) {
       if (pending_ == 0) {
+        stalled_since_.reset();
         cv_.wait_for(lk, milliseconds(200));
         idle = 0;
         continue;
@@ -156,8 +157,10 @@ class HostFuncs {
       }
       if (run_one(lk, failed)) {
         idle = 0;
+        stalled_since_.reset();
         continue;
       }
+      report_long_stall();
       // Nothing reached yet: spin briefly, then sleep in short slices (the GPU's store
       // wakes nobody).
       if (++idle < 64) {
@@ -170,7 +173,29 @@ class HostFuncs {
     }
   }
 
+  // Host functions whose streams have not reached them for long are said once, with the
+  // words they wait on (a hang's first clue).  Called with mu_ held.
+  void report_long_stall() {
+    const auto now = std::chrono::steady_clock::now();
+    if (!stalled_since_) stalled_since_ = now;
+    if (stall_reported_ || now - *stalled_since_ < Runtime::kLongWait) return;
+    stall_reported_ = true;
+    std::string what;
+    for (const auto& [key, pair] : pairs_) {
+      if (pair.queue.empty()) continue;
+      what += fmt::format("{}stream {} of device {}: {} queued, reached word {} shows {} for generation {}, done word "
+                          "{} shows {}",
+                          what.empty() ? "" : "; ", key.second, key.first, pair.queue.size(), pair.reached,
+                          rt_.view().event_state(pair.reached).load(), pair.queue.front().gen, pair.done,
+                          rt_.view().event_state(pair.done).load());
+    }
+    log_error(fmt::format("funnel: host functions have waited {} s for their streams to reach them: {}",
+                          Runtime::kLongWait.count(), what));
+  }
+
   Runtime& rt_;
+  std::optional<std::chrono::steady_clock::time_point> stalled_since_;
+  bool stall_reported_ = false;
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<StreamKey, Pair> pairs_;

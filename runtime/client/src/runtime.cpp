@@ -429,13 +429,27 @@ ipc::WaitOptions Runtime::wait_options() noexcept {
   return o;
 }
 
-Status Runtime::wait_reply(uint32_t slot, uint64_t seq, Reply* reply) noexcept {
+Status Runtime::wait_reply(uint32_t slot, uint64_t seq, Reply* reply, Opcode op) noexcept {
   auto& rs = view_.reply(slot);
   auto& c = view_.completion();
   // Answered by the worker (rs.seq) or by the GPU itself (the reply word).
   auto& word = view_.reply_word(slot);
   auto done = [&] { return ipc::reply_arrived(rs, word, seq); };
-  const bool ok = ipc::wait_until(c.reply_epoch, done, [&] { return gone(); }, wait_options());
+  // A call may wait as long as its GPU work runs; one that waits this long is said, once, with
+  // what it waits for (a hang's first clue: the slot and the word as this process sees them).
+  const auto since = std::chrono::steady_clock::now();
+  bool said = false;
+  auto give_up = [&] {
+    if (!said && std::chrono::steady_clock::now() - since > kLongWait) {
+      said = true;
+      log_error(fmt::format("funnel: a call (opcode {}) has waited {} s for funnel-server and waits on: reply slot {}, "
+                            "seq {}; the slot shows seq {}, its word {} (pid {})",
+                            static_cast<int>(op), kLongWait.count(), slot, seq, rs.seq.load(), word.load(),
+                            ::getpid()));
+    }
+    return gone();
+  };
+  const bool ok = ipc::wait_until(c.reply_epoch, done, give_up, wait_options());
   if (!ok) return Status::DevicesUnavailable;  // the slot stays taken: a late reply may still land in it
   Reply r;
   r.status = static_cast<Status>(rs.status);
@@ -467,7 +481,7 @@ Status Runtime::call(Opcode op, int device, uint64_t stream, const void* payload
   if (slot < 0) return Status::DevicesUnavailable;
   const uint64_t seq = write_record(op, device, stream, static_cast<uint32_t>(slot), payload, n);
   if (seq == 0) return Status::DevicesUnavailable;
-  Status s = wait_reply(static_cast<uint32_t>(slot), seq, reply);
+  Status s = wait_reply(static_cast<uint32_t>(slot), seq, reply, op);
   if (s == Status::DevicesUnavailable && dead_.load()) return s;
   if (looks && s == Status::Success) mark_idle(stream, posts);
   // A late store of an older count only makes the legacy stream look busy.
@@ -486,7 +500,7 @@ Status Runtime::ask(Opcode op, int device, const void* payload, uint32_t n, std:
   if (slot < 0) return Status::DevicesUnavailable;
   const uint64_t seq = write_record(op, device, 0, static_cast<uint32_t>(slot), payload, n, trailing);
   if (seq == 0) return Status::DevicesUnavailable;
-  return wait_reply(static_cast<uint32_t>(slot), seq, reply);
+  return wait_reply(static_cast<uint32_t>(slot), seq, reply, op);
 }
 
 Status Runtime::post(Opcode op, int device, uint64_t stream, const void* payload, uint32_t n,

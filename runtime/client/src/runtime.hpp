@@ -114,6 +114,9 @@ class Runtime {
   // A command that waits for its reply (and takes the deferred error).  StreamSynchronize
   // and StreamQuery of a stream known idle are answered here (doc/design/channel.md,
   // "Idle streams"): the deferred or sticky error, no round trip.
+  // A call (or a host function) that waits longer than this says so on stderr, once, with
+  // what it waits for.
+  static constexpr std::chrono::seconds kLongWait{30};
   Status call(Opcode op, int device, uint64_t stream, const void* payload, uint32_t n, Reply* reply = nullptr) noexcept;
   // A round trip whose status is the command's own: the deferred error of earlier work
   // stays for the next synchronising call (module, kernel and symbol look-ups).
@@ -202,7 +205,7 @@ class Runtime {
 
  private:
   Status attach_locked() noexcept;
-  Status wait_reply(uint32_t slot, uint64_t seq, Reply* reply) noexcept;
+  Status wait_reply(uint32_t slot, uint64_t seq, Reply* reply, Opcode op) noexcept;
   uint64_t write_record(Opcode op, int device, uint64_t stream, uint32_t reply_slot, const void* payload,
                         uint32_t n, std::span<const std::byte> trailing = {}) noexcept;
   // write_record's body: the caller holds ring_mu_; 0 once give_up() fired.

@@ -24,6 +24,12 @@ namespace {
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
+// Whether the directory is marked as funnel's (its text may still be on its way).
+bool marked(const fs::path& dir) {
+  struct stat st {};
+  return ::lstat((dir / kRunDirMarker).c_str(), &st) == 0;
+}
+
 // The marker's text, "" when there is none.
 std::string marker_of(const fs::path& dir) {
   const int fd = ::open((dir / kRunDirMarker).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -128,8 +134,10 @@ void ensure_run_dir(const fs::path& dir) {
     write_marker(dir, true);
     return;
   }
-  if (!marker_of(dir).empty()) return;
-  if (const std::string other = foreign_entry(dir); !other.empty())
+  if (marked(dir)) return;
+  // funnel marks a directory before it makes anything in it: a file seen here while the
+  // marker is there by now was funnel's (another process adopted the directory meanwhile).
+  if (const std::string other = foreign_entry(dir); !other.empty() && !marked(dir))
     throw std::runtime_error(fmt::format("the run directory {} holds files funnel did not make (e.g. '{}'); funnel "
                                          "removes the files it makes there and the directory when the server stops, "
                                          "so it needs one of its own: set FUNNEL_RUN_DIR to a new or empty directory",
@@ -138,6 +146,7 @@ void ensure_run_dir(const fs::path& dir) {
 }
 
 void remove_run_dir_files(const fs::path& dir, bool socket_too) {
+  if (!marked(dir)) return;  // not funnel's: nothing in it is
   const bool created = marker_of(dir) == "created";
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
@@ -146,20 +155,26 @@ void remove_run_dir_files(const fs::path& dir, bool socket_too) {
     const pid_t bound_by = ipc::listening_name_pid(name);
     const bool unlinked_socket = bound_by != 0 && ::kill(bound_by, 0) != 0 && errno == ESRCH;
     const bool ours = starts_with(name, ipc::kChannelFilePrefix) || starts_with(name, ipc::kPinnedFilePrefix) ||
-                      unlinked_socket || (socket_too && (name == ipc::kSocketName || name == ipc::kStartLockName ||
-                                                         starts_with(name, kRunDirMarker)));
+                      unlinked_socket || (socket_too && (name == ipc::kSocketName || name == ipc::kStartLockName));
     if (ours) {
       std::error_code rm;
       fs::remove(e.path(), rm);
     }
   }
+  if (!socket_too) return;
+  // The marker last: a process starting meanwhile sees funnel's files only beside it.
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (starts_with(e.path().filename().string(), kRunDirMarker)) {
+      std::error_code rm;
+      fs::remove(e.path(), rm);
+    }
   // rmdir fails where anything else is left: that stays, and so does the directory.
-  if (socket_too && created) ::rmdir(dir.c_str());
+  if (created) ::rmdir(dir.c_str());
 }
 
 bool reclaim_dead_run_dir(const fs::path& dir) noexcept {
   try {
-    if (marker_of(dir).empty() || !no_server_listens(dir)) return false;
+    if (!marked(dir) || !no_server_listens(dir)) return false;
     // The start lock keeps us from removing the files of a server being started now.
     const int lock = ::open(start_lock_path(dir).c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (lock < 0) return false;

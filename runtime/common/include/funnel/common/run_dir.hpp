@@ -22,7 +22,8 @@ void ensure_run_dir(const std::filesystem::path& dir);
 
 // Removes what funnel made in `dir`: channel and pinned files, the socket (its file and a
 // dead server's half-bound name), the start lock and the marker, and the directory itself
-// when funnel created it and nothing else is left.  Files of other names stay.
+// when funnel created it and nothing else is left.  Files of other names stay, and so does
+// everything in a directory without the marker.
 void remove_run_dir_files(const std::filesystem::path& dir, bool socket_too);
 
 // True when connecting to the run directory's socket is refused or finds no socket: no

@@ -947,38 +947,47 @@ TEST_F(ServerTest, AutoAnswersACrowdedCopyByTheWorkerWhenItsWordIsLate) {
   c.detach();
 }
 
+// A store of the sim backend held back until the test lets it go (SimOptions::before_store),
+// shared with the stream's thread, which may run it after the test body: let go at the end of
+// the body whatever happened (OpenAtExit).
+struct HeldStore {
+  std::mutex m;
+  std::condition_variable cv;
+  uint32_t value = 0;  // the store to hold back (0: none)
+  bool let_go = false;
+  void hold(uint32_t v) {
+    std::lock_guard lk(m);
+    value = v;
+  }
+  void open() {
+    {
+      std::lock_guard lk(m);
+      let_go = true;
+    }
+    cv.notify_all();
+  }
+  // For SimOptions::before_store.
+  static std::function<void(uint32_t)> hook(const std::shared_ptr<HeldStore>& g) {
+    return [g](uint32_t v) {
+      std::unique_lock lk(g->m);
+      if (g->value != 0 && v == g->value) g->cv.wait(lk, [&] { return g->let_go; });
+    };
+  }
+  struct OpenAtExit {
+    std::shared_ptr<HeldStore> g;
+    ~OpenAtExit() { g->open(); }
+  };
+};
+
 // The late store of a raced call (answered by its event) can land after the client took the
 // slot again for a call answered by its own stream write, and after the worker saw that word:
 // over the later call's answer, before the client (asleep) read it.  Seen on the H100 in the
 // soak: a client waiting forever (1 run in about 4000), its worker idle.  Such a call is
 // answered through the slot as well, as long as the earlier store is still to land.
 TEST_F(ServerTest, ALateStoreOfAnEarlierCallCannotHideALaterAnswer) {
-  // The store to hold back (0: none), shared with the sim's stream thread, which may run it
-  // after this body: let go at the end of the body whatever happened.
-  struct StoreGate {
-    std::mutex m;
-    std::condition_variable cv;
-    uint32_t held_value = 0;
-    bool let_go = false;
-    void open() {
-      {
-        std::lock_guard lk(m);
-        let_go = true;
-      }
-      cv.notify_all();
-    }
-  };
-  auto gate = std::make_shared<StoreGate>();
-  before_store_ = [gate](uint32_t value) {
-    std::unique_lock lk(gate->m);
-    if (gate->held_value != 0 && value == gate->held_value) gate->cv.wait(lk, [&] { return gate->let_go; });
-  };
-  struct OpenAtExit {
-    std::shared_ptr<StoreGate> g;
-    ~OpenAtExit() { g->open(); }
-  } open_at_exit{gate};
-  auto& m = gate->m;
-  auto& held_value = gate->held_value;
+  auto gate = std::make_shared<HeldStore>();
+  before_store_ = HeldStore::hook(gate);
+  const HeldStore::OpenAtExit open_at_exit{gate};
   start_server(GpuReplies::Auto);
   Crowded s(run_dir_, 0x5a);
   ASSERT_TRUE(s.ready());
@@ -988,10 +997,7 @@ TEST_F(ServerTest, ALateStoreOfAnEarlierCallCannotHideALaterAnswer) {
   for (int i = 0; i < 100; ++i) ASSERT_EQ(c.call(Opcode::Fence).status, Status::Success);
   // Crowded (the held copy is on the GPU): a kernel store, raced by an event; the store waits.
   const uint64_t first = c.seq() + 1;
-  {
-    std::lock_guard lk(m);
-    held_value = static_cast<uint32_t>(first);
-  }
+  gate->hold(static_cast<uint32_t>(first));
   ASSERT_EQ(c.send(Opcode::Copy, &s.cp, sizeof s.cp, slot, 0, 0), first);
   ASSERT_EQ(c.wait(slot, first).status, Status::Success);
   ASSERT_EQ(c.view().reply(slot).seq.load(), first) << "the worker did not answer by the event";
@@ -1009,6 +1015,36 @@ TEST_F(ServerTest, ALateStoreOfAnEarlierCallCannotHideALaterAnswer) {
   EXPECT_EQ(c.wait(slot, second, std::chrono::seconds(3)).status, Status::Success) << "the answer was lost";
   EXPECT_TRUE(s.copied());
   s.busy.detach();
+  c.detach();
+}
+
+// A GPU's store to host memory can become visible after its stream reports idle: the worker
+// then answers the call through the slot (done by the stream's state, the word not there), and
+// the store that lands afterwards must not hide the next call's answer on the slot either.
+TEST_F(ServerTest, AStoreSeenAfterItsStreamWentIdleCannotHideALaterAnswer) {
+  auto gate = std::make_shared<HeldStore>();
+  before_store_ = HeldStore::hook(gate);
+  store_after_idle_ = [gate](uint32_t v) { return v == gate->value; };
+  const HeldStore::OpenAtExit open_at_exit{gate};
+  TestClient c = start_with_gpu_replies(GpuReplies::Always);
+  ASSERT_TRUE(c.ok());
+  const uint64_t a = c.alloc(4096), b = c.alloc(4096);
+  const ipc::CopyCmd cp = device_copy(a, b, 4096);
+  const uint32_t slot = 3;
+  const uint64_t first = c.seq() + 1;
+  gate->hold(static_cast<uint32_t>(first));
+  ASSERT_EQ(c.send(Opcode::Copy, &cp, sizeof cp, slot, 0, 0), first);
+  ASSERT_EQ(c.wait(slot, first).status, Status::Success);
+  ASSERT_EQ(c.view().reply(slot).seq.load(), first) << "not answered by the worker (the store is held)";
+  c.create_stream(7, ipc::kStreamNonBlocking);
+  c.view().reply_word(slot).store(0);  // the client takes the slot again
+  const uint64_t second = c.send(Opcode::Copy, &cp, sizeof cp, slot, 7, 0);
+  EXPECT_TRUE(eventually([&] { return c.view().reply_word(slot).load() == static_cast<uint32_t>(second); }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the worker saw it
+  gate->open();
+  EXPECT_TRUE(eventually([&] { return c.view().reply_word(slot).load() == static_cast<uint32_t>(first); }))
+      << "the held store never landed";
+  EXPECT_EQ(c.wait(slot, second, std::chrono::seconds(3)).status, Status::Success) << "the answer was lost";
   c.detach();
 }
 

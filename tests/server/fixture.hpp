@@ -111,6 +111,7 @@ class ServerTest : public ::testing::Test {
     so.kernel_stores = kernel_stores_;
     so.stream_write_value = stream_write_value_;
     so.before_store = before_store_;
+    so.store_after_idle = store_after_idle_;
     auto backend = server::make_sim_backend(so);
     backend_ = backend.get();
     server_ = std::make_unique<server::Server>(std::move(o), std::move(backend));
@@ -153,6 +154,7 @@ class ServerTest : public ::testing::Test {
   bool kernel_stores_ = true;                        // SimOptions::kernel_stores, likewise
   std::function<uint32_t(uint32_t)> stream_write_value_;  // SimOptions::stream_write_value, likewise
   std::function<void(uint32_t)> before_store_;             // SimOptions::before_store, likewise
+  std::function<bool(uint32_t)> store_after_idle_;         // SimOptions::store_after_idle, likewise
   std::thread thread_;
   std::atomic<bool> finished_{false};
 };

@@ -313,6 +313,7 @@ class SimBackend final : public Backend {
             kernel_stores_.load(std::memory_order_relaxed)};
   }
   ~SimBackend() override {
+    for (auto& t : late_threads_) t.join();  // stores held by a test (SimOptions::store_after_idle)
     dying_ = true;
     std::lock_guard lk(m_);
     for (auto& [addr, a] : allocs_) release_memory(addr, a);
@@ -943,9 +944,18 @@ class SimBackend final : public Backend {
     // As on a GPU, a stream stops at a fault: what it would have stored after it never lands.
     stream(s).enqueue([this, &word, value, device = static_cast<size_t>(s.device())] {
       if (options_.stream_write_delay.count() > 0) std::this_thread::sleep_for(options_.stream_write_delay);
-      if (options_.before_store) options_.before_store(value);
-      if (faulted_[device].load(std::memory_order_acquire)) return;
-      word.store(options_.stream_write_value ? options_.stream_write_value(value) : value, std::memory_order_release);
+      auto land = [this, &word, value, device] {
+        if (options_.before_store) options_.before_store(value);
+        if (faulted_[device].load(std::memory_order_acquire)) return;
+        word.store(options_.stream_write_value ? options_.stream_write_value(value) : value, std::memory_order_release);
+      };
+      if (options_.store_after_idle && options_.store_after_idle(value)) {
+        // The stream goes on (and may report idle) before the store is seen.
+        std::lock_guard lk(late_m_);
+        late_threads_.emplace_back(land);
+        return;
+      }
+      land();
     });
     return Status::Success;
   }
@@ -1021,6 +1031,8 @@ class SimBackend final : public Backend {
   std::atomic<uint64_t> events_created_{0}, event_queries_{0}, stream_queries_{0}, stream_writes_{0}, kernel_stores_{0};
   std::mutex log_m_;
   std::ofstream log_;
+  std::mutex late_m_;
+  std::vector<std::thread> late_threads_;
 };
 
 }  // namespace

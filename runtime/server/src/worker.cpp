@@ -550,7 +550,7 @@ void Worker::finish(Pending& p, Status first, bool word_seen) {
     // The event came first: the worker answers (the stream's write lands later, on a word
     // the client then ignores or has cleared, or over a later call's answer there: see below).
     reply(p.slot, p.seq, st, p.values);
-    if (p.stream != nullptr) late_stores_.push_back({p.slot, p.stream});
+    if (p.stream != nullptr) late_stores_.push_back({p.slot, p.word_value, p.stream});
   } else if (p.gpu_reply && st == Status::Success) {
     // A staging state's entry (no reply slot) woke its own sleepers in `done`.  The slot
     // answers too where the word may not keep this call's value: it does not show it now (a
@@ -558,7 +558,11 @@ void Worker::finish(Pending& p, Status first, bool word_seen) {
     // it), or such a write is still to land (it would land over it before a sleeping client
     // reads it, and the client would wait forever).  A client that moved on ignores an older seq.
     if (p.slot != ipc::kNoReply) {
-      if (!word_landed(p) || late_store_pending(p.slot))
+      const bool landed = word_landed(p);
+      // Done by its stream's state without its value in the word: this call's own store may
+      // still become visible (after the stream reported idle), over a later call's answer.
+      if (!landed && p.stream != nullptr) late_stores_.push_back({p.slot, p.word_value, p.stream});
+      if (!landed || late_store_pending(p.slot))
         reply(p.slot, p.seq, st, p.values);
       else
         wake_sleeping_client();
@@ -580,13 +584,27 @@ void Worker::finish(Pending& p, Status first, bool word_seen) {
 
 bool Worker::late_store_pending(uint32_t slot) {
   bool pending = false;
+  const auto now = Clock::now();
   for (size_t i = 0; i < late_stores_.size();) {
     LateStore& l = late_stores_[i];
-    // An idle stream has run its store; a faulted one never will.
-    if ((l.slot == slot || late_stores_.size() > kMaxLateStores) && backend_.query(*l.stream) != Status::NotReady) {
-      l = std::move(late_stores_.back());
-      late_stores_.pop_back();
-      continue;
+    if (l.slot == slot || late_stores_.size() > kMaxLateStores) {
+      bool gone = view_.reply_word(l.slot).load(std::memory_order_acquire) == l.value;  // it landed
+      if (!gone) {
+        const Status q = backend_.query(*l.stream);
+        if (q != Status::NotReady && q != Status::Success) {
+          gone = true;  // a faulted stream never stores
+        } else if (q == Status::Success) {
+          // Run, but a store to host memory can become visible a little after its stream
+          // reports idle: only a while after that is it surely there.
+          if (l.idle_since == Clock::time_point{}) l.idle_since = now;
+          gone = now - l.idle_since > kLateStoreVisible;
+        }
+      }
+      if (gone) {
+        l = std::move(late_stores_.back());
+        late_stores_.pop_back();
+        continue;
+      }
     }
     pending = pending || l.slot == slot;
     ++i;

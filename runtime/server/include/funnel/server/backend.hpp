@@ -272,6 +272,10 @@ struct SimOptions {
   // Tests only: called on the stream's thread just before a stream write or kernel store of
   // `value` lands (to hold one back while the stream waits, as a GPU's store behind other work).
   std::function<void(uint32_t)> before_store;
+  // Tests only: a store of a value for which this returns true is seen only after its stream
+  // went on (it lands from another thread, after before_store), as a GPU's store to host
+  // memory may become visible after its stream reports idle.
+  std::function<bool(uint32_t)> store_after_idle;
   // Each sim stream is a thread of the server: a client may hold this many, no more (one
   // client's thousands of streams must not slow the others or the machine).
   uint32_t max_streams_per_client = 512;

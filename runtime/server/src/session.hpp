@@ -450,22 +450,6 @@ class Worker {
   std::chrono::steady_clock::time_point idle_since_{};  // the last work done (turn)
   std::chrono::steady_clock::time_point no_spin_until_{};  // back_off()
   std::chrono::steady_clock::time_point last_sweep_{};  // the last GPU busy sweep (worker.cpp)
-  // Stores of a reply word that may still land for calls the worker answered itself (a raced
-  // call's event came before its kernel store; a call done by its stream's state before its
-  // store was visible): until the word showed the value, or the stream has been idle for
-  // kLateStoreVisible, a later GPU-answered call on that slot is answered through the slot as
-  // well (finish(); doc/design/channel.md, "The late store of a raced call").
-  struct LateStore {
-    uint32_t slot;
-    uint32_t value;
-    std::shared_ptr<BackendStream> stream;
-    std::chrono::steady_clock::time_point idle_since{};  // when its stream was first seen idle
-  };
-  static constexpr size_t kMaxLateStores = 64;  // past this, every check prunes them all
-  static constexpr std::chrono::milliseconds kLateStoreVisible{50};
-  std::vector<LateStore> late_stores_;
-  // Whether a late store for `slot` may still land; forgets those that surely did.
-  bool late_store_pending(uint32_t slot);
   uint64_t next_pinned_id_ = 1;
   bool stream_limit_logged_ = false;  // the backend's stream limit was reported once
   std::vector<Pending> pending_;

@@ -547,26 +547,15 @@ void Worker::finish(Pending& p, Status first, bool word_seen) {
   Status st = p.done ? p.done(first) : first;
   if (st == Status::Success && p.fill) st = p.fill(p.values);
   if (p.race && !word_seen && st == Status::Success) {
-    // The event came first: the worker answers (the stream's write lands later, on a word
-    // the client then ignores or has cleared, or over a later call's answer there: see below).
+    // The event came first: the worker answers (the word's store lands later).
     reply(p.slot, p.seq, st, p.values);
-    if (p.stream != nullptr) late_stores_.push_back({p.slot, p.word_value, p.stream});
   } else if (p.gpu_reply && st == Status::Success) {
-    // A staging state's entry (no reply slot) woke its own sleepers in `done`.  The slot
-    // answers too where the word may not keep this call's value: it does not show it now (a
-    // late stream write of an earlier call on the slot, answered by its event, landed over
-    // it), or such a write is still to land (it would land over it before a sleeping client
-    // reads it, and the client would wait forever).  A client that moved on ignores an older seq.
-    if (p.slot != ipc::kNoReply) {
-      const bool landed = word_landed(p);
-      // Done by its stream's state without its value in the word: this call's own store may
-      // still become visible (after the stream reported idle), over a later call's answer.
-      if (!landed && p.stream != nullptr) late_stores_.push_back({p.slot, p.word_value, p.stream});
-      if (!landed || late_store_pending(p.slot))
-        reply(p.slot, p.seq, st, p.values);
-      else
-        wake_sleeping_client();
-    }
+    // A staging state's entry (no reply slot) woke its own sleepers in `done`.  A call the
+    // GPU answered is answered through the slot as well: a store to a reply word can become
+    // visible late (a raced call's kernel store after its event; a store after its stream
+    // reported idle, seen on the H100 a dozen calls later), over a later call's answer in
+    // the word, and a client asleep then would never see its own.  The slot's seq stays.
+    if (p.slot != ipc::kNoReply) reply(p.slot, p.seq, st, p.values);
   } else if (p.gpu_reply && word_landed(p)) {
     // The GPU answered before a later fault made the event report it: the client may have
     // reused the slot since, so it gets the fault at its next call instead.
@@ -580,36 +569,6 @@ void Worker::finish(Pending& p, Status first, bool word_seen) {
     h.reply_slot = ipc::kNoReply;
     fail(h, st);
   }
-}
-
-bool Worker::late_store_pending(uint32_t slot) {
-  bool pending = false;
-  const auto now = Clock::now();
-  for (size_t i = 0; i < late_stores_.size();) {
-    LateStore& l = late_stores_[i];
-    if (l.slot == slot || late_stores_.size() > kMaxLateStores) {
-      bool gone = view_.reply_word(l.slot).load(std::memory_order_acquire) == l.value;  // it landed
-      if (!gone) {
-        const Status q = backend_.query(*l.stream);
-        if (q != Status::NotReady && q != Status::Success) {
-          gone = true;  // a faulted stream never stores
-        } else if (q == Status::Success) {
-          // Run, but a store to host memory can become visible a little after its stream
-          // reports idle: only a while after that is it surely there.
-          if (l.idle_since == Clock::time_point{}) l.idle_since = now;
-          gone = now - l.idle_since > kLateStoreVisible;
-        }
-      }
-      if (gone) {
-        l = std::move(late_stores_.back());
-        late_stores_.pop_back();
-        continue;
-      }
-    }
-    pending = pending || l.slot == slot;
-    ++i;
-  }
-  return pending;
 }
 
 void Worker::reap_landed() {

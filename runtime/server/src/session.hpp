@@ -144,7 +144,8 @@ struct Pending {
   std::array<uint64_t, 5> values{};
   bool answered = false;
   // The GPU answers the client itself (ChannelHeader::reply_words_offset): on success the
-  // worker only wakes a client thread that went to sleep; on failure it replies as usual.
+  // worker answers through the slot as well once it saw the work done (a late store to the
+  // word could hide the answer: Worker::finish); on failure it replies as usual.
   bool gpu_reply = false;
   // A GPU-answered call watches no event (one driver call fewer per waited copy): it is done
   // once its reply word holds seq's low half, once the client sent a later call on the slot

@@ -302,8 +302,8 @@ class Worker {
   // Answers every completed pending entry; true if any completed.
   bool poll_pending();
   // What poll_pending does with an entry that completed (with `first`, the first error among
-  // its events; word_seen: its word landed), before it leaves pending_.
-  void finish(Pending& p, Status first, bool word_seen);
+  // its events), before it leaves pending_.
+  void finish(Pending& p, Status first);
   // Completes the entries whose word the GPU has stored, without asking the driver (an entry
   // still counted in CallsInFlight would make this client's next call look crowded).
   void reap_landed();

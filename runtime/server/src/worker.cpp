@@ -535,7 +535,7 @@ bool Worker::poll_pending() {
       ++i;
       continue;
     }
-    finish(p, first, word_seen);
+    finish(p, first);
     take_pending(i);
     progressed = true;
   }
@@ -543,18 +543,16 @@ bool Worker::poll_pending() {
   return progressed;
 }
 
-void Worker::finish(Pending& p, Status first, bool word_seen) {
+void Worker::finish(Pending& p, Status first) {
   Status st = p.done ? p.done(first) : first;
   if (st == Status::Success && p.fill) st = p.fill(p.values);
-  if (p.race && !word_seen && st == Status::Success) {
-    // The event came first: the worker answers (the word's store lands later).
-    reply(p.slot, p.seq, st, p.values);
-  } else if (p.gpu_reply && st == Status::Success) {
+  if (p.gpu_reply && st == Status::Success) {
     // A staging state's entry (no reply slot) woke its own sleepers in `done`.  A call the
-    // GPU answered is answered through the slot as well: a store to a reply word can become
-    // visible late (a raced call's kernel store after its event; a store after its stream
-    // reported idle, seen on the H100 a dozen calls later), over a later call's answer in
-    // the word, and a client asleep then would never see its own.  The slot's seq stays.
+    // GPU answers (or its raced event did first) is answered through the slot as well: a
+    // store to a reply word can become visible late (a raced call's kernel store after its
+    // event; a store after its stream reported idle, seen on the H100 a dozen calls later),
+    // over a later call's answer in the word, and a client asleep then would never see its
+    // own.  The slot's seq stays.
     if (p.slot != ipc::kNoReply) reply(p.slot, p.seq, st, p.values);
   } else if (p.gpu_reply && word_landed(p)) {
     // The GPU answered before a later fault made the event report it: the client may have
@@ -579,7 +577,7 @@ void Worker::reap_landed() {
       continue;
     }
     if (p.urgent() && urgent_pending_ > 0) --urgent_pending_;
-    finish(p, Status::Success, true);
+    finish(p, Status::Success);
     take_pending(i);
   }
 }

@@ -151,7 +151,8 @@ void Server::Impl::accept_connections() {
       if (errno == EMFILE || errno == ENFILE) {
         // Out of descriptors: answer the waiting peer through the spare one, or stop
         // accepting a while (a listening socket stays readable: retrying at once would spin).
-        if (!shed_one_connection(errno)) pause_accepting();
+        const int err = errno;  // shedding makes calls of its own
+        if (!shed_one_connection(err)) pause_accepting(err);
         if (!accept_paused_until) continue;
       } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
         spdlog::warn("accept: {}", std::strerror(errno));
@@ -210,9 +211,9 @@ bool Server::Impl::shed_one_connection(int err) {
   return static_cast<bool>(fd);
 }
 
-void Server::Impl::pause_accepting() {
+void Server::Impl::pause_accepting(int err) {
   if (accept_paused_until) return;
-  spdlog::error("accept: {}; accepting again in {} ms", descriptor_shortage(errno), kAcceptPause.count());
+  spdlog::error("accept: {}; accepting again in {} ms", descriptor_shortage(err), kAcceptPause.count());
   unwatch(listen_fd.get());
   accept_paused_until = Clock::now() + kAcceptPause;
 }

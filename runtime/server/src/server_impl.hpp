@@ -106,7 +106,7 @@ struct Server::Impl {
   // spare descriptor.
   bool shed_one_connection(int err);
   std::string descriptor_shortage(int err) const;
-  void pause_accepting();
+  void pause_accepting(int err);
   void resume_accepting();
   // Closes the connections older than options.hello_timeout that never attached.
   void expire_connections();

@@ -14,6 +14,7 @@
 
 #include "funnel/common/run_dir.hpp"
 #include "funnel/ipc/protocol.hpp"
+#include "funnel/ipc/socket.hpp"
 #include "watchdog.hpp"
 
 namespace funnel {
@@ -162,6 +163,36 @@ WATCHED_TEST(RunDir, RefusesADirectoryOfOtherFiles) {
   EXPECT_NE(msg.find("FUNNEL_RUN_DIR"), std::string::npos) << msg;
   remove_run_dir_files(dir, true);  // what a stopping server would do: it is not funnel's
   EXPECT_TRUE(fs::exists(dir / "channel.notes"));
+}
+
+// A client that saw its server's connection hang up reclaims the run directory; the
+// listening socket of a server being killed can still take connections for a moment,
+// so the client first waits for the server process to have exited.
+WATCHED_TEST(RunDir, ReclaimingWaitsForTheDyingServersListeningSocket) {
+  TempBase base;
+  const fs::path dir = base.path() / "run";
+  ensure_run_dir(dir);
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t server = ::fork();
+  ASSERT_GE(server, 0);
+  if (server == 0) {
+    ipc::UniqueFd sock = ipc::listen_seqpacket(socket_path(dir));
+    if (::write(ready[1], "r", 1) != 1) ::_exit(2);
+    ::usleep(300'000);
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ::close(ready[0]);
+  EXPECT_FALSE(reclaim_dead_run_dir(dir)) << "a listening server's files were removed";
+  EXPECT_TRUE(fs::exists(dir / ipc::kSocketName));
+  EXPECT_TRUE(reclaim_dead_run_dir(dir, server)) << "the exited server's files stay";
+  EXPECT_FALSE(fs::exists(dir));
+  int status = 0;
+  ASSERT_EQ(::waitpid(server, &status, 0), server);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 WATCHED_TEST(RunDir, DefaultNamesAndPaths) {

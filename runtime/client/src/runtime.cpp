@@ -287,7 +287,7 @@ void Runtime::mark_dead() noexcept {
                     dir));
       // A killed server left its files (channels, pinned buffers: /dev/shm memory): the
       // first client to notice removes them, unless a server is being started there again.
-      if (settings_) reclaim_dead_run_dir(settings_->run_dir);
+      if (settings_) reclaim_dead_run_dir(settings_->run_dir, view_.header().server_pid);
     }
   }
   dead_.store(true);

@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "funnel/common/launcher.hpp"
 #include "funnel/ipc/protocol.hpp"
 #include "funnel/ipc/socket.hpp"
 
@@ -172,8 +173,16 @@ void remove_run_dir_files(const fs::path& dir, bool socket_too) {
   if (created) ::rmdir(dir.c_str());
 }
 
-bool reclaim_dead_run_dir(const fs::path& dir) noexcept {
+bool reclaim_dead_run_dir(const fs::path& dir, pid_t server_pid) noexcept {
   try {
+    // The connection's hang-up can come before the dying server's listening socket is
+    // closed (the kernel closes a killed process's descriptors one by one): a connect then
+    // still succeeds.  A zombie or a vanished process has closed them all.
+    for (int i = 0; i < 200 && server_pid > 0; ++i) {
+      const char state = process_state(server_pid);
+      if (state == '\0' || state == 'Z' || state == 'X') break;
+      ::usleep(10'000);
+    }
     if (!marked(dir) || !no_server_listens(dir)) return false;
     // The start lock keeps us from removing the files of a server being started now.
     const int lock = ::open(start_lock_path(dir).c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);

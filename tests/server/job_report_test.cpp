@@ -1,7 +1,7 @@
-// The job report's pieces (runtime/server/src/job_report.hpp) without a server: the bounded
+// The job report's pieces (runtime/server/src/control/job_report.hpp) without a server: the bounded
 // ledger of departed clients, the ordering and the table of the text, the JSON, and a report
 // that cannot be written.  tests/client/job_report.sh runs the whole of it on a sim server.
-#include "../../runtime/server/src/job_report.hpp"
+#include "control/job_report.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -3,7 +3,7 @@
 
 #include <chrono>
 
-#include "../../runtime/server/src/poll_throttle.hpp"
+#include "session/poll_throttle.hpp"
 
 namespace funnel::server {
 namespace {

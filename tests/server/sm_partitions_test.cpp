@@ -1,6 +1,6 @@
-// SmPartitions (runtime/server/src/sm_partitions.hpp) over the sim backend, which splits
+// SmPartitions (runtime/server/src/placement/sm_partitions.hpp) over the sim backend, which splits
 // its 132 SMs as the driver splits an H100's: 15 groups of 8 SMs, 12 left over.
-#include "../../runtime/server/src/sm_partitions.hpp"
+#include "placement/sm_partitions.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,12 +1,12 @@
 // SubmitOrder: the per-GPU ticket lock that workers on cores of their own take around a
-// waited copy (runtime/server/src/submit_order.hpp).
+// waited copy (runtime/server/src/loop/submit_order.hpp).
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <thread>
 #include <vector>
 
-#include "../../runtime/server/src/submit_order.hpp"
+#include "loop/submit_order.hpp"
 
 namespace funnel::server {
 namespace {

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "../../runtime/server/src/thread_placement.hpp"
+#include "placement/thread_placement.hpp"
 #include "funnel/affinity/cpu_list.hpp"
 
 namespace funnel::server {

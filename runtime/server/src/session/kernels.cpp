@@ -12,9 +12,9 @@
 #include <spdlog/spdlog.h>
 
 #include "funnel/ipc/futex.hpp"
-#include "module_cache.hpp"
-#include "session.hpp"
-#include "validation.hpp"
+#include "session/module_cache.hpp"
+#include "session/session.hpp"
+#include "session/validation.hpp"
 
 namespace funnel::server {
 namespace {

@@ -1,4 +1,4 @@
-#include "device_health.hpp"
+#include "loop/device_health.hpp"
 
 namespace funnel::server {
 

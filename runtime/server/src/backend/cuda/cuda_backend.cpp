@@ -27,7 +27,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "cuda_driver.hpp"
+#include "backend/cuda/cuda_driver.hpp"
 #include "funnel/fatbin/fatbin.hpp"
 #include "funnel/server/backend.hpp"
 #include "funnel/server/server.hpp"

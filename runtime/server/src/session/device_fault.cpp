@@ -11,7 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "funnel/ipc/futex.hpp"
-#include "session.hpp"
+#include "session/session.hpp"
 
 namespace funnel::server {
 namespace {

@@ -1,4 +1,4 @@
-#include "validation.hpp"
+#include "session/validation.hpp"
 
 namespace funnel::server {
 

@@ -14,10 +14,10 @@
 #include "funnel/ipc/protocol.hpp"
 #include "funnel/ipc/segment.hpp"
 #include "funnel/ipc/socket.hpp"
-#include "hangup_watcher.hpp"
-#include "session.hpp"
-#include "sm_partitions.hpp"
-#include "worker_group.hpp"
+#include "loop/hangup_watcher.hpp"
+#include "session/session.hpp"
+#include "placement/sm_partitions.hpp"
+#include "loop/worker_group.hpp"
 
 namespace funnel::server {
 

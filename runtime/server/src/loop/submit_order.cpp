@@ -1,4 +1,4 @@
-#include "submit_order.hpp"
+#include "loop/submit_order.hpp"
 
 #include "funnel/ipc/futex.hpp"
 

@@ -1,4 +1,4 @@
-#include "thread_placement.hpp"
+#include "placement/thread_placement.hpp"
 
 #include <dirent.h>
 

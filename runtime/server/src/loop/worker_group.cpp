@@ -1,4 +1,4 @@
-#include "worker_group.hpp"
+#include "loop/worker_group.hpp"
 
 #include <unistd.h>
 
@@ -10,7 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "funnel/ipc/futex.hpp"
-#include "session.hpp"
+#include "session/session.hpp"
 
 namespace funnel::server {
 

@@ -12,8 +12,8 @@
 #include <spdlog/spdlog.h>
 
 #include "funnel/ipc/futex.hpp"
-#include "session.hpp"
-#include "worker_group.hpp"
+#include "session/session.hpp"
+#include "loop/worker_group.hpp"
 
 namespace funnel::server {
 namespace {

@@ -21,7 +21,7 @@
 
 #include "funnel/common/run_dir.hpp"
 #include "funnel/server/check.hpp"
-#include "server_impl.hpp"
+#include "loop/server_impl.hpp"
 
 namespace funnel::server {
 

@@ -1,4 +1,4 @@
-#include "sm_partitions.hpp"
+#include "placement/sm_partitions.hpp"
 
 #include <algorithm>
 #include <array>

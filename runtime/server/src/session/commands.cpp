@@ -13,8 +13,8 @@
 
 #include "funnel/ipc/futex.hpp"
 #include "funnel/ipc/protocol.hpp"
-#include "session.hpp"
-#include "validation.hpp"
+#include "session/session.hpp"
+#include "session/validation.hpp"
 
 namespace funnel::server {
 namespace {

@@ -1,4 +1,4 @@
-#include "module_cache.hpp"
+#include "session/module_cache.hpp"
 
 namespace funnel::server {
 

@@ -15,8 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "counter_ops.hpp"
-#include "cpu_times.hpp"
+#include "session/counter_ops.hpp"
+#include "session/cpu_times.hpp"
 
 namespace funnel::server {
 

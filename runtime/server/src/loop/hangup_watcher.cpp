@@ -1,4 +1,4 @@
-#include "hangup_watcher.hpp"
+#include "loop/hangup_watcher.hpp"
 
 #include <pthread.h>
 #include <sys/epoll.h>
@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <system_error>
 
-#include "session.hpp"
+#include "session/session.hpp"
 
 namespace funnel::server {
 

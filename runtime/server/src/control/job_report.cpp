@@ -1,4 +1,4 @@
-#include "job_report.hpp"
+#include "control/job_report.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -15,7 +15,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "client_session.hpp"
+#include "session/client_session.hpp"
 #include "funnel/common/run_dir.hpp"
 
 namespace funnel::server {

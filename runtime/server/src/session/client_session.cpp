@@ -1,4 +1,4 @@
-#include "client_session.hpp"
+#include "session/client_session.hpp"
 
 #include <unistd.h>
 

@@ -28,12 +28,12 @@
 #include "funnel/ipc/socket.hpp"
 #include "funnel/server/backend.hpp"
 #include "funnel/server/server.hpp"
-#include "counter_ops.hpp"
-#include "cpu_times.hpp"
-#include "device_health.hpp"
-#include "legacy_stream.hpp"
-#include "poll_throttle.hpp"
-#include "submit_order.hpp"
+#include "session/counter_ops.hpp"
+#include "session/cpu_times.hpp"
+#include "loop/device_health.hpp"
+#include "session/legacy_stream.hpp"
+#include "session/poll_throttle.hpp"
+#include "loop/submit_order.hpp"
 
 namespace funnel::server {
 

@@ -14,7 +14,7 @@
 
 #include "funnel/common/text.hpp"
 #include "funnel/ipc/protocol.hpp"
-#include "server_impl.hpp"
+#include "loop/server_impl.hpp"
 
 namespace funnel::server {
 namespace {

@@ -13,14 +13,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "client_session.hpp"
-#include "device_health.hpp"
+#include "session/client_session.hpp"
+#include "loop/device_health.hpp"
 #include "funnel/ipc/socket.hpp"
 #include "funnel/server/server.hpp"
-#include "job_report.hpp"
-#include "module_cache.hpp"
-#include "session.hpp"
-#include "thread_placement.hpp"
+#include "control/job_report.hpp"
+#include "session/module_cache.hpp"
+#include "session/session.hpp"
+#include "placement/thread_placement.hpp"
 
 namespace funnel::server {
 

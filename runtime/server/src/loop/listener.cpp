@@ -22,7 +22,7 @@
 #include "funnel/ipc/socket.hpp"
 #include "funnel/ipc/status.hpp"
 #include "funnel/server/check.hpp"
-#include "server_impl.hpp"
+#include "loop/server_impl.hpp"
 
 namespace funnel::server {
 namespace {

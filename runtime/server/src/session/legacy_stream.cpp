@@ -1,12 +1,12 @@
-#include "legacy_stream.hpp"
+#include "session/legacy_stream.hpp"
 
 #include <chrono>
 
 #include <spdlog/spdlog.h>
 
-#include "counter_ops.hpp"
+#include "session/counter_ops.hpp"
 #include "funnel/ipc/commands.hpp"
-#include "sm_partitions.hpp"
+#include "placement/sm_partitions.hpp"
 
 namespace funnel::server {
 

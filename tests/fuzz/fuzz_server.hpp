@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "funnel/server/server.hpp"
+#include "funnel/server/sim_backend.hpp"
 
 namespace funnel::fuzz {
 

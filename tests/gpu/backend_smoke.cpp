@@ -1,5 +1,5 @@
 // Smoke test of the cuda backend alone (no server, no client): compiled by tests/gpu/run.sh
-// straight from runtime/server/src/backend/cuda/cuda_backend.cpp.  On a machine without a driver it checks
+// straight from runtime/server/src/backend/cuda/*.cpp.  On a machine without a driver it checks
 // that make_cuda_backend() throws the "no driver" error; with a GPU it exercises every
 // Backend call and checks the data.
 #include <sys/mman.h>

@@ -1,7 +1,8 @@
-// Kernel command helpers shared by client and server: the module digest and the
-// packings of parameters and function attributes into reply values.
+// Command helpers shared by client and server: the command table's framing rule, the module
+// digest and the packings of parameters and function attributes into reply values.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,47 @@ WATCHED_TEST(KernelCommands, PayloadSizesKnownForEveryKernelOpcode) {
   EXPECT_EQ(payload_size(static_cast<Opcode>(74)), -1);
   EXPECT_LE(record_size_for(sizeof(LaunchCmd) + kMaxParamBytes), kMaxRecordSize);
   EXPECT_LE(record_size_for(sizeof(KernelGetCmd) + kMaxNameBytes), kMaxRecordSize);
+}
+
+// The framing rule the server applies to every record, as the command table derives it.
+WATCHED_TEST(CommandTable, FramingFollowsEachRow) {
+  std::vector<std::byte> rec(kMaxRecordSize);
+  const auto framing = [&](Opcode op, uint64_t payload_bytes, auto payload) {
+    CommandHeader h{};
+    h.opcode = op;
+    h.size = record_size_for(payload_bytes);
+    std::memcpy(rec.data() + sizeof h, &payload, sizeof payload);
+    return check_framing(h, rec.data() + sizeof h);
+  };
+  EXPECT_EQ(framing(Opcode::MemAlloc, sizeof(MemAllocCmd), MemAllocCmd{64, 0}), Framing::Ok);
+  EXPECT_EQ(framing(Opcode::MemAlloc, sizeof(MemAllocCmd) + kRecordAlign, MemAllocCmd{64, 0}), Framing::BadSize);
+  EXPECT_EQ(framing(Opcode::Fence, 0, 0), Framing::Ok);
+  EXPECT_EQ(framing(Opcode::Fence, kRecordAlign, 0), Framing::BadSize);
+  EXPECT_EQ(framing(static_cast<Opcode>(74), 0, 0), Framing::UnknownOpcode);
+  LaunchCmd launch{};
+  launch.param_bytes = 100;
+  EXPECT_EQ(framing(Opcode::Launch, sizeof launch + 100, launch), Framing::Ok);
+  // Its parameters missing (the record is padded to kRecordAlign: 100 bytes are more than that).
+  EXPECT_EQ(framing(Opcode::Launch, sizeof launch, launch), Framing::BadSize);
+  launch.param_bytes = kMaxParamBytes + 1;
+  EXPECT_EQ(framing(Opcode::Launch, sizeof launch + kMaxParamBytes + 1, launch), Framing::BadSize);
+  KernelGetCmd get{};
+  get.name_bytes = kMaxNameBytes;
+  EXPECT_EQ(framing(Opcode::KernelGet, sizeof get + kMaxNameBytes, get), Framing::Ok);
+  // MaxActiveClusters takes a LaunchCmd whose parameters do not follow.
+  launch.param_bytes = 0;
+  EXPECT_EQ(framing(Opcode::MaxActiveClusters, sizeof launch, launch), Framing::Ok);
+}
+
+WATCHED_TEST(CommandTable, NamesAndColumns) {
+  EXPECT_STREQ(command_name(Opcode::EventElapsedTime), "EventElapsedTime");
+  EXPECT_EQ(command_name(static_cast<Opcode>(99)), nullptr);
+  EXPECT_TRUE(queues_on_stream(Opcode::Launch));
+  EXPECT_FALSE(queues_on_stream(Opcode::StreamSynchronize));
+  EXPECT_TRUE(has_trailing_bytes(Opcode::SymbolGet));
+  EXPECT_FALSE(has_trailing_bytes(Opcode::MaxActiveClusters));
+  EXPECT_EQ(payload_size(Opcode::Detach), static_cast<int64_t>(sizeof(DetachCmd)));
+  EXPECT_EQ(payload_size(Opcode::MemGetInfo), 0);
 }
 
 }  // namespace

@@ -3,14 +3,19 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "funnel/common/config.hpp"
 #include "funnel/common/run_dir.hpp"
+#include "funnel/common/setting_option.hpp"
 #include "watchdog.hpp"
 
 namespace funnel {
@@ -476,6 +481,141 @@ WATCHED_TEST(Settings, ARunDirWhoseSocketPathIsTooLongIsRejected) {
   const std::string ok_dir = "/" + std::string(107 - 1 - 12, 'r');
   EXPECT_NO_THROW(settings({{"FUNNEL_RUN_DIR", ok_dir}}));
   EXPECT_THROW(settings({{"FUNNEL_RUN_DIR", ok_dir + "r"}}), ConfigError);
+}
+
+// ---- The settings table: every row's variable, its funnel-server option and its doc agree.
+
+// Whether funnel-server's option of `row` accepts `value`: the option as funnel-server
+// declares it (add_setting_options), parsed by CLI11 as `--option=value`.
+bool option_accepts(const SettingInfo& row, const std::string& value) {
+  CLI::App app;
+  GivenSettings given;
+  add_setting_options(app, given);
+  const std::string arg = std::string(row.option) + "=" + value;
+  const char* argv[] = {"funnel-server", arg.c_str()};
+  try {
+    app.parse(2, argv);
+  } catch (const CLI::ParseError&) {
+    return false;
+  }
+  EXPECT_EQ(given.at(row.variable), value) << arg;
+  return true;
+}
+
+bool variable_accepts(const SettingInfo& row, const std::string& value) {
+  try {
+    settings({{row.variable, value}});
+    return true;
+  } catch (const ConfigError&) {
+    return false;
+  }
+}
+
+// Values at and past every edge of `row`'s accepted values, and some that fit other rows.
+std::vector<std::string> probes(const SettingInfo& row) {
+  std::vector<std::string> out{"", "abc", "-1", "0", "1", "2", "4", "64", "0x40", "1e3", " 64", "64 ", "0,1", "0,,1",
+                               "/tmp/funnel-probe", "relative/dir", "auto", "Auto", "critical", "on", "true"};
+  if (const auto* r = std::get_if<IntegerRange>(&row.check)) {
+    for (int64_t v : {r->min - r->multiple_of, r->min - 1, r->min, r->min + 1, r->min + r->multiple_of, r->max - 1,
+                      r->max, r->max + 1, r->max + r->multiple_of, int64_t{4}, int64_t{1} << 20})
+      out.push_back(std::to_string(v));
+    out.push_back(std::to_string(r->min) + "k");
+  }
+  if (std::holds_alternative<OneOfWords>(row.check))
+    for (std::string_view w : setting_words(row)) {
+      out.emplace_back(w);
+      out.push_back(std::string(w) + "x");
+    }
+  return out;
+}
+
+WATCHED_TEST(SettingTable, EachServerOptionAcceptsExactlyWhatItsVariableAccepts) {
+  int options = 0;
+  for (const SettingInfo& row : setting_table()) {
+    if (row.option == nullptr) continue;
+    ++options;
+    for (const std::string& probe : probes(row)) {
+      const bool by_variable = variable_accepts(row, probe);
+      EXPECT_EQ(option_accepts(row, probe), by_variable)
+          << row.option << "='" << probe << "' vs " << row.variable << "='" << probe << "' (which "
+          << (by_variable ? "accepts" : "rejects") << " it)";
+    }
+  }
+  EXPECT_GE(options, 20) << "funnel-server's options of the settings";
+}
+
+WATCHED_TEST(SettingTable, AnOptionsMessageNamesTheValueAndWhatIsAccepted) {
+  const SettingInfo& row = *find_setting("FUNNEL_STAGING_SLOT_KB");
+  EXPECT_EQ(setting_option_error(row, "4"),
+            "'4' is not valid: expected integer 64..262144, a multiple of 4 (as FUNNEL_STAGING_SLOT_KB)");
+  EXPECT_EQ(setting_option_error(row, "64"), "");
+  EXPECT_STREQ(row.option, "--staging-slot-kb");
+  for (const char* word : {"trace", "debug", "info", "warn", "error", "off"})
+    EXPECT_TRUE(option_accepts(*find_setting("FUNNEL_LOG_LEVEL"), word)) << word;
+  EXPECT_FALSE(option_accepts(*find_setting("FUNNEL_LOG_LEVEL"), "critical")) << "FUNNEL_LOG_LEVEL does not accept it";
+}
+
+// The options win over the variables, and a variable that no option sets stays.
+WATCHED_TEST(SettingTable, GivenOptionsWinOverTheEnvironment) {
+  const GivenSettings given{{"FUNNEL_STAGING_SLOT_KB", "64"}};
+  const Env env{{"FUNNEL_STAGING_SLOT_KB", "128"}, {"FUNNEL_MAX_CLIENTS", "8"}};
+  const Settings s = Settings::from(given_first(given, [&](const char* name) -> std::optional<std::string> {
+    auto it = env.find(name);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  }));
+  EXPECT_EQ(s.staging_slot_bytes, 64u * 1024);
+  EXPECT_EQ(s.max_clients, 8u);
+}
+
+// The texts people read (doc/configuration.md, `funnelctl config`, every "expected ...")
+// say what the typed check and the defaults (setting_defaults.hpp) do.
+WATCHED_TEST(SettingTable, TextsSayWhatTheChecksAndDefaultsDo) {
+  const Settings d = settings({});
+  for (const SettingInfo& row : setting_table()) {
+    if (const auto* r = std::get_if<IntegerRange>(&row.check)) {
+      std::string accepted = "integer " + std::to_string(r->min) + ".." + std::to_string(r->max);
+      if (r->multiple_of != 1) accepted += ", a multiple of " + std::to_string(r->multiple_of);
+      EXPECT_EQ(row.accepted, accepted) << row.variable;
+    }
+    if (std::holds_alternative<FreeForm>(row.check) || row.fallback != nullptr) continue;
+    EXPECT_EQ(row.default_text, value_text(d, row.variable)) << row.variable << ": the default text is not the default";
+    EXPECT_TRUE(variable_accepts(row, row.default_text)) << row.variable;
+  }
+}
+
+std::string read_doc() {
+  const auto doc = std::filesystem::path(__FILE__).parent_path() / "../../doc/configuration.md";
+  std::ifstream in(doc);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// As doc/configuration.md writes a table cell (scripts/gen-config-doc.py).
+std::string cell(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '|') out += "\\|";
+    else if (c == '<') out += "&lt;";
+    else if (c == '>') out += "&gt;";
+    else out += c;
+  }
+  return out;
+}
+
+WATCHED_TEST(SettingTable, DocConfigurationMdListsEveryVariableAndOption) {
+  const std::string doc = read_doc();
+  ASSERT_FALSE(doc.empty()) << "cannot read doc/configuration.md beside " << __FILE__;
+  for (const SettingInfo& row : setting_table()) {
+    const std::string line = "| `" + std::string(row.variable) + "` | " + cell(row.default_text) + " | " +
+                             cell(row.accepted) + " | ";
+    EXPECT_NE(doc.find(line), std::string::npos) << "doc/configuration.md lacks " << line;
+    if (row.option != nullptr) {
+      EXPECT_NE(doc.find("| `" + std::string(row.option) + " "), std::string::npos)
+          << "doc/configuration.md's option table lacks " << row.option;
+    }
+  }
 }
 
 WATCHED_TEST(Settings, ToStringOfBackends) {

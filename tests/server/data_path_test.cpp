@@ -16,6 +16,7 @@
 
 #include "../ipc/one_cpu.hpp"
 #include "fixture.hpp"
+#include "funnel/server/sim_backend.hpp"
 #include "test_client.hpp"
 
 namespace funnel::test {

@@ -26,6 +26,7 @@
 #include "funnel/common/run_dir.hpp"
 #include "funnel/ipc/protocol.hpp"
 #include "funnel/ipc/socket.hpp"
+#include "funnel/server/sim_backend.hpp"
 #include "kernel_client.hpp"
 
 namespace funnel::test {

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "funnel/server/server.hpp"
+#include "funnel/server/sim_backend.hpp"
 #include "test_client.hpp"
 
 namespace funnel::test {

@@ -20,6 +20,7 @@
 #include "fixture.hpp"
 #include "funnel/common/run_dir.hpp"
 #include "funnel/common/text.hpp"
+#include "funnel/server/sim_backend.hpp"
 #include "test_client.hpp"
 
 namespace funnel::test {

@@ -18,6 +18,7 @@
 #include "fixture.hpp"
 #include "funnel/fatbin/fatbin.hpp"
 #include "funnel/ipc/module_digest.hpp"
+#include "funnel/server/sim_backend.hpp"
 #include "kernel_client.hpp"
 #include "launch_types.h"
 #include "test_client.hpp"

@@ -16,6 +16,7 @@
 
 #include "funnel/common/run_dir.hpp"
 #include "fixture.hpp"
+#include "funnel/server/sim_backend.hpp"
 #include "test_client.hpp"
 
 namespace funnel::test {

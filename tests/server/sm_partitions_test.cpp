@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "funnel/server/backend.hpp"
+#include "funnel/server/sim_backend.hpp"
 
 namespace funnel::server {
 namespace {

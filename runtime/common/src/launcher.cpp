@@ -18,7 +18,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "funnel/common/posix_check.hpp"
+#include "funnel/ipc/syscheck.hpp"
 #include "funnel/common/run_dir.hpp"
 
 extern char** environ;
@@ -89,7 +89,7 @@ std::vector<std::string> server_environment() {
 void start_server(const Settings& s) {
   const auto binary = server_binary(s);
   int fds[2];
-  FUNNEL_POSIX(::pipe2(fds, O_CLOEXEC));
+  FUNNEL_SYSCHECK(::pipe2(fds, O_CLOEXEC));
   ipc::UniqueFd rd(fds[0]), wr(fds[1]);
 
   std::vector<std::string> args{binary.string(), "--run-dir", s.run_dir.string(), "--backend", to_string(s.backend),

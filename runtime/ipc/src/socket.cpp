@@ -13,6 +13,8 @@
 
 #include <fmt/format.h>
 
+#include "funnel/ipc/syscheck.hpp"
+
 namespace funnel::ipc {
 
 void UniqueFd::reset(int fd) noexcept {
@@ -59,12 +61,12 @@ UniqueFd listen_seqpacket(const std::filesystem::path& path) {
   sockaddr_un bound_addr;
   const bool own_name = make_address(bound, bound_addr);
   UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-  if (!fd) throw std::system_error(errno, std::generic_category(), "socket(AF_UNIX)");
+  if (!fd) throw_errno("socket(AF_UNIX)");
   if (own_name) ::unlink(bound.c_str());  // left by an earlier process of this pid
   const sockaddr_un& at = own_name ? bound_addr : addr;
   const std::string at_name = own_name ? bound.string() : path.string();
   if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&at), sizeof at) != 0)
-    throw std::system_error(errno, std::generic_category(), fmt::format("bind {}", at_name));
+    throw_errno(fmt::format("bind {}", at_name));
   auto fail = [&](const std::string& what) {
     const int err = errno;
     if (own_name) ::unlink(bound.c_str());
@@ -101,7 +103,7 @@ PeerCredentials peer_credentials(int fd) {
   ucred cred{};
   socklen_t len = sizeof cred;
   if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
-    throw std::system_error(errno, std::generic_category(), "getsockopt(SO_PEERCRED)");
+    throw_errno("getsockopt(SO_PEERCRED)");
   return {cred.pid, cred.uid, cred.gid};
 }
 

@@ -28,7 +28,10 @@
 
 #include "funnel/common/config.hpp"
 #include "funnel/common/run_dir.hpp"
+#include "funnel/common/setting_option.hpp"
+#include "funnel/ipc/syscheck.hpp"
 #include "funnel/server/server.hpp"
+#include "funnel/server/sim_backend.hpp"
 
 namespace {
 
@@ -58,9 +61,9 @@ class ReadyPipe {
 void daemonize(ReadyPipe& ready) {
   int pipe_fds[2] = {-1, -1};
   if (ready.fd() < 0 && ::pipe2(pipe_fds, O_CLOEXEC) != 0)
-    throw std::system_error(errno, std::generic_category(), "pipe");
+    funnel::ipc::throw_errno("pipe");
   const pid_t pid = ::fork();
-  if (pid < 0) throw std::system_error(errno, std::generic_category(), "fork");
+  if (pid < 0) funnel::ipc::throw_errno("fork");
   if (pid > 0) {
     if (pipe_fds[0] < 0) ::_exit(0);
     ::close(pipe_fds[1]);
@@ -79,7 +82,7 @@ void daemonize(ReadyPipe& ready) {
     ::close(pipe_fds[0]);
     ready.reset(pipe_fds[1]);
   }
-  if (::setsid() < 0) throw std::system_error(errno, std::generic_category(), "setsid");
+  if (::setsid() < 0) funnel::ipc::throw_errno("setsid");
   // The daemon keeps no terminal: its log file is where it speaks.
   const int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
   if (null >= 0) {
@@ -88,27 +91,6 @@ void daemonize(ReadyPipe& ready) {
     ::dup2(null, STDERR_FILENO);
     if (null > STDERR_FILENO) ::close(null);
   }
-}
-
-std::vector<int> parse_devices(const std::string& text) {
-  std::vector<int> out;
-  size_t pos = 0;
-  while (pos <= text.size() && !text.empty()) {
-    const size_t comma = text.find(',', pos);
-    const std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    size_t used = 0;
-    int v = -1;
-    try {
-      v = std::stoi(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != item.size() || v < 0) throw CLI::ValidationError("--devices", "expected a list like 0,1, got '" + text + "'");
-    out.push_back(v);
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
-  return out;
 }
 
 // The command line of the restarted image: ours, already daemonized (--foreground keeps
@@ -258,40 +240,16 @@ int main(int argc, char** argv) {
   }
 
   CLI::App app{"funnel-server: the node-local server that runs the CUDA work of every funnel client"};
-  std::string devices_text;
-  std::string backend_name = settings.backend == funnel::Backend::Sim ? "sim" : "cuda";
-  std::string run_dir = settings.run_dir.string();
-  std::string log_dir = settings.log_dir.string();
-  std::string log_level = settings.log_level;
+  // The options that set a FUNNEL_* setting come from its table, accept what the variable
+  // accepts, and win over it.
+  funnel::GivenSettings given;
+  funnel::add_setting_options(app, given);
   bool foreground = false;
-  std::optional<int64_t> idle_exit_ms;
   int ready_fd = -1;
   int listen_fd = -1;
-  uint32_t max_clients = settings.max_clients;
-  uint32_t staging_slots = settings.staging_slots;
-  uint64_t staging_slot_kb = settings.staging_slot_bytes / 1024;
-  uint32_t device_connections = settings.device_connections;
-  uint32_t spin_us = settings.server_spin_us;
-  uint32_t idle_spin_us = settings.server_idle_spin_us;
-  uint32_t spin_backoff_ms = settings.server_spin_backoff_ms;
-  uint32_t workers = settings.server_workers;
-  std::string affinity = value_text(settings, "FUNNEL_SERVER_AFFINITY");
-  std::string gpu_replies = funnel::gpu_replies_name(settings.gpu_replies);
-  bool submit_order = settings.submit_order;
-  uint32_t launch_batch = settings.launch_batch;
-  bool job_report = settings.job_report;
   int sim_devices = 1;
   uint64_t sim_memory_mb = 16 * 1024;
-  std::string sim_launch_log = settings.sim_launch_log.string();
-  std::string sim_fault_kernel = settings.sim_fault_kernel;
-  app.add_option("--devices", devices_text, "GPU ordinals to serve, e.g. 0,1 (default: FUNNEL_DEVICES or all)");
-  app.add_option("--backend", backend_name, "cuda or sim")->check(CLI::IsMember({"cuda", "sim"}));
-  app.add_option("--run-dir", run_dir, "the job's run directory (FUNNEL_RUN_DIR)");
   app.add_flag("--foreground", foreground, "do not daemonize; log to stderr too");
-  app.add_option("--log-dir", log_dir, "directory for the log file (FUNNEL_LOG_DIR)");
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
-  app.add_option("--idle-exit-ms", idle_exit_ms, "exit this long after the last client left");
   app.add_option("--ready-fd", ready_fd, "write 'R' (or the start error) to this fd, then close it");
   // Internal (no help group): how the server passes its socket to itself when it restarts.
   app.add_option("--listen-fd", listen_fd, "the listening socket inherited across a restart after a GPU fault")
@@ -301,59 +259,21 @@ int main(int argc, char** argv) {
   app.add_option("--hello-timeout-ms", hello_timeout_ms, "close a connection that sends no hello this long")
       ->check(CLI::Range(100u, 3600000u))
       ->group("");
-  app.add_option("--max-clients", max_clients, "refuse clients beyond this many")->check(CLI::Range(1u, 4096u));
-  app.add_option("--staging-slots", staging_slots, "staging buffers per client")->check(CLI::Range(2u, 16u));
-  app.add_option("--staging-slot-kb", staging_slot_kb, "size of one staging buffer, KiB (multiple of 4)")
-      ->check(CLI::Range(uint64_t{4}, uint64_t{1} << 20));
-  app.add_option("--device-connections", device_connections,
-                 "hardware work queues of the context on each GPU (FUNNEL_DEVICE_CONNECTIONS)")
-      ->check(CLI::Range(1u, 32u));
-  app.add_option("--spin-us", spin_us,
-                 "how long a worker polls a client's pending GPU work before polling every 50 us (FUNNEL_SERVER_SPIN_US)")
-      ->check(CLI::Range(0u, 100000u));
-  app.add_option("--idle-spin-us", idle_spin_us,
-                 "how long a worker polls its client's empty ring before it sleeps (FUNNEL_SERVER_IDLE_SPIN_US)")
-      ->check(CLI::Range(0u, 100000u));
-  app.add_option("--spin-backoff-ms", spin_backoff_ms,
-                 "how long a worker stops polling once its core is wanted by another thread; 0: never "
-                 "(FUNNEL_SERVER_SPIN_BACKOFF_MS)")
-      ->check(CLI::Range(0u, 60000u));
-  app.add_option("--workers", workers,
-                 "worker threads per GPU, each serving several clients; 0: one per client (FUNNEL_SERVER_WORKERS)")
-      ->check(CLI::Range(0u, 1024u));
-  app.add_option("--affinity", affinity,
-                 "auto: pin the server's threads near their GPUs and away from the ranks' cores (a worker shares "
-                 "its rank's CPUs when ranks fill every core); gpu: such workers share the GPU's cores instead; off: "
-                 "leave them (FUNNEL_SERVER_AFFINITY)")
-      ->check(CLI::IsMember({"auto", "gpu", "off"}));
-  app.add_option("--gpu-replies", gpu_replies,
-                 "1: the GPU answers synchronous copies and stream synchronisations itself; 0: the server's "
-                 "worker does; auto: the GPU does, and while another such call is on the GPU the worker too "
-                 "when it sees the work done first (FUNNEL_GPU_REPLIES)")
-      ->check(CLI::IsMember({"auto", "1", "0"}));
-  app.add_option("--submit-order", submit_order,
-                 "1: workers on cores of their own take waited copies to the driver one at a time, first come "
-                 "first served; 0: all at once (FUNNEL_SUBMIT_ORDER; experimental, default 0)");
-  app.add_option("--launch-batch", launch_batch,
-                 "the most consecutive launches on one stream issued as one CUDA graph launch when they are "
-                 "queued at once; 0 or 1: each on its own (FUNNEL_LAUNCH_BATCH)")
-      ->check(CLI::Range(0u, funnel::server::kMaxLaunchBatch));
-  app.add_option("--job-report", job_report,
-                 "1: at its stop write a job report of every client to the log directory (text, JSON and a "
-                 "chart); 0: none (FUNNEL_JOB_REPORT)");
   app.add_option("--sim-devices", sim_devices, "devices of the sim backend")->check(CLI::Range(1, 16));
   app.add_option("--sim-memory-mb", sim_memory_mb, "memory per sim device, MiB");
-  app.add_option("--sim-launch-log", sim_launch_log,
-                 "sim: append every kernel launch to this file as a JSON line (FUNNEL_SIM_LAUNCH_LOG)");
-  app.add_option("--sim-fault-kernel", sim_fault_kernel,
-                 "sim: a launch of this (mangled) kernel faults its device, for fault tests (FUNNEL_SIM_FAULT_KERNEL)");
   CLI11_PARSE(app, argc, argv);
+  try {
+    settings = funnel::Settings::from(funnel::given_first(given));  // checked by the options already
+  } catch (const funnel::ConfigError& e) {
+    std::fprintf(stderr, "funnel-server: %s\n", e.what());
+    return 2;
+  }
+  std::string log_dir = settings.log_dir.string();
+  std::string sim_launch_log = settings.sim_launch_log.string();
 
   ReadyPipe ready(ready_fd);
   if (ready_fd >= 0) ::fcntl(ready_fd, F_SETFD, FD_CLOEXEC);
   try {
-    std::vector<int> devices = devices_text.empty() ? settings.devices : parse_devices(devices_text);
-    if (staging_slot_kb % 4 != 0) throw std::runtime_error("--staging-slot-kb must be a multiple of 4");
     // The daemon keeps the working directory, but a relative path should not depend on that.
     if (!sim_launch_log.empty()) sim_launch_log = std::filesystem::absolute(sim_launch_log).string();
     if (!foreground) daemonize(ready);
@@ -375,7 +295,7 @@ int main(int argc, char** argv) {
     sinks.push_back(std::make_shared<FileSink>(open_log(log_dir, log_name)));
     if (foreground) sinks.push_back(std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
     auto logger = std::make_shared<spdlog::logger>("funnel-server", sinks.begin(), sinks.end());
-    logger->set_level(spdlog::level::from_str(log_level));
+    logger->set_level(spdlog::level::from_str(settings.log_level));
     logger->flush_on(spdlog::level::info);
     spdlog::set_default_logger(logger);
     if (!refused_log_dir.empty()) spdlog::warn("{}: logging to {} instead", refused_log_dir, log_dir);
@@ -384,41 +304,42 @@ int main(int argc, char** argv) {
     std::unique_ptr<funnel::server::Backend> backend;
     // What the server was started with matters for support: it must load no funnel library.
     if (const char* pre = std::getenv("LD_PRELOAD"); pre != nullptr && *pre != '\0') spdlog::info("LD_PRELOAD={}", pre);
-    if (backend_name == "sim") {
+    if (settings.backend == funnel::Backend::Sim) {
       funnel::server::SimOptions so;
       so.devices = sim_devices;
       so.memory_bytes = sim_memory_mb << 20;
       so.launch_log = sim_launch_log;
-      so.fault_kernel = sim_fault_kernel;
+      so.fault_kernel = settings.sim_fault_kernel;
       backend = funnel::server::make_sim_backend(so);
     } else {
       // Read by cuInit: the hardware queues of the one context that carries every client's
       // streams (FUNNEL_DEVICE_CONNECTIONS: the trade-off is in config.cpp).  The server's own
       // variable wins over an inherited CUDA_DEVICE_MAX_CONNECTIONS, meant for an application.
-      ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", std::to_string(device_connections).c_str(), 1);
-      spdlog::info("CUDA_DEVICE_MAX_CONNECTIONS={}", device_connections);
-      backend = funnel::server::make_cuda_backend(devices);
+      ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", std::to_string(settings.device_connections).c_str(), 1);
+      spdlog::info("CUDA_DEVICE_MAX_CONNECTIONS={}", settings.device_connections);
+      backend = funnel::server::make_cuda_backend(settings.devices);
     }
 
     funnel::server::ServerOptions opt;
-    opt.run_dir = run_dir;
-    if (idle_exit_ms) opt.idle_exit = std::chrono::milliseconds(*idle_exit_ms);
-    opt.max_clients = max_clients;
+    opt.run_dir = settings.run_dir;
+    // Without --idle-exit-ms the server runs until stopped, whatever FUNNEL_IDLE_EXIT_MS says.
+    if (given.contains("FUNNEL_IDLE_EXIT_MS")) opt.idle_exit = settings.idle_exit;
+    opt.max_clients = settings.max_clients;
     opt.hello_timeout = std::chrono::milliseconds(hello_timeout_ms);
-    opt.pending_spin = std::chrono::microseconds(spin_us);
-    opt.idle_spin = std::chrono::microseconds(idle_spin_us);
-    opt.spin_backoff = std::chrono::milliseconds(spin_backoff_ms);
-    opt.worker_threads = workers;
-    opt.staging_slots = staging_slots;
-    opt.staging_slot_bytes = staging_slot_kb * 1024;
+    opt.pending_spin = std::chrono::microseconds(settings.server_spin_us);
+    opt.idle_spin = std::chrono::microseconds(settings.server_idle_spin_us);
+    opt.spin_backoff = std::chrono::milliseconds(settings.server_spin_backoff_ms);
+    opt.worker_threads = settings.server_workers;
+    opt.staging_slots = settings.staging_slots;
+    opt.staging_slot_bytes = settings.staging_slot_bytes;
     opt.handle_signals = true;
     opt.inherited_listen_fd = listen_fd;
-    opt.thread_affinity = affinity != "off";
-    opt.worker_follows_rank = affinity == "auto";
-    opt.gpu_replies = *funnel::gpu_replies_from(gpu_replies);  // checked by the option's IsMember
-    opt.submit_order = submit_order;
-    opt.launch_batch = launch_batch;
-    if (job_report) {
+    opt.thread_affinity = settings.server_affinity;
+    opt.worker_follows_rank = settings.worker_follows_rank;
+    opt.gpu_replies = settings.gpu_replies;
+    opt.submit_order = settings.submit_order;
+    opt.launch_batch = settings.launch_batch;
+    if (settings.job_report) {
       // The report's paths are logged and handed to the chart's script: absolute.
       std::error_code abs_ec;
       const auto report_dir = std::filesystem::absolute(log_dir, abs_ec);

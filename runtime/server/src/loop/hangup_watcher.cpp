@@ -9,18 +9,20 @@
 #include <cstdint>
 #include <system_error>
 
-#include "session/session.hpp"
+#include "funnel/ipc/syscheck.hpp"
+
+#include "session/worker.hpp"
 
 namespace funnel::server {
 
 HangupWatcher::HangupWatcher()
     : epoll_(::epoll_create1(EPOLL_CLOEXEC)), wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
-  if (!epoll_ || !wake_) throw std::system_error(errno, std::generic_category(), "the hang-up watcher's epoll");
+  if (!epoll_ || !wake_) ipc::throw_errno("the hang-up watcher's epoll");
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.fd = wake_.get();
   if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &ev) != 0)
-    throw std::system_error(errno, std::generic_category(), "the hang-up watcher's epoll");
+    ipc::throw_errno("the hang-up watcher's epoll");
   thread_ = std::thread([this] { run(); });
   ::pthread_setname_np(thread_.native_handle(), "funnel-hangup");
 }
@@ -39,7 +41,7 @@ void HangupWatcher::add(int fd, Worker* worker) {
   ev.events = EPOLLRDHUP | EPOLLHUP | EPOLLONESHOT;
   ev.data.fd = fd;
   if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0)
-    throw std::system_error(errno, std::generic_category(), "the hang-up watcher's epoll_ctl");
+    ipc::throw_errno("the hang-up watcher's epoll_ctl");
 }
 
 void HangupWatcher::remove(int fd) noexcept {

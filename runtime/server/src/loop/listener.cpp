@@ -21,7 +21,7 @@
 #include "funnel/ipc/protocol.hpp"
 #include "funnel/ipc/socket.hpp"
 #include "funnel/ipc/status.hpp"
-#include "funnel/server/check.hpp"
+#include "funnel/ipc/syscheck.hpp"
 #include "loop/server_impl.hpp"
 
 namespace funnel::server {
@@ -399,11 +399,8 @@ void Server::Impl::attach(Connection& c, const ipc::HelloMsg& hello) {
   spec.run_dir = options.run_dir;
   spec.backend = backend.get();
   spec.totals = &totals;
-  spec.pending_spin = options.pending_spin;
-  spec.idle_spin = options.idle_spin;
-  spec.spin_backoff = options.spin_backoff;
-  spec.gpu_replies = options.gpu_replies;
-  spec.launch_batch = options.launch_batch;
+  spec.tuning = WorkerTuning{options.pending_spin, options.idle_spin, options.spin_backoff, options.gpu_replies,
+                             options.launch_batch};
   spec.modules = modules.get();
   spec.health = &health;
   spec.submit_order = options.submit_order ? &submit_order : nullptr;

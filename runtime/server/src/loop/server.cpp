@@ -20,7 +20,7 @@
 #include <spdlog/spdlog.h>
 
 #include "funnel/common/run_dir.hpp"
-#include "funnel/server/check.hpp"
+#include "funnel/ipc/syscheck.hpp"
 #include "loop/server_impl.hpp"
 
 namespace funnel::server {
@@ -141,7 +141,7 @@ RunOutcome Server::run() {
     const int n = ::epoll_wait(m.epoll_fd.get(), events, 64, timeout);
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw std::system_error(errno, std::generic_category(), "epoll_wait");
+      ipc::throw_errno("epoll_wait");
     }
     for (int i = 0; i < n && !m.stopping; ++i) {
       const int fd = events[i].data.fd;

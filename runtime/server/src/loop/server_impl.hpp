@@ -19,7 +19,7 @@
 #include "funnel/server/server.hpp"
 #include "control/job_report.hpp"
 #include "session/module_cache.hpp"
-#include "session/session.hpp"
+#include "session/worker.hpp"
 #include "placement/thread_placement.hpp"
 
 namespace funnel::server {

@@ -10,7 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "funnel/ipc/futex.hpp"
-#include "session/session.hpp"
+#include "session/worker.hpp"
 
 namespace funnel::server {
 

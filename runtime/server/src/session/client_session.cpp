@@ -43,11 +43,7 @@ void ClientSession::create_channel(const ChannelSpec& spec) {
   shared_.run_dir = spec.run_dir;
   shared_.backend = spec.backend;
   shared_.totals = spec.totals;
-  shared_.pending_spin = spec.pending_spin;
-  shared_.idle_spin = spec.idle_spin;
-  shared_.spin_backoff = spec.spin_backoff;
-  shared_.gpu_replies = spec.gpu_replies;
-  shared_.launch_batch = spec.launch_batch;
+  shared_.tuning = spec.tuning;
   shared_.modules = spec.modules;
   shared_.health = spec.health;
   shared_.submit_order = spec.submit_order;
@@ -186,14 +182,7 @@ std::optional<CpuTimes> ClientSession::client_cpu() const noexcept {
 
 void Worker::teardown() noexcept {
   try {
-    if (shared_.shutting_down.load()) {
-      for (auto& p : pending_) {
-        if (p.slot != ipc::kNoReply && !p.answered) {
-          reply(p.slot, p.seq, Status::DevicesUnavailable);
-          p.answered = true;
-        }
-      }
-    }
+    if (shared_.shutting_down.load()) completions_.answer_waiting(Status::DevicesUnavailable);
     // A stream held by a host function whose client is gone would never drain.
     release_host_funcs();
     int fault_device = -1;
@@ -209,27 +198,13 @@ void Worker::teardown() noexcept {
     if (fault_device >= 0) observe(fault_device, fault);
     // What is still pending waits on work that is queued and now finishing (destroyed
     // streams); give it a bounded time, then run the frees regardless.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!pending_.empty() && std::chrono::steady_clock::now() < deadline) {
-      poll_pending();
-      if (!pending_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    for (auto& p : pending_)
-      if (p.done) p.done(Status::Unknown);
-    pending_.clear();
-    kernels_.clear();  // before their modules
-    symbols_.clear();
-    modules_.clear();
-    uploads_.clear();
-    for (const auto& [addr, a] : allocations_) free_allocation(addr, a);
-    allocations_.clear();
-    device_used_ = {};
-    sub(counters_.events, events_.size());
-    events_.clear();
+    completions_.finish_by(std::chrono::steady_clock::now() + std::chrono::seconds(10));
+    kernels_.clear();
+    res_.symbols.clear();
+    res_.release_allocations_and_events();
     sub(counters_.streams, streams_.client_streams());
     streams_.clear();
-    for (auto& [id, p] : pinned_) free_pinned(p);
-    pinned_.clear();
+    res_.release_pinned();
   } catch (const std::exception& e) {
     spdlog::error("client {}: teardown failed: {}", shared_.id, e.what());
   }

@@ -15,7 +15,7 @@
 #include "funnel/ipc/segment.hpp"
 #include "funnel/ipc/socket.hpp"
 #include "loop/hangup_watcher.hpp"
-#include "session/session.hpp"
+#include "session/worker.hpp"
 #include "placement/sm_partitions.hpp"
 #include "loop/worker_group.hpp"
 
@@ -26,11 +26,7 @@ struct ChannelSpec {
   std::filesystem::path run_dir;
   Backend* backend = nullptr;
   ServerTotals* totals = nullptr;
-  std::chrono::microseconds pending_spin = kDefaultPendingSpin;
-  std::chrono::microseconds idle_spin = kDefaultIdleSpin;
-  std::chrono::milliseconds spin_backoff = kDefaultSpinBackoff;
-  GpuReplies gpu_replies = GpuReplies::Auto;
-  uint32_t launch_batch = kDefaultLaunchBatch;
+  WorkerTuning tuning;
   ModuleCache* modules = nullptr;
   DeviceHealth* health = nullptr;
   SubmitOrder* submit_order = nullptr;  // the server's; null unless FUNNEL_SUBMIT_ORDER=1

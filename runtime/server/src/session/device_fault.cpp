@@ -11,7 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "funnel/ipc/futex.hpp"
-#include "session/session.hpp"
+#include "session/worker.hpp"
 
 namespace funnel::server {
 namespace {
@@ -31,7 +31,7 @@ int Worker::command_device(const ipc::CommandHeader& h, const std::byte* payload
     case ipc::Opcode::EventQuery:
     case ipc::Opcode::EventElapsedTime:
       // EventCmd and EventPairCmd both start with the (first) event's id.
-      if (const EventEntry* e = find_event(read_payload<uint64_t>(payload)); e != nullptr) return e->device;
+      if (const EventEntry* e = res_.find_event(read_payload<uint64_t>(payload)); e != nullptr) return e->device;
       break;
     default:
       break;
@@ -51,17 +51,7 @@ void Worker::observe(int device, Status st) {
 }
 
 bool Worker::uses_device(int device) const {
-  if (streams_.has_device(device)) return true;
-  for (const auto& [addr, a] : allocations_)
-    if (a.device == device) return true;
-  for (const auto& [id, e] : events_)
-    if (e.device == device) return true;
-  for (const Pending& p : pending_) {
-    if (p.stream != nullptr && p.stream->device() == device) return true;
-    for (const auto& e : p.events)
-      if (e->device() == device) return true;
-  }
-  return false;
+  return streams_.has_device(device) || res_.uses_device(device) || completions_.uses_device(device);
 }
 
 void Worker::on_health_change() {
@@ -116,54 +106,21 @@ void Worker::release_device(int device, Status st) {
   release_host_funcs();
   // Waits on the device are answered now with the fault; a wait that also involves other
   // devices keeps their events and completes with the fault once they are done.
-  for (size_t i = 0; i < pending_.size();) {
-    Pending& p = pending_[i];
-    const size_t before = p.events.size();
-    std::erase_if(p.events, [&](const auto& e) { return e->device() == device; });
-    const bool word_here = p.stream != nullptr && p.stream->device() == device;
-    if (word_here) p.stream.reset();
-    if (p.events.size() == before && !word_here) {
-      ++i;
-      continue;
-    }
-    if (p.forced == Status::Success) p.forced = st;
-    if (!p.events.empty() || p.stream != nullptr) {
-      ++i;
-      continue;
-    }
-    Pending gone = take_pending(i);
-    if (gone.done) gone.done(st);
-    if (!gone.answered && gone.slot != ipc::kNoReply) reply(gone.slot, gone.seq, st);
-  }
+  completions_.release_device(device, st);
   sub(counters_.streams, streams_.release_device(device));
-  for (auto it = events_.begin(); it != events_.end();) {
-    if (it->second.device == device) {
-      it = events_.erase(it);
-      sub(counters_.events, 1);
-    } else {
-      ++it;
-    }
-  }
-  for (auto it = allocations_.begin(); it != allocations_.end();) {
-    if (it->second.device == device) {
-      free_allocation(it->first, it->second);
-      it = forget_allocation(it);
-    } else {
-      ++it;
-    }
-  }
+  res_.release_device(device);
   // Modules are device-independent, but this client will never launch again, and its
   // symbols' addresses die with the context.
   kernels_.clear();
-  symbols_.clear();
-  modules_.clear();
-  uploads_.clear();
+  res_.symbols.clear();
+  kernels_.modules.clear();
+  kernels_.uploads.clear();
 }
 
 Status Worker::refuse_poisoned(const ipc::CommandHeader& h, const std::byte* payload) {
   // A staging slot handed to the server must come back, or the client waits forever.
   if (h.opcode == ipc::Opcode::Copy) {
-    release_staging(read_payload<ipc::CopyCmd>(payload));
+    answers_.release_staging(read_payload<ipc::CopyCmd>(payload));
   } else if (h.opcode == ipc::Opcode::ModuleData) {
     const auto c = read_payload<ipc::ModuleDataCmd>(payload);
     if (c.staging_slot < view_.header().staging_slots) {

@@ -13,7 +13,7 @@
 
 #include "funnel/ipc/futex.hpp"
 #include "session/module_cache.hpp"
-#include "session/session.hpp"
+#include "session/worker.hpp"
 #include "session/validation.hpp"
 
 namespace funnel::server {
@@ -42,10 +42,9 @@ std::string name_of(const std::byte* p, uint32_t n) { return std::string(reinter
 // occupancy"): when `module_id` is a module shared with other clients, the client gets
 // its own instance, loaded from the cached bytes, and every kernel it holds of that
 // module is looked up again there.  All or nothing: on any error the client keeps the shared one.
-// (Free, not a Worker member: session.hpp is shared with the other commands.)
-Status make_module_own(Backend& backend, ModuleCache& cache,
-                       std::unordered_map<uint64_t, std::shared_ptr<BackendModule>>& modules,
-                       std::unordered_map<uint64_t, KernelEntry>& kernels, uint64_t module_id) {
+Status make_module_own(Backend& backend, ModuleCache& cache, ClientKernels& client, uint64_t module_id) {
+  auto& modules = client.modules;
+  auto& kernels = client.kernels;
   auto m = modules.find(module_id);
   if (m == modules.end()) return Status::InvalidResourceHandle;  // a kernel never outlives its module id
   std::shared_ptr<BackendModule> own;
@@ -72,33 +71,28 @@ Status make_module_own(Backend& backend, ModuleCache& cache,
 
 }  // namespace
 
-KernelEntry* Worker::find_kernel(uint64_t id) {
-  auto it = kernels_.find(id);
-  return it == kernels_.end() ? nullptr : &it->second;
-}
-
 // ---- modules ----------------------------------------------------------------
 
 Status Worker::add_module(const ipc::CommandHeader& h, uint64_t module_id, std::shared_ptr<BackendModule> m) {
-  modules_[module_id] = std::move(m);
-  answer(h, {1});
+  kernels_.modules[module_id] = std::move(m);
+  answers_.answer(h, {1});
   return Status::Success;
 }
 
 Status Worker::module_query(const ipc::CommandHeader& h, const ipc::ModuleCmd& c) {
   if (one_way(h)) return Status::InvalidValue;
   if (Status st = check_module_cmd(c); st != Status::Success) return st;
-  if (modules_.contains(c.module_id)) return Status::InvalidResourceHandle;
+  if (kernels_.modules.contains(c.module_id)) return Status::InvalidResourceHandle;
   std::shared_ptr<BackendModule> m;
   const Status st = shared_.modules->acquire(key_of(c), own_copy(c), m);
   if (st == Status::Success) {
-    uploads_.erase(c.module_id);
+    kernels_.uploads.erase(c.module_id);
     return add_module(h, c.module_id, std::move(m));
   }
   if (st != Status::NotReady) return st;
   // Not cached: the client sends the bytes (a new query restarts an upload).
-  uploads_[c.module_id] = ModuleUpload{c, {}};
-  answer(h, {0});
+  kernels_.uploads[c.module_id] = ModuleUpload{c, {}};
+  answers_.answer(h, {0});
   return Status::Success;
 }
 
@@ -113,12 +107,12 @@ Status Worker::module_data(const ipc::CommandHeader& h, const ipc::ModuleDataCmd
     state.store(static_cast<uint32_t>(ipc::StagingState::Free), std::memory_order_release);
     ipc::futex_wake_all(state);
   };
-  auto it = uploads_.find(c.module_id);
-  if (it == uploads_.end() || c.bytes > hd.staging_slot_size || c.offset != it->second.bytes.size() ||
+  auto it = kernels_.uploads.find(c.module_id);
+  if (it == kernels_.uploads.end() || c.bytes > hd.staging_slot_size || c.offset != it->second.bytes.size() ||
       c.bytes > it->second.cmd.size - c.offset) {
     release();
     // A broken upload cannot be finished: ModuleLoad fails and the client starts over.
-    if (it != uploads_.end()) uploads_.erase(it);
+    if (it != kernels_.uploads.end()) kernels_.uploads.erase(it);
     return Status::InvalidValue;
   }
   try {
@@ -128,22 +122,22 @@ Status Worker::module_data(const ipc::CommandHeader& h, const ipc::ModuleDataCmd
     bytes.insert(bytes.end(), src, src + c.bytes);
   } catch (const std::bad_alloc&) {
     release();
-    uploads_.erase(it);
+    kernels_.uploads.erase(it);
     return Status::MemoryAllocation;
   }
   release();
-  answer(h);
+  answers_.answer(h);
   return Status::Success;
 }
 
 Status Worker::module_load(const ipc::CommandHeader& h, const ipc::ModuleCmd& c) {
   if (one_way(h)) return Status::InvalidValue;
   if (Status st = check_module_cmd(c); st != Status::Success) return st;
-  auto it = uploads_.find(c.module_id);
-  if (it == uploads_.end()) return Status::InvalidResourceHandle;
+  auto it = kernels_.uploads.find(c.module_id);
+  if (it == kernels_.uploads.end()) return Status::InvalidResourceHandle;
   ModuleUpload up = std::move(it->second);
-  uploads_.erase(it);
-  if (modules_.contains(c.module_id)) return Status::InvalidResourceHandle;
+  kernels_.uploads.erase(it);
+  if (kernels_.modules.contains(c.module_id)) return Status::InvalidResourceHandle;
   if (std::memcmp(up.cmd.digest, c.digest, sizeof c.digest) != 0 || up.cmd.size != c.size ||
       up.cmd.flags != c.flags || up.bytes.size() != c.size)
     return Status::InvalidValue;
@@ -158,15 +152,15 @@ Status Worker::module_load(const ipc::CommandHeader& h, const ipc::ModuleCmd& c)
 }
 
 Status Worker::module_unload(const ipc::CommandHeader& h, const ipc::ModuleCmd& c) {
-  uploads_.erase(c.module_id);
-  auto it = modules_.find(c.module_id);
-  if (it == modules_.end()) return Status::InvalidResourceHandle;
+  kernels_.uploads.erase(c.module_id);
+  auto it = kernels_.modules.find(c.module_id);
+  if (it == kernels_.modules.end()) return Status::InvalidResourceHandle;
   auto module = std::move(it->second);
-  modules_.erase(it);
-  std::erase_if(kernels_, [&](const auto& k) { return k.second.module_id == c.module_id; });
-  std::erase_if(symbols_, [&](const auto& s) { return s.second.module_id == c.module_id; });
+  kernels_.modules.erase(it);
+  std::erase_if(kernels_.kernels, [&](const auto& k) { return k.second.module_id == c.module_id; });
+  std::erase_if(res_.symbols, [&](const auto& s) { return s.second.module_id == c.module_id; });
   // Launches and symbol copies already queued still use it: it goes once they are done.
-  when_drained(-1, h.reply_slot, h.seq, [module](Status) mutable {
+  completions_.when_drained(-1, h.reply_slot, h.seq, [module](Status) mutable {
     module.reset();
     return Status::Success;
   });
@@ -178,9 +172,9 @@ Status Worker::module_unload(const ipc::CommandHeader& h, const ipc::ModuleCmd& 
 Status Worker::kernel_get(const ipc::CommandHeader& h, const ipc::KernelGetCmd& c, const std::byte* name) {
   if (one_way(h)) return Status::InvalidValue;
   if (c.name_bytes == 0) return Status::InvalidValue;
-  if (kernels_.contains(c.kernel_id)) return Status::InvalidResourceHandle;
-  auto m = modules_.find(c.module_id);
-  if (m == modules_.end()) return Status::InvalidResourceHandle;
+  if (kernels_.kernels.contains(c.kernel_id)) return Status::InvalidResourceHandle;
+  auto m = kernels_.modules.find(c.module_id);
+  if (m == kernels_.modules.end()) return Status::InvalidResourceHandle;
   KernelEntry k{name_of(name, c.name_bytes), c.module_id, m->second, nullptr, {}, 0};
   if (Status st = backend_.kernel_get(*m->second, k.name, k.kernel, k.params, k.param_bytes);
       st != Status::Success)
@@ -188,20 +182,20 @@ Status Worker::kernel_get(const ipc::CommandHeader& h, const ipc::KernelGetCmd& 
   if (k.param_bytes > ipc::kMaxParamBytes) return Status::NotSupported;  // no client could launch it
   std::array<uint64_t, 5> v{k.params.size(), k.param_bytes};
   for (size_t i = 0; i < 3 && i < k.params.size(); ++i) v[2 + i] = ipc::pack_param(k.params[i].offset, k.params[i].size);
-  kernels_.emplace(c.kernel_id, std::move(k));
-  answer(h, v);
+  kernels_.kernels.emplace(c.kernel_id, std::move(k));
+  answers_.answer(h, v);
   return Status::Success;
 }
 
 Status Worker::kernel_params(const ipc::CommandHeader& h, const ipc::KernelParamsCmd& c) {
   if (one_way(h)) return Status::InvalidValue;
-  KernelEntry* k = find_kernel(c.kernel_id);
+  KernelEntry* k = kernels_.find(c.kernel_id);
   if (k == nullptr) return Status::InvalidResourceHandle;
   if (c.first > k->params.size()) return Status::InvalidValue;
   std::array<uint64_t, 5> v{};
   for (size_t i = 0; i < v.size() && c.first + i < k->params.size(); ++i)
     v[i] = ipc::pack_param(k->params[c.first + i].offset, k->params[c.first + i].size);
-  answer(h, v);
+  answers_.answer(h, v);
   return Status::Success;
 }
 
@@ -229,7 +223,7 @@ LaunchDesc launch_desc(const ipc::LaunchCmd& c) noexcept {
 }  // namespace
 
 Status Worker::launch(const ipc::CommandHeader& h, const ipc::LaunchCmd& c, const std::byte* params) {
-  KernelEntry* k = find_kernel(c.kernel_id);
+  KernelEntry* k = kernels_.find(c.kernel_id);
   if (k == nullptr) return Status::InvalidResourceHandle;
   if (c.param_bytes != k->param_bytes) return Status::InvalidValue;
   if ((c.flags & ~ipc::kLaunchCooperative) != 0) return Status::InvalidValue;
@@ -245,7 +239,7 @@ Status Worker::launch(const ipc::CommandHeader& h, const ipc::LaunchCmd& c, cons
   // held or the next record is already in the ring.  Cooperative, cluster and per-launch
   // priority launches go alone.
   const bool plain = !d.cooperative && d.cluster[0] == 0 && d.cluster[1] == 0 && d.cluster[2] == 0 && d.priority == 0;
-  const bool may_hold = shared_.launch_batch >= 2 && plain && h.reply_slot == ipc::kNoReply;
+  const bool may_hold = shared_.tuning.launch_batch >= 2 && plain && h.reply_slot == ipc::kNoReply;
   if (!batch_.empty() && (!may_hold || batch_.stream != s)) flush_launches();
   const bool hold = may_hold && (!batch_.empty() || !reader_.empty());
   // Nothing ran since the batch's first launch, so for a later one this enqueues nothing.
@@ -263,8 +257,8 @@ Status Worker::launch(const ipc::CommandHeader& h, const ipc::LaunchCmd& c, cons
   // For the fault log (assign reuses the string's storage: no allocation per launch).
   last_kernel_.assign(k->name);
   ++launches_since_sync_;
-  answer(h);
-  if (batch_.items.size() >= shared_.launch_batch) flush_launches();
+  answers_.answer(h);
+  if (batch_.items.size() >= shared_.tuning.launch_batch) flush_launches();
   return Status::Success;
 }
 
@@ -307,22 +301,22 @@ Status Worker::symbol_get(const ipc::CommandHeader& h, const ipc::SymbolGetCmd& 
   if (one_way(h)) return Status::InvalidValue;
   if (c.name_bytes == 0) return Status::InvalidValue;
   if (Status st = check_device(h.device); st != Status::Success) return st;
-  auto m = modules_.find(c.module_id);
-  if (m == modules_.end()) return Status::InvalidResourceHandle;
+  auto m = kernels_.modules.find(c.module_id);
+  if (m == kernels_.modules.end()) return Status::InvalidResourceHandle;
   DeviceAddress address = 0;
   uint64_t size = 0;
   if (Status st = backend_.global_get(*m->second, h.device, name_of(name, c.name_bytes), address, size);
       st != Status::Success)
     return st;
   // Copies may now reach the variable (never freed as an allocation; dropped on unload).
-  if (size != 0) symbols_[address] = SymbolRange{size, c.module_id};
-  answer(h, {address, size});
+  if (size != 0) res_.symbols[address] = SymbolRange{size, c.module_id};
+  answers_.answer(h, {address, size});
   return Status::Success;
 }
 
 Status Worker::kernel_on_device(const ipc::CommandHeader& h, uint64_t kernel_id, KernelEntry*& out) {
   if (Status st = check_device(h.device); st != Status::Success) return st;
-  out = find_kernel(kernel_id);
+  out = kernels_.find(kernel_id);
   return out == nullptr ? Status::InvalidResourceHandle : Status::Success;
 }
 
@@ -334,7 +328,7 @@ Status Worker::func_get_attributes(const ipc::CommandHeader& h, const ipc::Kerne
   if (Status st = backend_.func_attributes(*k->kernel, h.device, a); st != Status::Success) return st;
   uint64_t packed[5];
   ipc::pack_func_attributes(a, packed);
-  answer(h, {packed[0], packed[1], packed[2], packed[3], packed[4]});
+  answers_.answer(h, {packed[0], packed[1], packed[2], packed[3], packed[4]});
   return Status::Success;
 }
 
@@ -342,11 +336,10 @@ Status Worker::func_set_attribute(const ipc::CommandHeader& h, const ipc::FuncSe
   KernelEntry* k = nullptr;
   if (Status st = kernel_on_device(h, c.kernel_id, k); st != Status::Success) return st;
   // Never on a kernel other clients share: the first change makes the module this client's.
-  if (Status st = make_module_own(backend_, *shared_.modules, modules_, kernels_, k->module_id); st != Status::Success)
-    return st;
+  if (Status st = make_module_own(backend_, *shared_.modules, kernels_, k->module_id); st != Status::Success) return st;
   if (Status st = backend_.func_set_attribute(*k->kernel, h.device, c.attribute, c.value); st != Status::Success)
     return st;
-  answer(h);
+  answers_.answer(h);
   return Status::Success;
 }
 
@@ -358,7 +351,7 @@ Status Worker::occupancy(const ipc::CommandHeader& h, const ipc::OccupancyCmd& c
   if (Status st = backend_.occupancy(*k->kernel, h.device, c.block_size, c.dynamic_shared_bytes, c.flags, blocks);
       st != Status::Success)
     return st;
-  answer(h, {static_cast<uint64_t>(blocks)});
+  answers_.answer(h, {static_cast<uint64_t>(blocks)});
   return Status::Success;
 }
 
@@ -372,7 +365,7 @@ Status Worker::occupancy_dynamic_smem(const ipc::CommandHeader& h, const ipc::Oc
                                                   c.block_size, bytes);
       st != Status::Success)
     return st;
-  answer(h, {bytes});
+  answers_.answer(h, {bytes});
   return Status::Success;
 }
 
@@ -387,7 +380,7 @@ Status Worker::max_active_clusters(const ipc::CommandHeader& h, const ipc::Launc
   int clusters = 0;
   if (Status st = backend_.max_active_clusters(*k->kernel, h.device, launch_desc(c), clusters); st != Status::Success)
     return st;
-  answer(h, {static_cast<uint64_t>(clusters)});
+  answers_.answer(h, {static_cast<uint64_t>(clusters)});
   return Status::Success;
 }
 
@@ -419,7 +412,7 @@ Status Worker::host_func(const ipc::CommandHeader& h, const ipc::HostFuncCmd& c)
     return st;
   if (released) release_host_funcs();
   streams_.after_work(*s);
-  answer(h);
+  answers_.answer(h);
   return Status::Success;
 }
 

@@ -1,7 +1,9 @@
-// Every FUNNEL_* environment variable is read, parsed and validated here, and only
-// here (doc/configuration.md has the same table; `funnelctl config` prints it).
-// A bad value is a ConfigError whose message names the variable, the value and
-// what is accepted.
+// Every FUNNEL_* environment variable is declared once, in setting_table(): its
+// default, what it accepts, what it means, how it is stored and shown, and the
+// funnel-server option that sets the same thing. Settings::from, value_text,
+// `funnelctl config`, funnel-server's options (setting_option.hpp) and
+// doc/configuration.md's table all come from it. A bad value is a ConfigError whose
+// message names the variable, the value and what is accepted.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -12,7 +14,10 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
+
+#include "funnel/common/setting_defaults.hpp"
 
 namespace funnel {
 
@@ -46,19 +51,19 @@ struct Settings {
   std::filesystem::path server_binary;  // FUNNEL_SERVER; empty: beside the client runtime
   std::filesystem::path log_dir;    // FUNNEL_LOG_DIR
   std::string log_level = "info";   // FUNNEL_LOG_LEVEL
-  std::chrono::milliseconds idle_exit{3000};       // FUNNEL_IDLE_EXIT_MS
-  std::chrono::milliseconds attach_timeout{30000}; // FUNNEL_ATTACH_TIMEOUT_MS
+  std::chrono::milliseconds idle_exit{setting_default::kIdleExitMs};             // FUNNEL_IDLE_EXIT_MS
+  std::chrono::milliseconds attach_timeout{setting_default::kAttachTimeoutMs};   // FUNNEL_ATTACH_TIMEOUT_MS
   std::vector<int> devices;         // FUNNEL_DEVICES; empty: every visible GPU
-  uint32_t staging_slots = 4;       // FUNNEL_STAGING_SLOTS
-  uint64_t staging_slot_bytes = 2u << 20;  // FUNNEL_STAGING_SLOT_KB
-  uint32_t max_clients = 256;       // FUNNEL_MAX_CLIENTS
-  uint32_t copy_threads = 4;        // FUNNEL_COPY_THREADS
-  uint32_t device_connections = 8;  // FUNNEL_DEVICE_CONNECTIONS
-  uint32_t server_spin_us = 2000;   // FUNNEL_SERVER_SPIN_US
-  uint32_t server_idle_spin_us = 50;  // FUNNEL_SERVER_IDLE_SPIN_US
-  uint32_t server_spin_backoff_ms = 100;  // FUNNEL_SERVER_SPIN_BACKOFF_MS (0: never back off)
-  uint32_t server_workers = 0;      // FUNNEL_SERVER_WORKERS (0: a worker thread per client)
-  uint32_t launch_batch = 32;       // FUNNEL_LAUNCH_BATCH (0, 1: every launch on its own)
+  uint32_t staging_slots = setting_default::kStagingSlots;  // FUNNEL_STAGING_SLOTS
+  uint64_t staging_slot_bytes = uint64_t{setting_default::kStagingSlotKb} * 1024;  // FUNNEL_STAGING_SLOT_KB
+  uint32_t max_clients = setting_default::kMaxClients;  // FUNNEL_MAX_CLIENTS
+  uint32_t copy_threads = setting_default::kCopyThreads;  // FUNNEL_COPY_THREADS
+  uint32_t device_connections = setting_default::kDeviceConnections;  // FUNNEL_DEVICE_CONNECTIONS
+  uint32_t server_spin_us = setting_default::kServerSpinUs;  // FUNNEL_SERVER_SPIN_US
+  uint32_t server_idle_spin_us = setting_default::kServerIdleSpinUs;  // FUNNEL_SERVER_IDLE_SPIN_US
+  uint32_t server_spin_backoff_ms = setting_default::kServerSpinBackoffMs;  // FUNNEL_SERVER_SPIN_BACKOFF_MS (0: never)
+  uint32_t server_workers = setting_default::kServerWorkers;  // FUNNEL_SERVER_WORKERS (0: a thread per client)
+  uint32_t launch_batch = setting_default::kLaunchBatch;  // FUNNEL_LAUNCH_BATCH (0, 1: each launch on its own)
   std::filesystem::path sim_launch_log;  // FUNNEL_SIM_LAUNCH_LOG; empty: launches are not logged
   std::string sim_fault_kernel;     // FUNNEL_SIM_FAULT_KERNEL; empty: no fault injection
   // FUNNEL_DEVICE_MEM_LIMIT, else CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: the most device memory
@@ -97,7 +102,7 @@ struct Settings {
   // write) where the server's worker would otherwise have to notice the completion.
   GpuReplies gpu_replies = GpuReplies::Auto;
   // FUNNEL_SUBMIT_ORDER: workers on cores of their own take waited copies to the driver in
-  // turn (runtime/server/src/submit_order.hpp); experimental, off by default.
+  // turn (runtime/server/src/loop/submit_order.hpp); experimental, off by default.
   bool submit_order = false;
   // FUNNEL_JOB_REPORT: a stopping server writes the job report to log_dir (doc/accounting.md).
   bool job_report = true;
@@ -112,14 +117,57 @@ struct Settings {
   static Settings from(const Lookup& env);
 };
 
-// One row of the configuration table.
-struct SettingInfo {
+// What a setting's value must be.
+// An integer in min..max, a multiple of multiple_of (from_chars, base 10, nothing after).
+struct IntegerRange {
+  int64_t min;
+  int64_t max;
+  int64_t multiple_of = 1;
+};
+// One of the words of the row's accepted text, which lists them separated by " | ".
+struct OneOfWords {};
+// Anything else (paths, GPU lists, sizes): true when the text is accepted.
+struct FreeForm {
+  bool (*accepts)(const std::string& value);
+};
+using SettingCheck = std::variant<IntegerRange, OneOfWords, FreeForm>;
+
+// A row's words for people: doc/configuration.md's table (scripts/gen-config-doc.py reads
+// these four literals out of config.cpp) and `funnelctl config`.
+struct SettingText {
   const char* variable;
   const char* default_text;
-  const char* accepted;
+  const char* accepted;  // also every "expected ..." of a bad value's message
   const char* meaning;
 };
+
+// One row of the configuration table: everything about one FUNNEL_* variable.
+struct SettingInfo : SettingText {
+  SettingCheck check;
+  // Stores an accepted value (Settings::from); the default is Settings' initializer.
+  void (*store)(Settings& s, const std::string& value);
+  // The effective value as text (value_text).
+  std::string (*show)(const Settings& s);
+  // funnel-server's option that sets the same thing and accepts exactly the same values
+  // (setting_option.hpp), its help and the unit of its value; nullptr: none.
+  const char* option = nullptr;
+  const char* option_help = nullptr;
+  const char* unit = nullptr;
+  // Where the variable is unset: reads the CUDA MPS variable it stands in for; returns
+  // that variable's name when it was set, nullptr when not.
+  const char* (*fallback)(Settings& s, const Settings::Lookup& env) = nullptr;
+};
 const std::vector<SettingInfo>& setting_table();
+// The row of `variable`; nullptr when there is none.
+const SettingInfo* find_setting(std::string_view variable) noexcept;
+// Whether `row`'s variable (and its option) accepts `value`.
+bool setting_accepts(const SettingInfo& row, const std::string& value);
+// The words of a OneOfWords row ("trace | debug" -> trace, debug).
+std::vector<std::string_view> setting_words(const SettingInfo& row);
+// funnel-server's option of `row` (setting_option.hpp): its help, and what it says of a
+// value it does not accept ("" for one it accepts).
+std::string setting_option_help(const SettingInfo& row);
+std::string setting_option_error(const SettingInfo& row, const std::string& value);
 
 // The job id a launcher gave this process: SLURM_JOB_ID, PBS_JOBID, LSB_JOBID,
 // Open MPI's OMPI_MCA_ess_base_jobid, PMIX_NAMESPACE — or "nojob".

@@ -1,9 +1,12 @@
 // Commands a client writes into its ring.  A record is a CommandHeader followed by
 // the opcode's payload struct (and, for variable-sized commands, trailing bytes),
 // padded to a multiple of kRecordAlign.  The server copies each record out of the
-// ring before it looks at it, then validates it (see decode.hpp).
+// ring before it looks at it, then checks its framing against the command table below
+// (check_framing) before its handler validates the payload's fields.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <ctime>
 #include <type_traits>
 
@@ -11,81 +14,88 @@
 
 namespace funnel::ipc {
 
+// The command table: every command, once.  X(name, number, payload, trailing, queues, handler)
+//   payload   the struct after the header (NoPayload: nothing follows it)
+//   trailing  NameBytes / ParamBytes: that many bytes follow the payload, counted by its
+//             name_bytes / param_bytes field (at most kMaxNameBytes / kMaxParamBytes); NoBytes
+//   queues    Queues: the command queues work on header.stream (0: the legacy stream), so the
+//             stream is busy after it (the client's idle-stream bookkeeping, doc/design/channel.md
+//             "Idle streams"); NoQueue: a stream of 0 means "no stream"
+//   handler   the server's member function for it (Worker::dispatch, runtime/server/src/session/worker.cpp)
+// The enum, the framing rule, queues_on_stream and the server's dispatch are expanded from it:
+// a new command is a row here and a handler in the server.  "->" says what a waited call's
+// reply holds; one-way commands report an error through the channel's deferred error.
+#define FUNNEL_IPC_COMMANDS(X)                                                                             \
+  X(Pad, 0, NoPayload, NoBytes, NoQueue, pad) /* filler to the end of the ring; the server skips it */          \
+  /* Memory */                                                                                              \
+  X(MemAlloc, 1, MemAllocCmd, NoBytes, NoQueue, mem_alloc) /* -> value[0] = device address */              \
+  X(MemFree, 2, AddressCmd, NoBytes, NoQueue, mem_free) /* synchronous, as cudaFree */                      \
+  X(MemAllocAsync, 3, MemAllocCmd, NoBytes, Queues, mem_alloc_async) /* -> value[0] = device address */     \
+  X(MemFreeAsync, 4, AddressCmd, NoBytes, Queues, mem_free_async) /* stream-ordered, one-way */             \
+  X(MemGetInfo, 5, NoPayload, NoBytes, NoQueue, mem_get_info) /* -> value[0] = free, value[1] = total */         \
+  /* -> value[0] = pinned id, value[1] = size; file pinned.<client>.<id> */                                 \
+  X(PinnedAlloc, 6, PinnedAllocCmd, NoBytes, NoQueue, pinned_alloc)                                         \
+  X(PinnedFree, 7, PinnedFreeCmd, NoBytes, NoQueue, pinned_free) /* synchronous */                          \
+  X(Copy, 8, CopyCmd, NoBytes, Queues, copy) /* one-way unless a reply slot is given */                     \
+  X(Memset, 9, MemsetCmd, NoBytes, Queues, memset) /* one-way */                                            \
+  /* Streams and events (ids are chosen by the client) */                                                   \
+  X(StreamCreate, 20, StreamCreateCmd, NoBytes, NoQueue, stream_create) /* one-way */                       \
+  /* header.stream, one-way (pending work still completes) */                                               \
+  X(StreamDestroy, 21, NoPayload, NoBytes, NoQueue, stream_destroy)                                              \
+  X(StreamSynchronize, 22, NoPayload, NoBytes, NoQueue, stream_synchronize) /* -> when its work is done */       \
+  X(StreamQuery, 23, NoPayload, NoBytes, NoQueue, stream_query) /* -> status Success or NotReady */              \
+  X(StreamWaitEvent, 24, EventCmd, NoBytes, Queues, stream_wait_event) /* one-way */                        \
+  X(EventCreate, 30, EventCreateCmd, NoBytes, NoQueue, event_create) /* one-way */                          \
+  X(EventDestroy, 31, EventCmd, NoBytes, NoQueue, event_destroy) /* one-way */                              \
+  X(EventRecord, 32, EventRecordCmd, NoBytes, Queues, event_record) /* on header.stream, one-way */         \
+  X(EventSynchronize, 33, EventCmd, NoBytes, NoQueue, event_synchronize) /* -> when the event completed */  \
+  X(EventQuery, 34, EventCmd, NoBytes, NoQueue, event_query) /* -> Success or NotReady */                   \
+  /* -> value[0] = bit pattern of a float (ms) */                                                           \
+  X(EventElapsedTime, 35, EventPairCmd, NoBytes, NoQueue, event_elapsed)                                    \
+  /* Device */                                                                                              \
+  /* -> when all of this client's work on header.device is done */                                          \
+  X(DeviceSynchronize, 40, NoPayload, NoBytes, NoQueue, device_synchronize)                                      \
+  /* frees everything this client holds on header.device */                                                 \
+  X(DeviceReset, 41, NoPayload, NoBytes, NoQueue, device_reset)                                                  \
+  X(SetLimit, 42, LimitCmd, NoBytes, NoQueue, set_limit)                                                    \
+  X(GetLimit, 43, LimitCmd, NoBytes, NoQueue, get_limit) /* -> value[0] */                                  \
+  /* -> once every earlier command was consumed (not necessarily completed) */                              \
+  X(Fence, 50, NoPayload, NoBytes, NoQueue, fence)                                                               \
+  /* Kernels (doc/design/kernels.md).  Module and kernel ids are chosen by the client. */                   \
+  /* -> value[0] = 1: the server holds these bytes (module loaded), 0: send them */                         \
+  X(ModuleQuery, 60, ModuleCmd, NoBytes, NoQueue, module_query)                                             \
+  /* one-way: staging slot bytes appended to the module's upload (slot freed) */                            \
+  X(ModuleData, 61, ModuleDataCmd, NoBytes, NoQueue, module_data)                                           \
+  /* -> once the uploaded bytes were checked against the hash and loaded */                                 \
+  X(ModuleLoad, 62, ModuleCmd, NoBytes, NoQueue, module_load)                                               \
+  X(ModuleUnload, 63, ModuleCmd, NoBytes, NoQueue, module_unload) /* one-way (its kernels become invalid) */ \
+  /* + name bytes -> value[0] = params, value[1] = param buffer bytes, value[2..4] = params 0..2 as         \
+     pack_param() */                                                                                        \
+  X(KernelGet, 64, KernelGetCmd, NameBytes, NoQueue, kernel_get)                                            \
+  /* -> value[0..4] = params first..first+4 as pack_param() */                                              \
+  X(KernelParams, 65, KernelParamsCmd, NoBytes, NoQueue, kernel_params)                                     \
+  X(Launch, 66, LaunchCmd, ParamBytes, Queues, launch) /* + param buffer bytes, one-way, on header.stream */ \
+  /* + name bytes -> value[0] = device address, value[1] = size (header.device) */                          \
+  X(SymbolGet, 67, SymbolGetCmd, NameBytes, NoQueue, symbol_get)                                            \
+  /* -> FuncAttributes packed by pack_func_attributes() (header.device) */                                  \
+  X(FuncGetAttributes, 68, KernelCmd, NoBytes, NoQueue, func_get_attributes)                                \
+  X(FuncSetAttribute, 69, FuncSetAttributeCmd, NoBytes, NoQueue, func_set_attribute)                        \
+  /* -> value[0] = active blocks per multiprocessor (header.device) */                                      \
+  X(Occupancy, 70, OccupancyCmd, NoBytes, NoQueue, occupancy)                                               \
+  X(HostFunc, 71, HostFuncCmd, NoBytes, Queues, host_func) /* one-way, on header.stream */                  \
+  /* dynamic_shared_bytes = blocks per multiprocessor -> value[0] = dynamic shared memory available per     \
+     block (header.device) */                                                                               \
+  X(OccupancyDynamicSmem, 72, OccupancyCmd, NoBytes, NoQueue, occupancy_dynamic_smem)                       \
+  /* param_bytes 0 (no parameters follow) -> value[0] = clusters */                                         \
+  X(MaxActiveClusters, 73, LaunchCmd, NoBytes, NoQueue, max_active_clusters)                                \
+  /* 74..79 stay reserved for kernels. */                                                                   \
+  X(Detach, 100, DetachCmd, NoBytes, NoQueue, detach) /* the client leaves; the server frees what it held */
+
 enum class Opcode : uint16_t {
-  Pad = 0,  // filler to the end of the ring; the server skips it
-
-  // Memory
-  MemAlloc = 1,       // MemAllocCmd -> value[0] = device address
-  MemFree = 2,        // AddressCmd (synchronous, as cudaFree)
-  MemAllocAsync = 3,  // MemAllocCmd, stream-ordered -> value[0] = device address
-  MemFreeAsync = 4,   // AddressCmd, stream-ordered, one-way
-  MemGetInfo = 5,     // -> value[0] = free, value[1] = total
-  PinnedAlloc = 6,    // PinnedAllocCmd -> value[0] = pinned id, value[1] = size; file pinned.<client>.<id>
-  PinnedFree = 7,     // PinnedFreeCmd (synchronous)
-  Copy = 8,           // CopyCmd, one-way unless a reply slot is given
-  Memset = 9,         // MemsetCmd, one-way
-
-  // Streams and events (ids are chosen by the client)
-  StreamCreate = 20,       // StreamCreateCmd, one-way
-  StreamDestroy = 21,      // header.stream, one-way (pending work still completes)
-  StreamSynchronize = 22,  // header.stream -> reply when its work is done
-  StreamQuery = 23,        // header.stream -> status Success or NotReady
-  StreamWaitEvent = 24,    // EventCmd, one-way
-  EventCreate = 30,        // EventCreateCmd, one-way
-  EventDestroy = 31,       // EventCmd, one-way
-  EventRecord = 32,        // EventRecordCmd on header.stream, one-way
-  EventSynchronize = 33,   // EventCmd -> reply when the event completed
-  EventQuery = 34,         // EventCmd -> Success or NotReady
-  EventElapsedTime = 35,   // EventPairCmd -> value[0] = bit pattern of a float (ms)
-
-  // Device
-  DeviceSynchronize = 40,  // reply when all of this client's work on header.device is done
-  DeviceReset = 41,        // frees everything this client holds on header.device
-  SetLimit = 42,           // LimitCmd
-  GetLimit = 43,           // LimitCmd -> value[0]
-
-  Fence = 50,  // reply once every earlier command was consumed (not necessarily completed)
-
-  // Kernels (doc/design/kernels.md).  Module and kernel ids are chosen by the client.
-  ModuleQuery = 60,   // ModuleCmd -> value[0] = 1: the server holds these bytes (module loaded), 0: send them
-  ModuleData = 61,    // ModuleDataCmd, one-way: staging slot bytes appended to the module's upload (slot freed)
-  ModuleLoad = 62,    // ModuleCmd -> reply once the uploaded bytes were checked against the hash and loaded
-  ModuleUnload = 63,  // ModuleCmd, one-way (kernels of it become invalid)
-  KernelGet = 64,     // KernelGetCmd + name bytes -> value[0] = params, value[1] = param buffer bytes,
-                      //   value[2..4] = params 0..2 as pack_param()
-  KernelParams = 65,  // KernelParamsCmd -> value[0..4] = params first..first+4 as pack_param()
-  Launch = 66,        // LaunchCmd + param buffer bytes, one-way, on header.stream
-  SymbolGet = 67,     // SymbolGetCmd + name bytes -> value[0] = device address, value[1] = size (header.device)
-  FuncGetAttributes = 68,  // KernelCmd -> FuncAttributes packed by pack_func_attributes() (header.device)
-  FuncSetAttribute = 69,   // FuncSetAttributeCmd
-  Occupancy = 70,     // OccupancyCmd -> value[0] = active blocks per multiprocessor (header.device)
-  HostFunc = 71,      // HostFuncCmd, one-way, on header.stream
-  OccupancyDynamicSmem = 72,  // OccupancyCmd with dynamic_shared_bytes = blocks per multiprocessor
-                              //   -> value[0] = dynamic shared memory available per block (header.device)
-  MaxActiveClusters = 73,     // LaunchCmd with param_bytes 0 (no parameters follow) -> value[0] = clusters
-  // 74..79 stay reserved for kernels.
-
-  Detach = 100,  // the client leaves; the server frees what it held
+#define FUNNEL_IPC_OPCODE(name, number, ...) name = number,
+  FUNNEL_IPC_COMMANDS(FUNNEL_IPC_OPCODE)
+#undef FUNNEL_IPC_OPCODE
 };
-
-// Whether a command queues work on header.stream (0: the legacy stream), so that the stream
-// is busy after it: what the client's idle-stream bookkeeping counts (doc/design/channel.md,
-// "Idle streams").  Every other command that names stream 0 only means "no stream".
-constexpr bool queues_on_stream(Opcode op) noexcept {
-  switch (op) {
-    case Opcode::MemAllocAsync:
-    case Opcode::MemFreeAsync:
-    case Opcode::Copy:
-    case Opcode::Memset:
-    case Opcode::StreamWaitEvent:
-    case Opcode::EventRecord:
-    case Opcode::Launch:
-    case Opcode::HostFunc:
-      return true;
-    default:
-      return false;
-  }
-}
 
 // CLOCK_MONOTONIC (one clock for every process of the node) in microseconds, modulo 2^16:
 // CommandHeader::posted_us; the delay since `then` is uint16_t(monotonic_us16() - then).
@@ -302,48 +312,70 @@ struct OccupancyCmd { uint64_t kernel_id; uint32_t block_size; uint32_t flags; u
 // if the client goes away first, so the stream never stays blocked.
 struct HostFuncCmd { uint32_t reached_slot; uint32_t done_slot; uint32_t generation; uint32_t reserved; };
 
+// ---- what the command table says of an opcode ---------------------------------------
+struct NoPayload {};  // a command with nothing after its header
+struct NoBytes {};
+struct NameBytes {  // KernelGetCmd, SymbolGetCmd: the device name follows
+  static constexpr uint64_t kLimit = kMaxNameBytes;
+  template <class P>
+  static constexpr uint64_t count(const P& p) noexcept { return p.name_bytes; }
+};
+struct ParamBytes {  // LaunchCmd: the parameter buffer follows
+  static constexpr uint64_t kLimit = kMaxParamBytes;
+  template <class P>
+  static constexpr uint64_t count(const P& p) noexcept { return p.param_bytes; }
+};
+struct Queues {};
+struct NoQueue {};
+
+// Command<Opcode::X>: X's row.
+template <Opcode op>
+struct Command;
+#define FUNNEL_IPC_COMMAND(op, number, payload, trailing, queues, handler)                                \
+  template <>                                                                                              \
+  struct Command<Opcode::op> {                                                                             \
+    using Payload = payload;                                                                               \
+    using Trailing = trailing;                                                                             \
+    static constexpr uint64_t kPayloadBytes = std::is_same_v<payload, NoPayload> ? 0 : sizeof(payload);         \
+    static constexpr bool kTrailing = !std::is_same_v<trailing, NoBytes>;                                  \
+    static constexpr bool kQueues = std::is_same_v<queues, Queues>;                                        \
+    static constexpr const char* kName = #op;                                                              \
+  };
+FUNNEL_IPC_COMMANDS(FUNNEL_IPC_COMMAND)
+#undef FUNNEL_IPC_COMMAND
+
+// Calls f(Command<op>{}) for h's opcode and returns what it returns; `otherwise` for an
+// opcode the table does not have.
+template <class F, class R>
+constexpr R visit_command(Opcode op, F&& f, R otherwise) {
+  switch (op) {
+#define FUNNEL_IPC_VISIT(name, ...) \
+  case Opcode::name:                \
+    return f(Command<Opcode::name>{});
+    FUNNEL_IPC_COMMANDS(FUNNEL_IPC_VISIT)
+#undef FUNNEL_IPC_VISIT
+  }
+  return otherwise;
+}
+
 // Fixed payload size each opcode requires (KernelGet, Launch and SymbolGet are followed
 // by trailing bytes: see has_trailing_bytes); -1 for an unknown opcode.
 constexpr int64_t payload_size(Opcode op) noexcept {
-  switch (op) {
-    case Opcode::Pad: return 0;
-    case Opcode::MemAlloc: case Opcode::MemAllocAsync: return sizeof(MemAllocCmd);
-    case Opcode::MemFree: case Opcode::MemFreeAsync: return sizeof(AddressCmd);
-    case Opcode::MemGetInfo: return 0;
-    case Opcode::PinnedAlloc: return sizeof(PinnedAllocCmd);
-    case Opcode::PinnedFree: return sizeof(PinnedFreeCmd);
-    case Opcode::Copy: return sizeof(CopyCmd);
-    case Opcode::Memset: return sizeof(MemsetCmd);
-    case Opcode::StreamCreate: return sizeof(StreamCreateCmd);
-    case Opcode::StreamDestroy: case Opcode::StreamSynchronize: case Opcode::StreamQuery: return 0;
-    case Opcode::StreamWaitEvent: return sizeof(EventCmd);
-    case Opcode::EventCreate: return sizeof(EventCreateCmd);
-    case Opcode::EventRecord: return sizeof(EventRecordCmd);
-    case Opcode::EventDestroy: case Opcode::EventSynchronize:
-    case Opcode::EventQuery: return sizeof(EventCmd);
-    case Opcode::EventElapsedTime: return sizeof(EventPairCmd);
-    case Opcode::DeviceSynchronize: case Opcode::DeviceReset: return 0;
-    case Opcode::SetLimit: case Opcode::GetLimit: return sizeof(LimitCmd);
-    case Opcode::Fence: return 0;
-    case Opcode::Detach: return sizeof(DetachCmd);
-    case Opcode::ModuleQuery: case Opcode::ModuleLoad: case Opcode::ModuleUnload: return sizeof(ModuleCmd);
-    case Opcode::ModuleData: return sizeof(ModuleDataCmd);
-    case Opcode::KernelGet: return sizeof(KernelGetCmd);
-    case Opcode::KernelParams: return sizeof(KernelParamsCmd);
-    case Opcode::Launch: return sizeof(LaunchCmd);
-    case Opcode::SymbolGet: return sizeof(SymbolGetCmd);
-    case Opcode::FuncGetAttributes: return sizeof(KernelCmd);
-    case Opcode::FuncSetAttribute: return sizeof(FuncSetAttributeCmd);
-    case Opcode::Occupancy: return sizeof(OccupancyCmd);
-    case Opcode::HostFunc: return sizeof(HostFuncCmd);
-    case Opcode::OccupancyDynamicSmem: return sizeof(OccupancyCmd);
-    case Opcode::MaxActiveClusters: return sizeof(LaunchCmd);
-  }
-  return -1;
+  return visit_command(op, []<class C>(C) { return static_cast<int64_t>(C::kPayloadBytes); }, int64_t{-1});
 }
 
 constexpr bool has_trailing_bytes(Opcode op) noexcept {
-  return op == Opcode::KernelGet || op == Opcode::Launch || op == Opcode::SymbolGet;
+  return visit_command(op, []<class C>(C) { return C::kTrailing; }, false);
+}
+
+// Whether a command queues work on header.stream (the table's Queues column).
+constexpr bool queues_on_stream(Opcode op) noexcept {
+  return visit_command(op, []<class C>(C) { return C::kQueues; }, false);
+}
+
+// The opcode's name ("MemAlloc"), for messages; nullptr for an unknown opcode.
+constexpr const char* command_name(Opcode op) noexcept {
+  return visit_command(op, []<class C>(C) { return C::kName; }, static_cast<const char*>(nullptr));
 }
 
 // Largest record a client may write (header + payload + trailing bytes).
@@ -352,6 +384,31 @@ inline constexpr uint32_t kMaxRecordSize = 64 * 1024;
 constexpr uint32_t record_size_for(uint64_t payload_bytes) noexcept {
   const uint64_t raw = sizeof(CommandHeader) + payload_bytes;
   return static_cast<uint32_t>((raw + kRecordAlign - 1) / kRecordAlign * kRecordAlign);
+}
+
+enum class Framing {
+  Ok,
+  UnknownOpcode,  // not in the table
+  BadSize,        // h.size is not the record size its payload (and trailing bytes) make
+};
+// Whether a record of h.size bytes, its payload at `payload`, is framed as h.opcode's row
+// says.  The caller guarantees h.size bytes are readable from the header on (a record
+// copied out of the ring); trailing-byte counts are read only once the payload is there.
+inline Framing check_framing(const CommandHeader& h, const std::byte* payload) noexcept {
+  return visit_command(
+      h.opcode,
+      [&]<class C>(C) {
+        if (h.size < record_size_for(C::kPayloadBytes)) return Framing::BadSize;
+        uint64_t trailing = 0;
+        if constexpr (C::kTrailing) {
+          typename C::Payload p;
+          std::memcpy(&p, payload, sizeof p);
+          trailing = C::Trailing::count(p);
+          if (trailing > C::Trailing::kLimit) return Framing::BadSize;
+        }
+        return h.size == record_size_for(C::kPayloadBytes + trailing) ? Framing::Ok : Framing::BadSize;
+      },
+      Framing::UnknownOpcode);
 }
 
 }  // namespace funnel::ipc

@@ -18,15 +18,14 @@
 
 namespace funnel::server {
 
-// FUNNEL_SERVER_SPIN_US's default (runtime/common's Settings::server_spin_us).
-inline constexpr std::chrono::microseconds kDefaultPendingSpin{2000};
-// FUNNEL_SERVER_IDLE_SPIN_US's default (runtime/common's Settings::server_idle_spin_us).
-inline constexpr std::chrono::microseconds kDefaultIdleSpin{50};
-// FUNNEL_SERVER_SPIN_BACKOFF_MS's default (runtime/common's Settings::server_spin_backoff_ms).
-inline constexpr std::chrono::milliseconds kDefaultSpinBackoff{100};
-// FUNNEL_LAUNCH_BATCH's default (runtime/common's Settings::launch_batch).
-inline constexpr uint32_t kDefaultLaunchBatch = 32;
-inline constexpr uint32_t kMaxLaunchBatch = 64;  // its largest value (config.cpp's range)
+// The defaults of FUNNEL_SERVER_SPIN_US, FUNNEL_SERVER_IDLE_SPIN_US,
+// FUNNEL_SERVER_SPIN_BACKOFF_MS and FUNNEL_LAUNCH_BATCH, and the latter's largest value
+// (runtime/common's setting_defaults.hpp, which setting_table() uses too).
+inline constexpr std::chrono::microseconds kDefaultPendingSpin{setting_default::kServerSpinUs};
+inline constexpr std::chrono::microseconds kDefaultIdleSpin{setting_default::kServerIdleSpinUs};
+inline constexpr std::chrono::milliseconds kDefaultSpinBackoff{setting_default::kServerSpinBackoffMs};
+inline constexpr uint32_t kDefaultLaunchBatch = setting_default::kLaunchBatch;
+inline constexpr uint32_t kMaxLaunchBatch = setting_default::kLaunchBatchMax;
 
 struct ServerOptions {
   std::filesystem::path run_dir;
@@ -53,7 +52,7 @@ struct ServerOptions {
   // stream memory write into the client's reply word (FUNNEL_GPU_REPLIES).
   GpuReplies gpu_replies = GpuReplies::Auto;
   // Workers on cores of their own take waited copies to the driver in turn
-  // (FUNNEL_SUBMIT_ORDER; runtime/server/src/submit_order.hpp); off by default.
+  // (FUNNEL_SUBMIT_ORDER; runtime/server/src/loop/submit_order.hpp); off by default.
   bool submit_order = false;
   // The most consecutive launches on one stream that a worker issues together (one CUDA
   // graph launch) when they are in the ring at once (FUNNEL_LAUNCH_BATCH); 0 or 1: none.

@@ -1,5 +1,6 @@
 // The CUDA driver API, opened at run time (dlopen "libcuda.so.1") so that funnel-server
-// starts on machines without a driver.  Included only by cuda_backend.cpp.
+// starts on machines without a driver, and the one place every driver call's result goes
+// through (check, FUNNEL_CU).  Included only by the cuda backend (backend/cuda/).
 //
 // Every entry point is resolved with cuGetProcAddress_v2 by its BASE name for CUDA 13.0.
 // The driver then returns the newest ABI of that symbol introduced at or before 13.0, so
@@ -12,11 +13,19 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
+#include <string>
 #include <type_traits>
+
+#include "funnel/server/backend.hpp"
 
 namespace funnel::server::cuda {
 
 inline constexpr int kDriverApiVersion = 13000;  // CUDA 13.0
+
+static_assert(static_cast<uint32_t>(CU_DEVICE_ATTRIBUTE_MAX) <= ipc::kMaxDeviceAttributes,
+              "DeviceRecord::attributes is too small for this cuda.h");
+static_assert(sizeof(CUdeviceptr) == sizeof(uint64_t));
+static_assert(sizeof(size_t) == sizeof(uint64_t));
 
 // X(base name, PFN type of the version that cuGetProcAddress returns at 13000)
 #define FUNNEL_CU_FUNCTIONS(X)                                          \
@@ -98,7 +107,7 @@ inline constexpr int kDriverApiVersion = 13000;  // CUDA 13.0
   X(cuGraphExecDestroy, PFN_cuGraphExecDestroy_v10000)                     \
   X(cuGraphLaunch, PFN_cuGraphLaunch_v10000)
 
-// The driver's entry points.  Filled by load_driver() in cuda_backend.cpp.
+// The driver's entry points.  Filled by load_driver().
 struct Driver {
 #define FUNNEL_CU_MEMBER(name, pfn) pfn name = nullptr;
   FUNNEL_CU_FUNCTIONS(FUNNEL_CU_MEMBER)
@@ -113,5 +122,34 @@ struct Driver {
                                                         "version does not match cuda.h");
 FUNNEL_CU_FUNCTIONS(FUNNEL_CU_CHECK_TYPE)
 #undef FUNNEL_CU_CHECK_TYPE
+
+// Opens libcuda.so.1 and resolves every entry point.  The library is never closed:
+// unloading the driver while the process lives is not supported by NVIDIA.
+Driver load_driver();
+
+const char* error_name(const Driver& d, CUresult r) noexcept;
+const char* error_string(const Driver& d, CUresult r) noexcept;
+// CUresult -> funnel Status (cudaError_t numbers).
+Status to_status(CUresult r) noexcept;
+
+enum class Log { Errors, Quiet };
+
+// check()'s failure path: logs (unless quiet or NOT_READY) and maps the result.
+Status check_failed(const Driver& d, const char* call, CUresult r, Log log) noexcept;
+
+// The one place every driver call's result goes through.  NOT_READY is an answer, not an
+// error, and is never logged.
+inline Status check(const Driver& d, const char* call, CUresult r, Log log = Log::Errors) noexcept {
+  if (r == CUDA_SUCCESS) return Status::Success;
+  return check_failed(d, call, r, log);
+}
+
+// Calls a driver entry point through check().  `fn` is a member of Driver.
+#define FUNNEL_CU(drv, fn, ...) ::funnel::server::cuda::check((drv), #fn, (drv).fn(__VA_ARGS__))
+#define FUNNEL_CU_QUIET(drv, fn, ...) \
+  ::funnel::server::cuda::check((drv), #fn, (drv).fn(__VA_ARGS__), ::funnel::server::cuda::Log::Quiet)
+
+// Start-up errors: a std::runtime_error that names the problem and the fix.
+[[noreturn]] void fail(const std::string& what);
 
 }  // namespace funnel::server::cuda

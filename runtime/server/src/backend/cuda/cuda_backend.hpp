@@ -1,0 +1,105 @@
+// The cuda backend: funnel::server::Backend over the CUDA driver API.  Its calls are
+// defined by concern: memory.cpp (allocations, host registration, copies, memsets),
+// streams.cpp (streams, events, stream memory operations), partitions.cpp (SM partitions),
+// kernels.cpp (modules, kernels, their attributes and occupancy), launch.cpp (launches and
+// launch batches), cuda_backend.cpp (devices, limits, reset, and make_cuda_backend).
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/device.hpp"
+#include "backend/cuda/objects.hpp"
+#include "funnel/server/backend.hpp"
+
+namespace funnel::server::cuda {
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(std::shared_ptr<Shared> shared) : s_(std::move(shared)) {}
+
+  const char* name() const noexcept override { return "cuda"; }
+  int device_count() const noexcept override { return static_cast<int>(s_->devices.size()); }
+
+  // cuda_backend.cpp
+  void describe(int device, ipc::DeviceRecord& out) override;
+  void priority_range(int device, int& least, int& greatest) override;
+  Status set_limit(int device, Limit limit, uint64_t value) override;
+  Status get_limit(int device, Limit limit, uint64_t& value) override;
+  Status reset_device(int device) override;
+
+  // No.  tests/gpu/recovery_probe.cpp (H100, driver 580): after an illegal-address fault,
+  // cuDevicePrimaryCtxReset succeeds but every later cuDevicePrimaryCtxRetain answers
+  // CUDA_ERROR_ILLEGAL_ADDRESS, whatever was released or destroyed first, and so does
+  // cuCtxCreate of a new context: the sticky error lasts as long as the process ("the
+  // process must be terminated and relaunched", as CUDA documents).  The server restarts.
+  bool resets_in_process() const noexcept override { return false; }
+
+  // memory.cpp
+  Status mem_get_info(int device, uint64_t& free_bytes, uint64_t& total_bytes) override;
+  Status mem_alloc(int device, uint64_t size, DeviceAddress& out) override;
+  Status mem_alloc_at(int device, uint64_t size, DeviceAddress at) override;
+  Status mem_free(int device, DeviceAddress address) override;
+  Status mem_alloc_async(BackendStream& bs, uint64_t size, DeviceAddress& out) override;
+  Status mem_free_async(BackendStream& bs, DeviceAddress address) override;
+  Status host_register(void* p, uint64_t size) override;
+  Status host_unregister(void* p) override;
+  Status copy(BackendStream& bs, const CopyDesc& c) override;
+  Status memset(BackendStream& bs, DeviceAddress dst, uint64_t pitch, uint64_t width, uint64_t height,
+                uint8_t value) override;
+
+  // streams.cpp
+  Status create_stream(int device, int priority, const std::shared_ptr<BackendPartition>& partition,
+                       std::unique_ptr<BackendStream>& out) override;
+  Status create_event(int device, bool timing, std::unique_ptr<BackendEvent>& out) override;
+  Status record(BackendEvent& be, BackendStream& bs) override;
+  Status write_value(BackendStream& bs, std::atomic<uint32_t>& word, uint32_t value) override;
+  Status store_word(BackendStream& bs, std::atomic<uint32_t>& word, uint32_t value) override;
+  Status wait(BackendStream& bs, BackendEvent& be) override;
+  Status query(BackendEvent& be) override;
+  Status query(BackendStream& bs) override;
+  Status elapsed_ms(BackendEvent& start, BackendEvent& end, float& ms) override;
+  Status synchronize(BackendStream& bs) override;
+  Status wait_value(BackendStream& bs, std::atomic<uint32_t>& word, uint32_t value) override;
+
+  // partitions.cpp
+  Status sm_groups(int device, SmGroups& out) override;
+  Status create_partition(int device, std::span<const uint32_t> groups,
+                          std::shared_ptr<BackendPartition>& out) override;
+
+  // kernels.cpp
+  Status module_load(std::span<const std::byte> image, std::unique_ptr<BackendModule>& out) override;
+  Status kernel_get(BackendModule& bm, const std::string& name, std::unique_ptr<BackendKernel>& out,
+                    std::vector<ParamLayout>& params, uint32_t& param_bytes) override;
+  Status global_get(BackendModule& bm, int device, const std::string& name, DeviceAddress& address,
+                    uint64_t& size) override;
+  Status func_attributes(BackendKernel& bk, int device, ipc::FuncAttributes& out) override;
+  Status func_set_attribute(BackendKernel& bk, int device, uint32_t attribute, int32_t value) override;
+  Status occupancy(BackendKernel& bk, int device, uint32_t block_size, uint64_t dynamic_shared_bytes, uint32_t flags,
+                   int& blocks_per_sm) override;
+  Status available_dynamic_smem(BackendKernel& bk, int device, uint32_t blocks_per_sm, uint32_t block_size,
+                                uint64_t& bytes) override;
+  Status max_active_clusters(BackendKernel& bk, int device, const LaunchDesc& d, int& clusters) override;
+
+  // launch.cpp
+  Status launch(BackendStream& bs, BackendKernel& bk, const LaunchDesc& l, std::span<const std::byte> params) override;
+  Status launch_batch(BackendStream& bs, std::span<const BatchedLaunch> launches, size_t& launched) override;
+
+ private:
+  Status host_word_op(BackendStream& bs, CudaStream*& out);                 // streams.cpp
+  Status function_of(BackendKernel& bk, int device, CUfunction& f);         // kernels.cpp
+  Status launch_graph(CudaStream& s, std::span<const BatchedLaunch> part);  // launch.cpp
+
+  // Allocations placed by mem_alloc_at: address -> reserved bytes (workers call at once).
+  static constexpr uint64_t kPlacedGranule = ipc::kPlacedGranule;
+  std::mutex placed_mu_;
+  std::map<DeviceAddress, uint64_t> placed_;
+  std::shared_ptr<Shared> s_;
+};
+
+}  // namespace funnel::server::cuda

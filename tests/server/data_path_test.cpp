@@ -632,7 +632,7 @@ TEST_F(ServerTest, GpuAnsweredCallsWatchTheirReplyWordNotAnEvent) {
 
 // A client thread already asleep on a staging state, as one that waited past its spin: counted
 // in client_waiting, and with a sleep far longer than the test allows, so only the server's
-// wake-up (Worker::wake_staging_sleepers) ends it in time.
+// wake-up (Answers::wake_staging_sleepers) ends it in time.
 class StagingSleeper {
  public:
   StagingSleeper(TestClient& c, uint32_t slot, ipc::StagingState want)

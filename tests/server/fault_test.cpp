@@ -288,7 +288,7 @@ TEST_F(FaultTest, ASynchronizeWhoseStreamFaultsWhileItIsBeingWatchedGetsTheFault
 
 // A synchronous copy answered by the GPU (its stream stores the reply word) whose stream
 // faults before it gets there: the word never lands, so the worker, which watches the word
-// and not an event, learns of the fault by asking the stream (Worker::word_entry_done).
+// and not an event, learns of the fault by asking the stream (Completions::word_entry_done).
 TEST_F(FaultTest, AGpuAnsweredWaitBehindAFaultGetsTheFault) {
   start();
   TestClient a(run_dir_, "faulty-app");

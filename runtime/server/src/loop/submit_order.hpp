@@ -10,20 +10,13 @@
 namespace funnel::server {
 
 // One ticket lock per GPU.  The server's context serves every client, so the driver calls of
-// its workers contend inside it: measured on the H100 (apps/stencil, 8 ranks bound to cores,
-// a worker alone on a core each), a waited copy's cuMemcpyHtoDAsync took 7 us and its
-// cuStreamWriteValue32 4 us at the median while the ranks came out of their MPI exchange
-// together, against 1.9 and 1.0 us for one client alone.  Taken in the order the workers
-// picked their calls up, one call's driver calls go out together and the calls complete
-// first come, first served: there, 0.442 ms per step against 0.509 (MPS 0.434).
-//
+// its workers contend inside it; taken in the order the workers picked their calls up, one
+// call's driver calls go out together and the calls complete first come, first served.
 // Only for workers that have a core to themselves (ThreadPlacement::own_core): a waiter
-// spins, and a holder must not wait for a core.  Where workers share their ranks' cores (16
-// ranks on 16 cores) the same lock made the step 1.4-1.7x slower (a waiter or the holder
-// off its core holds up every call behind it), so there the driver orders them as before.
-// Even on own cores that happens when the host takes a worker's core away (a KVM guest
-// whose workers backed off 11-34 times a run: 8 ranks 1.10 ms per step against 0.85
-// without), so it is off unless FUNNEL_SUBMIT_ORDER=1 (ServerOptions::submit_order).
+// spins, and a holder must not wait for a core (where workers share their ranks' cores the
+// lock is a convoy).  Off unless FUNNEL_SUBMIT_ORDER=1 (ServerOptions::submit_order): it
+// helped in some measurements and hurt in others (doc/performance.md, "Waited calls under
+// load", "Calls in turn").
 class SubmitOrder {
  public:
   // Held while alive; the next ticket's holder goes on when it ends.

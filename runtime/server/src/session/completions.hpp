@@ -57,7 +57,7 @@ struct Pending {
   bool answered = false;
   // The GPU answers the client itself (ChannelHeader::reply_words_offset): on success the
   // worker answers through the slot as well once it saw the work done (a late store to the
-  // word could hide the answer: Worker::finish); on failure it replies as usual.
+  // word could hide the answer: Completions::finish); on failure it replies as usual.
   bool gpu_reply = false;
   // A GPU-answered call watches no event (one driver call fewer per waited copy): it is done
   // once its reply word holds seq's low half, once the client sent a later call on the slot
@@ -66,7 +66,7 @@ struct Pending {
   std::shared_ptr<BackendStream> stream;
   std::chrono::steady_clock::time_point since{};
   // Where the GPU stores the answer, and the value that means done: the reply slot's word and
-  // seq's low half; or a staging slot's state (Worker::gpu_marks_slot), done once it is no
+  // seq's low half; or a staging slot's state (Completions::gpu_marks_slot), done once it is no
   // longer `word_value` (InFlight: Ready, or already Free again when the client was quick; Free
   // after a host-to-device chunk, which a quick client may have set InFlight again already: the
   // copy it sends through the slot next settles the entry, settle_reused).
@@ -78,7 +78,7 @@ struct Pending {
   // word's store (a kernel's, Backend::store_word); whichever is seen first answers (the
   // worker replies if the event is).
   bool race = false;
-  // The worker must see it complete before its client can go on (Worker::urgent_pending_).
+  // The worker must see it complete before its client can go on (Completions::urgent_).
   bool urgent() const noexcept { return !gpu_reply || race; }
   // A device fault took some of the events: the entry completes with this status.
   Status forced = Status::Success;

@@ -1,4 +1,4 @@
-// When a worker's turn polls its pending completions (Worker::pending_due).
+// When a worker's turn polls its pending completions (Completions::due).
 #pragma once
 #include <chrono>
 
@@ -8,10 +8,9 @@ namespace funnel::server {
 // is polled at every turn: its client waits for that.  Work the GPU answers itself
 // (gpu_reply: the stream writes the client's reply word) needs the worker only to wake a
 // client that went to sleep or to release what the work held, so it is polled at most once
-// per `every`.  Each poll was a cuEventQuery per entry, about 1 us on the H100 when the
-// event is not complete yet, and a command that arrives meanwhile waits for it
-// (doc/performance.md, "Polling answered work less often"); such entries now watch their
-// reply word and ask the driver only once they are old (Worker::word_entry_done).
+// per `every` (a poll cost a driver call per entry, and a command that arrives meanwhile waits
+// for it: doc/performance.md, "Polling answered work less often"); such entries watch their
+// reply word and ask the driver only once they are old (Completions::word_entry_done).
 class PollThrottle {
  public:
   using Clock = std::chrono::steady_clock;

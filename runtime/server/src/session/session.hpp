@@ -39,7 +39,7 @@
 namespace funnel::server {
 
 // Per device, the waited calls (and staged device-to-host chunks) of every client that are on the
-// GPU now (Worker::count_in_flight, from when_complete and gpu_marks_slot).
+// GPU now (Completions::count_in_flight, from when_complete and gpu_marks_slot).
 using CallsInFlight = std::array<std::atomic<uint32_t>, ipc::kMaxDevices>;
 
 class ModuleCache;
@@ -54,7 +54,7 @@ struct ClientCounters {
   std::array<std::atomic<uint64_t>, kPickupBuckets> pickup{};  // waited calls by pick-up delay
   std::array<std::atomic<uint64_t>, kPickupBuckets> submit{};  // and by the worker's time on them
   std::atomic<uint64_t> spin_backoffs{0};  // Worker::back_off: its polling found the core wanted
-  // The first command that failed (Worker::fail): opcode << 32 | status; 0: none.  The
+  // The first command that failed (Answers::fail): opcode << 32 | status; 0: none.  The
   // detach line of the log names it, so that a client's errors can be told apart afterwards.
   std::atomic<uint64_t> first_error{0};
   // CPU and run-queue time, final: of the worker's own thread when it stopped (none for a

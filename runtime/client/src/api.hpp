@@ -93,8 +93,4 @@ struct StreamRef {
 // Attaches when needed.  cudaErrorInvalidResourceHandle for unknown handles.
 cudaError_t resolve_stream(cudaStream_t s, bool per_thread, StreamRef& out) noexcept;
 
-// Under rt.tables_mu: the device allocation [addr, addr + size) is gone; its address range
-// is no longer reserved in this process (api_memory.cpp).
-void release_device_range_locked(Runtime& rt, uint64_t addr, uint64_t size) noexcept;
-
 }  // namespace funnel::client

@@ -1,4 +1,5 @@
 #include <map>
+#include <optional>
 
 #include "api.hpp"
 
@@ -50,9 +51,8 @@ cudaError_t resolve_stream(cudaStream_t s, bool per_thread, StreamRef& out) noex
     out = {it->second, t_device};
     return cudaSuccess;
   }
-  auto* obj = reinterpret_cast<StreamObj*>(s);
-  std::lock_guard lk(rt.tables_mu);
-  if (!rt.streams.contains(obj)) return cudaErrorInvalidResourceHandle;
+  const std::optional<StreamObj> obj = rt.tables.find_stream(reinterpret_cast<StreamObj*>(s));
+  if (!obj) return cudaErrorInvalidResourceHandle;
   out = {obj->id, obj->device, (obj->flags & cudaStreamNonBlocking) == 0};
   return cudaSuccess;
 }

@@ -4,7 +4,6 @@
 
 #include "api.hpp"
 #include "host_func.hpp"
-#include "mem_pool.hpp"
 
 using namespace funnel::client;
 using funnel::ipc::DeviceRecord;
@@ -183,15 +182,7 @@ FUNNEL_API cudaError_t cudaDeviceReset() {
     const int dev = current_device();
     const cudaError_t e = to_cuda(rt.call(Opcode::DeviceReset, dev, 0, nullptr, 0));
     // The server freed everything of ours on this device: forget it here too.
-    std::lock_guard lk(rt.tables_mu);
-    std::erase_if(rt.allocs, [&](const auto& kv) {
-      if (kv.second.device != dev) return false;
-      release_device_range_locked(rt, kv.first, kv.second.size);
-      return true;
-    });
-    pool_reset_locked(rt, dev);
-    std::erase_if(rt.streams, [&](StreamObj* s) { return s->device == dev ? (delete s, true) : false; });
-    std::erase_if(rt.events, [&](EventObj* ev) { return ev->device == dev ? (delete ev, true) : false; });
+    rt.tables.drop_device(dev);
     return e;
   });
 }

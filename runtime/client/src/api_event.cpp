@@ -1,5 +1,7 @@
 // Events.  Ids are chosen here, so creation, record and destroy are one-way.
 #include <bit>
+#include <memory>
+#include <optional>
 
 #include "api.hpp"
 
@@ -15,48 +17,24 @@ cudaError_t create_event(cudaEvent_t* out, unsigned flags) {
   if ((flags & cudaEventInterprocess) != 0) return cudaErrorNotSupported;  // IPC events: out of scope
   Runtime& rt = Runtime::get();
   if (cudaError_t e = to_cuda(rt.ready()); e != cudaSuccess) return e;
-  auto* ev = new EventObj{rt.next_event_id.fetch_add(1), current_device(), flags};
-  {
-    std::lock_guard lk(rt.tables_mu);
-    ev->state_slot = rt.acquire_event_slot_locked();
-  }
+  auto ev = std::make_unique<EventObj>(rt.next_event_id.fetch_add(1), current_device(), flags);
+  ev->state_slot = rt.tables.acquire_event_slot(rt.view().header().event_slots);
   funnel::ipc::EventCreateCmd c{ev->id, flags & (funnel::ipc::kEventBlockingSync | funnel::ipc::kEventDisableTiming),
                                 0};
   if (cudaError_t e = to_cuda(rt.post(Opcode::EventCreate, ev->device, 0, &c, sizeof c)); e != cudaSuccess) {
-    std::lock_guard lk(rt.tables_mu);
-    rt.release_event_slot_locked(ev->state_slot);
-    delete ev;
+    rt.tables.release_event_slot(ev->state_slot);
     return e;
   }
-  std::lock_guard lk(rt.tables_mu);
-  rt.events.insert(ev);
-  *out = reinterpret_cast<cudaEvent_t>(ev);
+  *out = reinterpret_cast<cudaEvent_t>(rt.tables.add_event(std::move(ev)));
   return cudaSuccess;
 }
 
-// What a call needs of an event, copied under the table lock; false for an unknown handle.
-struct EventRef {
-  uint64_t id = 0;
-  int device = 0;
-  unsigned flags = 0;
-  uint32_t slot = funnel::ipc::kNoEventSlot;
-  uint32_t generation = 0;
-};
-enum class Use { Plain, Record, Query };
-bool lookup(cudaEvent_t event, EventRef& out, Use use = Use::Plain) {
-  Runtime& rt = Runtime::get();
-  auto* ev = reinterpret_cast<EventObj*>(event);
-  std::lock_guard lk(rt.tables_mu);
-  if (!rt.events.contains(ev)) return false;
-  if (use == Use::Query) ev->polled = true;
-  if (use == Use::Record) {
-    // Only an event that the program polls asks for the GPU's store: the store costs the
-    // server a cuStreamWriteValue32 per record (doc/design/channel.md, "Event state words").
-    const bool store = ev->polled && ev->state_slot != funnel::ipc::kNoEventSlot;
-    ev->generation = store ? rt.next_generation_locked(ev->state_slot) : 0;
-  }
-  out = EventRef{ev->id, ev->device, ev->flags, ev->generation != 0 ? ev->state_slot : funnel::ipc::kNoEventSlot,
-                 ev->generation};
+// What a call needs of an event, copied under the tables' lock (ClientTables::use_event);
+// false for an unknown handle.
+bool lookup(cudaEvent_t event, EventRef& out, EventUse use = EventUse::Plain) {
+  const std::optional<EventRef> ref = Runtime::get().tables.use_event(reinterpret_cast<EventObj*>(event), use);
+  if (!ref) return false;
+  out = *ref;
   return true;
 }
 
@@ -64,7 +42,7 @@ cudaError_t record_event(cudaEvent_t event, cudaStream_t stream, unsigned flags,
   StreamRef ref;
   if (cudaError_t e = resolve_stream(stream, ptds, ref); e != cudaSuccess) return e;
   EventRef ev;
-  if (!lookup(event, ev, Use::Record)) return cudaErrorInvalidResourceHandle;
+  if (!lookup(event, ev, EventUse::Record)) return cudaErrorInvalidResourceHandle;
   funnel::ipc::EventRecordCmd c{ev.id, flags, ev.slot, ev.generation, 0};
   // Without timing, nothing tells a record on an idle stream of a complete event from none
   // (doc/design/channel.md, "Records on idle streams"); the server still checks the rest.
@@ -89,7 +67,8 @@ bool completed_locally(const EventRef& ev) {
 cudaError_t event_call(cudaEvent_t event, Opcode op) {
   if (cudaError_t e = attach(); e != cudaSuccess) return e;
   EventRef ev;
-  if (!lookup(event, ev, op == Opcode::EventQuery ? Use::Query : Use::Plain)) return cudaErrorInvalidResourceHandle;
+  if (!lookup(event, ev, op == Opcode::EventQuery ? EventUse::Query : EventUse::Plain))
+    return cudaErrorInvalidResourceHandle;
   Runtime& rt = Runtime::get();
   auto& obj = *reinterpret_cast<EventObj*>(event);
   if (obj.known_complete() || completed_locally(ev)) {
@@ -149,15 +128,10 @@ FUNNEL_API cudaError_t cudaEventDestroy(cudaEvent_t event) {
   return guarded(__func__, [&] {
     Runtime& rt = Runtime::get();
     if (cudaError_t e = to_cuda(rt.ready()); e != cudaSuccess) return e;
-    auto* ev = reinterpret_cast<EventObj*>(event);
-    {
-      std::lock_guard lk(rt.tables_mu);
-      if (rt.events.erase(ev) == 0) return cudaErrorInvalidResourceHandle;
-      rt.release_event_slot_locked(ev->state_slot);
-    }
+    const std::unique_ptr<EventObj> ev = rt.tables.remove_event(reinterpret_cast<EventObj*>(event));
+    if (!ev) return cudaErrorInvalidResourceHandle;
     EventCmd c{ev->id, 0, 0};
     const int dev = ev->device;
-    delete ev;
     return to_cuda(rt.post(Opcode::EventDestroy, dev, 0, &c, sizeof c));
   });
 }

@@ -1,14 +1,12 @@
 // Memory: device allocations (server-side, remembered here to classify pointers),
 // pinned host allocations (files mapped in both processes), registered ranges, and
 // the copy/memset entry points (copy_engine.cpp does the work).
-#include <sys/mman.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstring>
-#include <random>
+#include <optional>
 #include <vector>
 
 #include "api.hpp"
@@ -20,143 +18,35 @@ using namespace funnel::client;
 
 namespace {
 
-// Device addresses come from the server's address space, host addresses from ours: nothing
-// keeps one of our heap blocks or pinned mappings from lying at the address of one of our
-// device allocations, and classify() (cudaMemcpyDefault, pointer attributes) would take it
-// for device memory (the GPU soak saw wrong data and InvalidValue from it).  Natively the
-// driver's unified address space rules that out by reserving the device ranges in the
-// process; so does this: each 2 MiB granule of a device allocation is mapped PROT_NONE here.
-constexpr uint64_t kGranule = funnel::ipc::kPlacedGranule;
-
-void unreserve_granules_locked(Runtime& rt, uint64_t first, uint64_t last) noexcept {
-  for (uint64_t g = first; g <= last; ++g) {
-    auto it = rt.reserved_granules.find(g);
-    if (it == rt.reserved_granules.end()) continue;
-    if (--it->second == 0) {
-      ::munmap(reinterpret_cast<void*>(g * kGranule), kGranule);
-      rt.reserved_granules.erase(it);
-    }
-  }
-}
-
-// False when part of the range is already in use in this process (then nothing is kept).
-bool reserve_device_range_locked(Runtime& rt, uint64_t addr, uint64_t size) noexcept {
-  const uint64_t first = addr / kGranule, last = (addr + size - 1) / kGranule;
-  for (uint64_t g = first; g <= last; ++g) {
-    if (auto it = rt.reserved_granules.find(g); it != rt.reserved_granules.end()) {
-      ++it->second;
-      continue;
-    }
-    void* want = reinterpret_cast<void*>(g * kGranule);
-    void* got = ::mmap(want, kGranule, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE,
-                       -1, 0);
-    if (got != want) {  // in use (EEXIST), or a kernel before 4.17 that took the address as a hint
-      if (got != MAP_FAILED) ::munmap(got, kGranule);
-      if (g > first) unreserve_granules_locked(rt, first, g - 1);
-      return false;
-    }
-    rt.reserved_granules.emplace(g, 1);
-  }
-  return true;
-}
-
-// `n` rounded up to a multiple of the granule.
-constexpr uint64_t round_up_to_granule(uint64_t n) noexcept { return (n + kGranule - 1) / kGranule * kGranule; }
-
-// Counts the granules of [at, at + span), just mapped PROT_NONE here, as reserved once each.
-void keep_reserved_locked(Runtime& rt, uint64_t at, uint64_t span) {
-  for (uint64_t g = at / kGranule; g < (at + span) / kGranule; ++g) rt.reserved_granules.emplace(g, 1);
-}
-
-// A 2 MiB aligned range of at least `size` bytes that nothing of this process uses, reserved
-// (PROT_NONE) for a device allocation placed there; 0 when the address space is full.
-uint64_t reserve_free_range_locked(Runtime& rt, uint64_t size) noexcept {
-  const uint64_t span = round_up_to_granule(size);
-  void* p = ::mmap(nullptr, span + kGranule, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) return 0;
-  const auto start = reinterpret_cast<uint64_t>(p);
-  const uint64_t aligned = round_up_to_granule(start);
-  if (aligned > start) ::munmap(p, aligned - start);
-  if (const uint64_t end = start + span + kGranule; end > aligned + span)
-    ::munmap(reinterpret_cast<void*>(aligned + span), end - (aligned + span));
-  keep_reserved_locked(rt, aligned, span);
-  return aligned;
-}
-
-// A 2 MiB aligned range of at least `size` bytes, reserved (PROT_NONE) at a random place of
-// [kFarBegin, kFarEnd): a zone where neither we nor the server map anything by default (the
-// executable and its heap lie below it, the mmap area of libraries, threads and segments far
-// above).  reserve_free_range_locked's range lies just below our other mappings, which is
-// where the server's own mappings are when both address spaces are laid out alike (ASLR off,
-// as `setarch -R` or a site's policy does, or two mmap bases that fell close): there the
-// server refuses every such range (found by CI: every cudaMalloc of mpi_cuda failed with
-// AlreadyMapped).  0 when no free range was found (a smaller address space, say).
-constexpr uint64_t kFarBegin = uint64_t{16} << 40, kFarEnd = uint64_t{64} << 40;
-
-uint64_t reserve_far_range_locked(Runtime& rt, uint64_t size) noexcept {
-  const uint64_t span = round_up_to_granule(size);
-  if (span > kFarEnd - kFarBegin) return 0;
-  // Different in every process (tables_mu, which the caller holds, guards it).
-  static std::mt19937_64 rng(static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
-                             (static_cast<uint64_t>(::getpid()) << 32));
-  const uint64_t places = (kFarEnd - kFarBegin - span) / kGranule + 1;
-  for (int tries = 0; tries < 16; ++tries) {
-    const uint64_t at = kFarBegin + rng() % places * kGranule;
-    void* want = reinterpret_cast<void*>(at);
-    void* got = ::mmap(want, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
-    if (got == want) {
-      keep_reserved_locked(rt, at, span);
-      return at;
-    }
-    if (got != MAP_FAILED) ::munmap(got, span);  // a kernel before 4.17 took it as a hint
-  }
-  return 0;
-}
-
-}  // namespace
-
-void funnel::client::release_device_range_locked(Runtime& rt, uint64_t addr, uint64_t size) noexcept {
-  if (size != 0) unreserve_granules_locked(rt, addr / kGranule, (addr + size - 1) / kGranule);
-}
-
-namespace {
-
 // The server's addresses for a new allocation lay on memory of this process eight times in
 // a row (the driver's small allocations come from one shared 2 MiB block, so asking again
 // lands there again; the GPU soak saw it): reserve a free range here and have the server
 // place the allocation exactly there.  Eight tries take the range the kernel offers (on the
 // H100 the driver took 1 in 15 of those and never one of the far zone: it places memory only
 // in its own address window, doc/reliability.md), four more one in the far zone
-// (reserve_far_range_locked; the sim backend takes those).  A range the server cannot use is
-// kept while the next is chosen, so each try is a different one.
+// (ClientTables::reserve_placement; the sim backend takes those).  A range the server
+// cannot use is kept while the next is chosen, so each try is a different one.
 cudaError_t place_device_alloc(Runtime& rt, uint64_t size, int device, uint64_t& addr) {
   constexpr int kNearTries = 8, kFarTries = 4;
   std::vector<uint64_t> refused;
   cudaError_t e = cudaErrorMemoryAllocation;
   for (int attempt = 0; attempt < kNearTries + kFarTries; ++attempt) {
-    uint64_t at = 0;
-    {
-      std::lock_guard lk(rt.tables_mu);
-      if (attempt >= kNearTries) at = reserve_far_range_locked(rt, size);
-      if (at == 0) at = reserve_free_range_locked(rt, size);
-    }
+    const uint64_t at = rt.tables.reserve_placement(size, attempt >= kNearTries);
     if (at == 0) break;
     funnel::ipc::MemAllocCmd c{size, at};
     e = to_cuda(rt.call(Opcode::MemAlloc, device, 0, &c, sizeof c, nullptr));
-    std::lock_guard lk(rt.tables_mu);
     if (e == cudaSuccess) {
       addr = at;
-      rt.allocs[addr] = DeviceAlloc{size, device, false};
+      rt.tables.add_placed_alloc(addr, DeviceAlloc{size, device, false});
       break;
     }
     if (e != cudaErrorAlreadyMapped) {
-      release_device_range_locked(rt, at, size);
+      rt.tables.release_placements({&at, 1}, size);
       break;
     }
     refused.push_back(at);
   }
-  std::lock_guard lk(rt.tables_mu);
-  for (uint64_t a : refused) release_device_range_locked(rt, a, size);
+  rt.tables.release_placements(refused, size);
   return e == cudaErrorAlreadyMapped ? cudaErrorMemoryAllocation : e;
 }
 
@@ -177,11 +67,8 @@ cudaError_t device_alloc(void** ptr, size_t size, Opcode op, const StreamRef& on
     funnel::ipc::MemAllocCmd c{size, 0};
     Reply r;
     if (e = to_cuda(rt.call(op, on.device, on.id, &c, sizeof c, &r)); e != cudaSuccess) break;
-    std::lock_guard lk(rt.tables_mu);
-    if (reserve_device_range_locked(rt, r.value[0], size)) {
+    if (rt.tables.add_alloc(r.value[0], DeviceAlloc{size, on.device, pooled})) {
       addr = r.value[0];
-      rt.allocs[addr] = DeviceAlloc{size, on.device, pooled};
-      if (pooled) pool_allocated_locked(rt, on.device, size);
       break;
     }
     clashing.push_back(r.value[0]);
@@ -203,16 +90,9 @@ cudaError_t device_alloc(void** ptr, size_t size, Opcode op, const StreamRef& on
 cudaError_t device_free(void* ptr, Opcode op, const StreamRef& on) {
   Runtime& rt = Runtime::get();
   const auto addr = reinterpret_cast<uint64_t>(ptr);
-  int device = on.device;
-  {
-    std::lock_guard lk(rt.tables_mu);
-    auto it = rt.allocs.find(addr);
-    if (it == rt.allocs.end()) return cudaErrorInvalidValue;
-    device = it->second.device;
-    if (it->second.pooled) pool_freed_locked(rt, device, it->second.size);
-    release_device_range_locked(rt, addr, it->second.size);
-    rt.allocs.erase(it);
-  }
+  const std::optional<DeviceAlloc> freed = rt.tables.remove_alloc(addr);
+  if (!freed) return cudaErrorInvalidValue;
+  const int device = freed->device;
   funnel::ipc::AddressCmd c{addr};
   if (op == Opcode::MemFree) return to_cuda(rt.call(op, device, 0, &c, sizeof c));
   return to_cuda(rt.post(op, on.id == 0 ? device : on.device, on.id, &c, sizeof c));
@@ -263,10 +143,7 @@ cudaError_t pinned_alloc(void** ptr, size_t size, unsigned flags) {
   }
   ::unlink(path.c_str());  // mapped: the name is no longer needed (see channel.md)
   void* p = file->data();
-  {
-    std::lock_guard lk(rt.tables_mu);
-    rt.pinned[reinterpret_cast<uintptr_t>(p)] = PinnedAlloc{id, size, std::move(file)};
-  }
+  rt.tables.add_pinned(reinterpret_cast<uintptr_t>(p), PinnedAlloc{id, size, std::move(file)});
   *ptr = p;
   return cudaSuccess;
 }
@@ -413,18 +290,12 @@ FUNNEL_API cudaError_t cudaFreeHost(void* ptr) {
     if (ptr == nullptr) return cudaSuccess;
     Runtime& rt = Runtime::get();
     if (cudaError_t e = to_cuda(rt.ready()); e != cudaSuccess) return e;
-    PinnedAlloc a;
-    {
-      std::lock_guard lk(rt.tables_mu);
-      auto it = rt.pinned.find(reinterpret_cast<uintptr_t>(ptr));
-      if (it == rt.pinned.end()) return cudaErrorInvalidValue;
-      a = std::move(it->second);
-      rt.pinned.erase(it);
-    }
+    std::optional<PinnedAlloc> a = rt.tables.remove_pinned(reinterpret_cast<uintptr_t>(ptr));
+    if (!a) return cudaErrorInvalidValue;
     // Synchronous on the server (after earlier work), then our mapping goes.
-    funnel::ipc::PinnedFreeCmd c{a.id};
+    funnel::ipc::PinnedFreeCmd c{a->id};
     const cudaError_t e = to_cuda(rt.call(Opcode::PinnedFree, current_device(), 0, &c, sizeof c));
-    a.file.reset();
+    a->file.reset();
     return e;
   });
 }
@@ -434,25 +305,17 @@ FUNNEL_API cudaError_t cudaFreeHost(void* ptr) {
 FUNNEL_API cudaError_t cudaHostRegister(void* ptr, size_t size, unsigned int /*flags*/) {
   return guarded(__func__, [&] {
     if (ptr == nullptr || size == 0) return cudaErrorInvalidValue;
-    Runtime& rt = Runtime::get();
-    std::lock_guard lk(rt.tables_mu);
-    const auto a = reinterpret_cast<uintptr_t>(ptr);
-    auto it = rt.registered.upper_bound(a + size - 1);
-    if (it != rt.registered.begin()) {
-      --it;
-      if (it->first + it->second > a) return cudaErrorHostMemoryAlreadyRegistered;
-    }
-    rt.registered[a] = size;
-    return cudaSuccess;
+    return Runtime::get().tables.add_registered(reinterpret_cast<uintptr_t>(ptr), size)
+               ? cudaSuccess
+               : cudaErrorHostMemoryAlreadyRegistered;
   });
 }
 
 FUNNEL_API cudaError_t cudaHostUnregister(void* ptr) {
   return guarded(__func__, [&] {
-    Runtime& rt = Runtime::get();
-    std::lock_guard lk(rt.tables_mu);
-    return rt.registered.erase(reinterpret_cast<uintptr_t>(ptr)) != 0 ? cudaSuccess
-                                                                      : cudaErrorHostMemoryNotRegistered;
+    return Runtime::get().tables.remove_registered(reinterpret_cast<uintptr_t>(ptr))
+               ? cudaSuccess
+               : cudaErrorHostMemoryNotRegistered;
   });
 }
 
@@ -461,7 +324,7 @@ FUNNEL_API cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attr, con
     if (attr == nullptr) return cudaErrorInvalidValue;
     std::memset(attr, 0, sizeof *attr);
     Runtime& rt = Runtime::get();
-    const Classified c = rt.classify(ptr);
+    const Classified c = rt.tables.classify(ptr);
     attr->device = c.kind == Classified::Device ? c.device : current_device();
     if (c.kind == Classified::Device) {
       attr->type = cudaMemoryTypeDevice;
@@ -471,10 +334,7 @@ FUNNEL_API cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attr, con
       attr->type = cudaMemoryTypeHost;
       attr->hostPointer = const_cast<void*>(ptr);
     } else {
-      std::lock_guard lk(rt.tables_mu);
-      const auto a = reinterpret_cast<uintptr_t>(ptr);
-      auto it = rt.registered.upper_bound(a);
-      const bool reg = it != rt.registered.begin() && (--it, a < it->first + it->second);
+      const bool reg = rt.tables.is_registered(reinterpret_cast<uintptr_t>(ptr));
       attr->type = reg ? cudaMemoryTypeHost : cudaMemoryTypeUnregistered;
       if (reg) attr->hostPointer = const_cast<void*>(ptr);
     }

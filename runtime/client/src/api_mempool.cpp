@@ -5,6 +5,8 @@
 // what this client holds.  Pools of one's own (cudaMemPoolCreate) are not supported:
 // doc/not-supported.md.
 #include <algorithm>
+#include <optional>
+#include <utility>
 
 #include "api.hpp"
 #include "mem_pool.hpp"
@@ -13,52 +15,10 @@ using namespace funnel::client;
 
 namespace funnel::client {
 
-namespace {
-
-// The default pool of `device`, made at first use (tables_mu held).
-MemPoolObj& pool_locked(Runtime& rt, int device) {
-  auto& p = rt.pools[device];
-  if (!p) {
-    p = std::make_unique<MemPoolObj>();
-    p->device = device;
-  }
-  return *p;
-}
-
-// The MemPoolObj behind a handle, if it is one of ours (tables_mu held).
-MemPoolObj* find_pool_locked(Runtime& rt, cudaMemPool_t handle) {
-  auto* obj = reinterpret_cast<MemPoolObj*>(handle);
-  for (const auto& [dev, p] : rt.pools)
-    if (p.get() == obj) return obj;
-  return nullptr;
-}
-
-}  // namespace
-
-void pool_allocated_locked(Runtime& rt, int device, uint64_t size) noexcept {
-  try {
-    MemPoolObj& p = pool_locked(rt, device);
-    p.used += size;
-    p.used_high = std::max(p.used_high, p.used);
-    p.reserved_high = std::max(p.reserved_high, p.used);
-  } catch (...) {
-  }
-}
-
-void pool_freed_locked(Runtime& rt, int device, uint64_t size) noexcept {
-  if (auto it = rt.pools.find(device); it != rt.pools.end()) it->second->used -= std::min(size, it->second->used);
-}
-
-void pool_reset_locked(Runtime& rt, int device) noexcept {
-  if (auto it = rt.pools.find(device); it != rt.pools.end()) it->second->used = 0;
-}
-
 cudaError_t pool_device(cudaMemPool_t pool, int& device) noexcept {
-  Runtime& rt = Runtime::get();
-  std::lock_guard lk(rt.tables_mu);
-  const MemPoolObj* p = find_pool_locked(rt, pool);
-  if (p == nullptr) return cudaErrorInvalidValue;
-  device = p->device;
+  const std::optional<int> d = Runtime::get().tables.pool_device(pool);
+  if (!d) return cudaErrorInvalidValue;
+  device = *d;
   return cudaSuccess;
 }
 
@@ -71,19 +31,15 @@ cudaError_t default_pool(cudaMemPool_t* pool, int device) {
   Runtime& rt = Runtime::get();
   if (cudaError_t e = to_cuda(rt.ready()); e != cudaSuccess) return e;
   if (device < 0 || device >= rt.device_count()) return cudaErrorInvalidDevice;
-  std::lock_guard lk(rt.tables_mu);
-  *pool = reinterpret_cast<cudaMemPool_t>(&pool_locked(rt, device));
+  *pool = reinterpret_cast<cudaMemPool_t>(&rt.tables.default_pool(device));
   return cudaSuccess;
 }
 
-// Reads or writes one attribute of a pool of ours, under tables_mu.
+// Reads or writes one attribute of a pool of ours, under the tables' lock.
 template <class F>
 cudaError_t with_pool(cudaMemPool_t pool, void* value, F&& f) {
   if (value == nullptr) return cudaErrorInvalidValue;
-  Runtime& rt = Runtime::get();
-  std::lock_guard lk(rt.tables_mu);
-  MemPoolObj* p = find_pool_locked(rt, pool);
-  return p != nullptr ? f(*p) : cudaErrorInvalidValue;
+  return Runtime::get().tables.with_pool(pool, cudaErrorInvalidValue, std::forward<F>(f));
 }
 
 bool is_reuse(cudaMemPoolAttr a) {

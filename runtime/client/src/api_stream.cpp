@@ -1,4 +1,7 @@
 // Streams.  Ids are chosen here (nonzero, never reused), so creation is one-way.
+#include <memory>
+#include <optional>
+
 #include "api.hpp"
 #include "host_func.hpp"
 
@@ -13,17 +16,10 @@ cudaError_t create_stream(cudaStream_t* out, unsigned flags, int priority) {
   if (cudaError_t e = to_cuda(rt.ready()); e != cudaSuccess) return e;
   // Clamp to [greatest, least] = [-5, 0], as CUDA does.
   priority = std::min(0, std::max(-5, priority));
-  auto* s = new StreamObj{rt.next_stream_id.fetch_add(1), current_device(), flags, priority};
+  auto s = std::make_unique<StreamObj>(StreamObj{rt.next_stream_id.fetch_add(1), current_device(), flags, priority});
   funnel::ipc::StreamCreateCmd c{s->id, flags & funnel::ipc::kStreamNonBlocking, priority};
-  if (cudaError_t e = to_cuda(rt.post(Opcode::StreamCreate, s->device, 0, &c, sizeof c)); e != cudaSuccess) {
-    delete s;
-    return e;
-  }
-  {
-    std::lock_guard lk(rt.tables_mu);
-    rt.streams.insert(s);
-  }
-  *out = reinterpret_cast<cudaStream_t>(s);
+  if (cudaError_t e = to_cuda(rt.post(Opcode::StreamCreate, s->device, 0, &c, sizeof c)); e != cudaSuccess) return e;
+  *out = reinterpret_cast<cudaStream_t>(rt.tables.add_stream(std::move(s)));
   return cudaSuccess;
 }
 
@@ -48,10 +44,7 @@ cudaError_t stream_wait_event(cudaStream_t stream, cudaEvent_t event, unsigned f
   if (cudaError_t e = resolve_stream(stream, ptds, ref); e != cudaSuccess) return e;
   Runtime& rt = Runtime::get();
   auto* ev = reinterpret_cast<EventObj*>(event);
-  {
-    std::lock_guard lk(rt.tables_mu);
-    if (!rt.events.contains(ev)) return cudaErrorInvalidResourceHandle;
-  }
+  if (!rt.tables.has_event(ev)) return cudaErrorInvalidResourceHandle;
   funnel::ipc::EventCmd c{ev->id, flags, 0};
   return to_cuda(rt.post(Opcode::StreamWaitEvent, ref.device, ref.id, &c, sizeof c));
 }
@@ -64,10 +57,8 @@ cudaError_t stream_record(cudaStream_t stream, StreamObj& out) {
     out = StreamObj{0, current_device(), cudaStreamDefault, 0};
     return cudaSuccess;
   }
-  Runtime& rt = Runtime::get();
-  auto* s = reinterpret_cast<StreamObj*>(stream);
-  std::lock_guard lk(rt.tables_mu);
-  if (!rt.streams.contains(s)) return cudaErrorInvalidResourceHandle;
+  const std::optional<StreamObj> s = Runtime::get().tables.find_stream(reinterpret_cast<StreamObj*>(stream));
+  if (!s) return cudaErrorInvalidResourceHandle;
   out = *s;
   return cudaSuccess;
 }
@@ -103,14 +94,10 @@ FUNNEL_API cudaError_t cudaStreamDestroy(cudaStream_t stream) {
       return cudaErrorInvalidResourceHandle;
     Runtime& rt = Runtime::get();
     if (cudaError_t e = to_cuda(rt.ready()); e != cudaSuccess) return e;
-    auto* s = reinterpret_cast<StreamObj*>(stream);
-    {
-      std::lock_guard lk(rt.tables_mu);
-      if (rt.streams.erase(s) == 0) return cudaErrorInvalidResourceHandle;
-    }
+    const std::unique_ptr<StreamObj> s = rt.tables.remove_stream(reinterpret_cast<StreamObj*>(stream));
+    if (!s) return cudaErrorInvalidResourceHandle;
     const uint64_t id = s->id;
     const int dev = s->device;
-    delete s;
     // Pending work still completes (CUDA semantics); the server sees to that.
     return to_cuda(rt.post(Opcode::StreamDestroy, dev, id, nullptr, 0));
   });

@@ -203,7 +203,7 @@ cudaError_t staged_d2h(Runtime& rt, const std::vector<Chunk>& chunks, const Stre
 End resolve(Runtime& rt, const void* p, bool device_expected, bool host_expected) {
   End e;
   e.addr = reinterpret_cast<uint64_t>(p);
-  e.c = rt.classify(p);
+  e.c = rt.tables.classify(p);
   // An explicit host direction is trusted: server device addresses may coincide with
   // host addresses of this process.
   if (host_expected && e.c.kind == Classified::Device) e.c = Classified{};
@@ -285,7 +285,7 @@ cudaError_t memset_3d(void* dst, Pitches p, int value, Extent3 e, cudaStream_t s
   if (cudaError_t err = resolve_stream(stream, per_thread, s); err != cudaSuccess) return err;
   Runtime& rt = Runtime::get();
   const auto addr = reinterpret_cast<uint64_t>(dst);
-  const auto alloc = rt.device_range(addr, span(p, e));
+  const auto alloc = rt.tables.device_range(addr, span(p, e));
   if (!alloc) return cudaErrorInvalidValue;
   for (size_t z = 0; z < e.depth; ++z) {
     ipc::MemsetCmd cmd{addr + z * p.slice, p.pitch, e.width, e.height, static_cast<uint32_t>(value) & 0xffu, 0};

@@ -49,21 +49,12 @@ class HostFuncs {
 
   cudaError_t submit(const StreamRef& s, Pending p) {
     std::unique_lock lk(mu_);
-    auto [it, fresh] = pairs_.try_emplace({s.device, s.id});
+    auto it = pairs_.try_emplace({s.device, s.id}).first;
     Pair& pair = it->second;
-    {
-      std::lock_guard tl(rt_.tables_mu);
-      if (fresh) {
-        pair.reached = rt_.acquire_event_slot_locked();
-        pair.done = rt_.acquire_event_slot_locked();
-        if (pair.reached == funnel::ipc::kNoEventSlot || pair.done == funnel::ipc::kNoEventSlot) {
-          rt_.release_event_slot_locked(pair.reached);
-          rt_.release_event_slot_locked(pair.done);
-          pairs_.erase(it);
-          return cudaErrorMemoryAllocation;
-        }
-      }
-      p.gen = rt_.next_generation_locked(pair.reached, pair.done);
+    // A fresh pair (no words yet) takes its two words here.
+    if (!rt_.tables.next_pair_generation(rt_.view().header().event_slots, pair.reached, pair.done, p.gen)) {
+      pairs_.erase(it);
+      return cudaErrorMemoryAllocation;
     }
     pair.last_use = ++uses_;
     // Posted under mu_: the queue's order is the ring's order for this stream.
@@ -87,13 +78,11 @@ class HostFuncs {
   // before `before`.
   void synchronized(int device, std::optional<uint64_t> stream, uint64_t before) {
     std::lock_guard lk(mu_);
-    std::lock_guard tl(rt_.tables_mu);
     std::erase_if(pairs_, [&](auto& kv) {
       const Pair& p = kv.second;
       if (kv.first.first != device || (stream && kv.first.second != *stream)) return false;
       if (!p.queue.empty() || p.last_use > before) return false;
-      rt_.release_event_slot_locked(p.reached);
-      rt_.release_event_slot_locked(p.done);
+      rt_.tables.release_event_slot_pair(p.reached, p.done);
       return true;
     });
   }

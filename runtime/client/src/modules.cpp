@@ -285,10 +285,7 @@ Status variable_address(Variable& v, Runtime& rt, int device, uint64_t& address)
       return s;
     address = r.value[0];
     v.size = r.value[1];
-    {
-      std::lock_guard tl(rt.tables_mu);
-      rt.globals[address] = DeviceAlloc{v.size, device};
-    }
+    rt.tables.add_global(address, DeviceAlloc{v.size, device});
     v.address.emplace(device, address);
     return Status::Success;
   } catch (const std::exception& e) {

@@ -1,17 +1,15 @@
 // The client's process-wide state: one attachment to the job's funnel-server (made
 // lazily at the first call that needs it), the command ring, reply slots, staging
-// slots, and the client-side tables (allocations, pinned files, streams, events).
+// slots, and the client-side tables (allocations, pinned files, streams, events: tables.hpp).
 // A forked child gets a fresh Runtime (see fork handling in runtime.cpp).
 #pragma once
 #include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -24,6 +22,7 @@
 #include "funnel/ipc/segment.hpp"
 #include "funnel/ipc/socket.hpp"
 #include "funnel/ipc/status.hpp"
+#include "tables.hpp"
 
 namespace funnel::client {
 
@@ -33,64 +32,6 @@ using ipc::Status;
 struct Reply {
   Status status = Status::Success;
   uint64_t value[5]{};
-};
-
-struct DeviceAlloc {
-  uint64_t size;
-  int device;
-  bool pooled = false;  // stream-ordered (cudaMallocAsync): counted in the device's MemPoolObj
-};
-// A device's default memory pool as this client sees it: a cudaMemPool_t points at one
-// (api_mempool.cpp).  The pool itself is the server's; the counters are this client's
-// stream-ordered allocations that were not freed yet.
-struct MemPoolObj {
-  int device = 0;
-  int reuse[3] = {1, 1, 1};  // cudaMemPoolReuse* (attributes 1 to 3), remembered only
-  uint64_t release_threshold = 0;  // remembered only
-  uint64_t used = 0;
-  uint64_t used_high = 0;
-  uint64_t reserved_high = 0;
-};
-struct PinnedAlloc {
-  uint64_t id;
-  uint64_t size;
-  std::shared_ptr<ipc::MappedFile> file;
-};
-struct StreamObj {
-  uint64_t id;
-  int device;
-  unsigned flags;
-  int priority;
-};
-struct EventObj {
-  uint64_t id;
-  int device;
-  unsigned flags;
-  uint32_t state_slot = ipc::kNoEventSlot;  // event state word the GPU stores into (tables_mu)
-  uint32_t generation = 0;  // of the last record if it asked for the store; else 0 (tables_mu)
-  bool polled = false;      // cudaEventQuery was called on it: its records ask for the store
-  // Records of it written to the ring (under the ring lock), and how many of them a
-  // synchronize or query found complete.  Equal: the event is complete, and its synchronize
-  // and query need no round trip (doc/design/channel.md, "Records on idle streams").
-  std::atomic<uint64_t> written{0};
-  std::atomic<uint64_t> completed{0};
-  bool known_complete() const noexcept {
-    return completed.load(std::memory_order_acquire) == written.load(std::memory_order_acquire);
-  }
-  void mark_completed(uint64_t written_before) noexcept {
-    uint64_t c = completed.load(std::memory_order_relaxed);
-    while (c < written_before && !completed.compare_exchange_weak(c, written_before, std::memory_order_release)) {
-    }
-  }
-};
-
-// Where a pointer lives, by the client's own maps.
-struct Classified {
-  enum Kind { Device, Pinned, Host } kind = Host;  // Host: pageable or registered
-  uint64_t base = 0;    // allocation start (Device: device address; Pinned: local address)
-  uint64_t size = 0;    // allocation size
-  uint64_t pinned_id = 0;
-  int device = 0;
 };
 
 class Runtime {
@@ -164,33 +105,11 @@ class Runtime {
   bool gone() noexcept;  // the server hung up or shuts down (prints once)
   void mark_dead() noexcept;
 
-  // Tables.
-  std::mutex tables_mu;
-  std::map<uint64_t, DeviceAlloc> allocs;          // device address -> allocation
-  // The 2 MiB granules of device addresses reserved in this process (PROT_NONE) -> how many
-  // allocations use each: api_memory.cpp's reserve_device_range (under tables_mu).
-  std::map<uint64_t, uint32_t> reserved_granules;
-  std::map<uintptr_t, PinnedAlloc> pinned;         // local address -> pinned file
-  std::map<uintptr_t, uint64_t> registered;        // cudaHostRegister ranges
-  std::map<uint64_t, DeviceAlloc> globals;         // __device__/__constant__ variables (SymbolGet)
-  std::set<StreamObj*> streams;
-  std::set<EventObj*> events;
-  std::map<int, std::unique_ptr<MemPoolObj>> pools;  // by device, made at first use, never freed
+  // The client-side tables (tables.hpp), behind their own lock.
+  ClientTables tables;
   std::atomic<uint64_t> next_stream_id{1};
   std::atomic<uint64_t> next_event_id{1};
   std::atomic<uint64_t> next_pinned_hint{0};
-
-  // Event state words (channel.md, "Events"), under tables_mu.  A slot's generations
-  // only grow, across the events that use it in turn.
-  uint32_t acquire_event_slot_locked() noexcept;  // kNoEventSlot when all are taken
-  void release_event_slot_locked(uint32_t slot) noexcept;
-  uint32_t next_generation_locked(uint32_t slot) noexcept;
-  // One generation newer than the last of both slots (a host function's two words).
-  uint32_t next_generation_locked(uint32_t a, uint32_t b) noexcept;
-
-  Classified classify(const void* p) noexcept;  // takes tables_mu
-  // The device allocation containing [addr, addr+len), if any.
-  std::optional<DeviceAlloc> device_range(uint64_t addr, uint64_t len) noexcept;
 
   void forget_after_fork() noexcept;  // the child: drop the parent's connection
   // At process exit (the library's destructor, after the program's own static
@@ -269,8 +188,6 @@ class Runtime {
   std::vector<bool> stage_taken_;
   size_t stage_cursor_ = 0;  // where the next search for a slot starts (round robin)
 
-  std::vector<uint32_t> free_event_slots_;  // tables_mu
-  std::vector<uint32_t> slot_generation_;   // tables_mu
   std::once_flag copier_once_;
   std::unique_ptr<ParallelCopy> copier_;
 };

@@ -32,9 +32,8 @@ int64_t parse_int(const char* var, const std::string& v, int64_t lo, int64_t hi,
 }
 
 const char* accepted_of(const char* var) {
-  for (const auto& row : setting_table())
-    if (std::string_view(row.variable) == var) return row.accepted;
-  return "a valid value";
+  const SettingInfo* row = find_setting(var);
+  return row != nullptr ? row->accepted : "a valid value";
 }
 
 // FUNNEL_GPU_FRACTION: "0.25" or "25%"; CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: "25" (a

@@ -6,7 +6,6 @@
 // restarts once every client has left.
 #include <unistd.h>
 
-#include <cstring>
 
 #include <spdlog/spdlog.h>
 
@@ -14,24 +13,13 @@
 #include "session/worker.hpp"
 
 namespace funnel::server {
-namespace {
-
-template <class T>
-T read_payload(const std::byte* p) noexcept {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-}  // namespace
-
 int Worker::command_device(const ipc::CommandHeader& h, const std::byte* payload) {
   switch (h.opcode) {
     case ipc::Opcode::EventSynchronize:
     case ipc::Opcode::EventQuery:
     case ipc::Opcode::EventElapsedTime:
       // EventCmd and EventPairCmd both start with the (first) event's id.
-      if (const EventEntry* e = res_.find_event(read_payload<uint64_t>(payload)); e != nullptr) return e->device;
+      if (const EventEntry* e = res_.find_event(ipc::payload_as<uint64_t>(payload)); e != nullptr) return e->device;
       break;
     default:
       break;
@@ -120,9 +108,9 @@ void Worker::release_device(int device, Status st) {
 Status Worker::refuse_poisoned(const ipc::CommandHeader& h, const std::byte* payload) {
   // A staging slot handed to the server must come back, or the client waits forever.
   if (h.opcode == ipc::Opcode::Copy) {
-    answers_.release_staging(read_payload<ipc::CopyCmd>(payload));
+    answers_.release_staging(ipc::payload_as<ipc::CopyCmd>(payload));
   } else if (h.opcode == ipc::Opcode::ModuleData) {
-    const auto c = read_payload<ipc::ModuleDataCmd>(payload);
+    const auto c = ipc::payload_as<ipc::ModuleDataCmd>(payload);
     if (c.staging_slot < view_.header().staging_slots) {
       auto& w = view_.staging_state(c.staging_slot);
       auto in_flight = static_cast<uint32_t>(ipc::StagingState::InFlight);

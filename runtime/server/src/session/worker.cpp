@@ -40,13 +40,6 @@ constexpr auto kNapWindow = std::chrono::milliseconds(20);
 // (doc/accounting.md: the bound on how late such a span closes).
 constexpr auto kBusySweep = std::chrono::milliseconds(1);
 
-template <class T>
-T payload_as(const std::byte* p) noexcept {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
 // Calls a command's handler with what its row in the command table says follows the header:
 // nothing, the payload, or the payload and a pointer to its trailing bytes.
 template <ipc::Opcode op, class Handler>
@@ -55,7 +48,7 @@ Status invoke(Worker& w, Handler handler, const ipc::CommandHeader& h, const std
   if constexpr (std::is_same_v<typename C::Payload, ipc::NoPayload>) {
     return (w.*handler)(h);
   } else {
-    const auto c = payload_as<typename C::Payload>(p);
+    const auto c = ipc::payload_as<typename C::Payload>(p);
     if constexpr (C::kTrailing)
       return (w.*handler)(h, c, p + sizeof c);
     else
@@ -250,7 +243,7 @@ void Worker::after_stop() {
     ipc::CommandHeader h;
     std::memcpy(&h, record_.data(), sizeof h);
     if (h.opcode == ipc::Opcode::Detach && size >= sizeof h + sizeof(ipc::DetachCmd))
-      take_detach(payload_as<ipc::DetachCmd>(record_.data() + sizeof h));
+      take_detach(ipc::payload_as<ipc::DetachCmd>(record_.data() + sizeof h));
   }
 }
 

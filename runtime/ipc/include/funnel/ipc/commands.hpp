@@ -386,6 +386,14 @@ constexpr uint32_t record_size_for(uint64_t payload_bytes) noexcept {
   return static_cast<uint32_t>((raw + kRecordAlign - 1) / kRecordAlign * kRecordAlign);
 }
 
+// A payload struct copied out of a record's bytes (which need not be aligned for it).
+template <class T>
+T payload_as(const std::byte* p) noexcept {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
 enum class Framing {
   Ok,
   UnknownOpcode,  // not in the table
@@ -401,9 +409,7 @@ inline Framing check_framing(const CommandHeader& h, const std::byte* payload) n
         if (h.size < record_size_for(C::kPayloadBytes)) return Framing::BadSize;
         uint64_t trailing = 0;
         if constexpr (C::kTrailing) {
-          typename C::Payload p;
-          std::memcpy(&p, payload, sizeof p);
-          trailing = C::Trailing::count(p);
+          trailing = C::Trailing::count(payload_as<typename C::Payload>(payload));
           if (trailing > C::Trailing::kLimit) return Framing::BadSize;
         }
         return h.size == record_size_for(C::kPayloadBytes + trailing) ? Framing::Ok : Framing::BadSize;

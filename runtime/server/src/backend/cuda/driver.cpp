@@ -118,6 +118,12 @@ Driver load_driver() {
     fail(std::string("no NVIDIA driver (libcuda.so.1) found (") + (why ? why : "dlopen failed") +
          "): run on a GPU node or use --backend sim");
   }
+  if (dlsym(lib, "funnel_client_driver") != nullptr) {
+    Dl_info info{};
+    const bool named = dladdr(dlsym(lib, "funnel_client_driver"), &info) != 0 && info.dli_fname != nullptr;
+    fail(std::string("the libcuda.so.1 found first is funnel's client driver (") + (named ? info.dli_fname : "?") +
+         "), not the NVIDIA driver: take funnel's lib/funnel-driver out of the server's LD_LIBRARY_PATH");
+  }
   void* sym = dlsym(lib, "cuGetProcAddress_v2");
   if (sym == nullptr) {
     fail("the NVIDIA driver is too old (libcuda.so.1 has no cuGetProcAddress_v2): funnel needs a "

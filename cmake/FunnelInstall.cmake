@@ -6,7 +6,8 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set_target_properties(funnel_client PROPERTIES EXPORT_NAME client)
-set(funnel_export_targets funnel_client)
+set_target_properties(funnel_client_core PROPERTIES EXPORT_NAME client_core)
+set(funnel_export_targets funnel_client funnel_client_core)
 if(TARGET funnel_mpi)
   # The installed hooks find funnel's libcudart.so.13 beside themselves.
   set_target_properties(funnel_mpi PROPERTIES INSTALL_RPATH "$ORIGIN")

@@ -115,9 +115,9 @@ rc=$?
 if [ "$rc" -eq 2 ] && grep -q "FUNNEL_MPI_HOOKS=1 .*libmpich.so.12" "$tmp/out"; then echo "ok: FUNNEL_MPI_HOOKS=1 with another MPI"
 else fail "FUNNEL_MPI_HOOKS=1 with another MPI: rc $rc, output: $(cat "$tmp/out")"; fi
 
-# Hooks missing: a copy of funnel-run beside a lib/ that has the client runtime only.
+# Hooks missing: a copy of funnel-run beside a lib/ that has the client runtime (and its core) only.
 mkdir -p "$tmp/copy/bin" "$tmp/copy/lib"
-cp "$FR" "$tmp/copy/bin/" && cp -L "$bin/../lib/libcudart.so.13" "$tmp/copy/lib/" || { fail "cannot copy funnel-run"; exit 1; }
+cp "$FR" "$tmp/copy/bin/" && cp -L "$bin/../lib/libcudart.so.13" "$bin/../lib/libfunnel-client.so.0" "$tmp/copy/lib/" || { fail "cannot copy funnel-run"; exit 1; }
 export FUNNEL_SERVER=$bin/funnel-server
 for r in 0 1; do
   OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=$r "$tmp/copy/bin/funnel-run" printenv LD_PRELOAD >"$tmp/out" 2>"$tmp/err"

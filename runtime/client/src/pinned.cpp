@@ -21,14 +21,16 @@ void report_pinned_failure(Runtime& rt, size_t size) noexcept {
   const bool known = ::statvfs(dir.c_str(), &fs) == 0;
   const uint64_t free_bytes = known ? uint64_t{fs.f_bavail} * fs.f_frsize : 0;
   if (known && free_bytes < size)
-    log_error(fmt::format("funnel: cudaMallocHost({} bytes) failed: pinned buffers live in the run directory {} "
-                          "(FUNNEL_RUN_DIR), whose file system has {} MiB free. Free space there, raise its size "
-                          "(/dev/shm by default), or point FUNNEL_RUN_DIR at a larger tmpfs",
-                          size, dir.string(), free_bytes >> 20));
+    log_error(
+        fmt::format("funnel: cudaMallocHost({} bytes) failed: pinned buffers live in the run directory {} "
+                    "(FUNNEL_RUN_DIR), whose file system has {} MiB free. Free space there, raise its size "
+                    "(/dev/shm by default), or point FUNNEL_RUN_DIR at a larger tmpfs",
+                    size, dir.string(), free_bytes >> 20));
   else
-    log_error(fmt::format("funnel: cudaMallocHost({} bytes) failed: funnel-server could not pin it; its log in {} "
-                          "(FUNNEL_LOG_DIR) says why",
-                          size, rt.settings()->log_dir.string()));
+    log_error(
+        fmt::format("funnel: cudaMallocHost({} bytes) failed: funnel-server could not pin it; its log in {} "
+                    "(FUNNEL_LOG_DIR) says why",
+                    size, rt.settings()->log_dir.string()));
 }
 
 }  // namespace
@@ -46,8 +48,8 @@ cudaError_t pinned_alloc(void** ptr, size_t size, unsigned flags) {
     return e;
   }
   const uint64_t id = r.value[0];
-  const auto path = rt.settings()->run_dir / fmt::format("{}{}.{}", funnel::ipc::kPinnedFilePrefix,
-                                                         rt.view().header().client_id, id);
+  const auto path =
+      rt.settings()->run_dir / fmt::format("{}{}.{}", funnel::ipc::kPinnedFilePrefix, rt.view().header().client_id, id);
   auto file = std::make_shared<funnel::ipc::MappedFile>();
   try {
     *file = funnel::ipc::MappedFile::open(path, r.value[1]);

@@ -1,4 +1,4 @@
-// The client driver's entry points that need no server: initialisation, version, errors, and the
+// The client driver's entry points that need no server: version, errors, and the
 // lookups through which runtimes and libraries find every other function (cuGetProcAddress).
 // Everything else is a stub that answers CUDA_ERROR_NOT_SUPPORTED and names itself (stubs.cpp)
 // until its step of issue 29 serves it (doc/design/driver-client.md).
@@ -17,8 +17,6 @@
 #define FUNNEL_DRIVER_API extern "C" __attribute__((visibility("default")))
 
 namespace {
-
-bool g_initialized = false;  // cuInit(0) was called (set once, read after: as the real driver)
 
 std::string uuid_text(const CUuuid* id) {
   char b[40];
@@ -41,12 +39,6 @@ CUresult lookup(const char* symbol, void** pfn, int version, cuuint64_t flags, C
 
 // The mark of funnel's client driver: funnel-server refuses a libcuda.so.1 that has it.
 FUNNEL_DRIVER_API const char funnel_client_driver[] = "funnel client driver";
-
-FUNNEL_DRIVER_API CUresult cuInit(unsigned int flags) {
-  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  g_initialized = true;
-  return CUDA_SUCCESS;
-}
 
 FUNNEL_DRIVER_API CUresult cuDriverGetVersion(int* version) {
   if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;

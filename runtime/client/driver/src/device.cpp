@@ -1,0 +1,239 @@
+// Devices and contexts of the driver front. funnel serves one context per GPU, the server's: a
+// CUcontext is the handle of a device's primary context (created contexts are that context too:
+// the point of funnel), and the calling thread's current context sets the runtime front's
+// current device, so both fronts work on the same device.
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <vector>
+
+#include "front.hpp"
+
+using funnel::client::current_device;
+using funnel::client::Runtime;
+
+namespace funnel::driver {
+namespace {
+
+struct Context {
+  int device = 0;
+  std::atomic<int> retained{0};  // cuDevicePrimaryCtxRetain minus Release, plus created ones
+  unsigned flags = 0;
+};
+std::array<Context, ipc::kMaxDevices> g_contexts;
+
+thread_local std::vector<Context*> t_stack;  // the context stack: its top is current
+
+Context* from(CUcontext c) noexcept {
+  auto* p = reinterpret_cast<Context*>(c);
+  if (p < g_contexts.data() || p >= g_contexts.data() + g_contexts.size()) return nullptr;
+  return p;
+}
+CUcontext handle(int device) noexcept {
+  g_contexts[static_cast<size_t>(device)].device = device;
+  return reinterpret_cast<CUcontext>(&g_contexts[static_cast<size_t>(device)]);
+}
+
+CUresult check_device(CUdevice d) noexcept {
+  if (CUresult r = ready(); r != CUDA_SUCCESS) return r;
+  return d >= 0 && d < Runtime::get().device_count() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+void make_current(Context* c) noexcept {
+  if (t_stack.empty())
+    t_stack.push_back(c);
+  else
+    t_stack.back() = c;
+  if (c != nullptr) current_device() = c->device;
+}
+
+}  // namespace
+
+CUresult to_cu(cudaError_t e) noexcept {
+  switch (e) {
+    case cudaErrorInvalidConfiguration:
+    case cudaErrorInvalidPitchValue:
+    case cudaErrorInvalidDevicePointer:
+    case cudaErrorInvalidMemcpyDirection:
+      return CUDA_ERROR_INVALID_VALUE;
+    case cudaErrorInvalidSymbol:
+      return CUDA_ERROR_NOT_FOUND;
+    case cudaErrorInvalidDeviceFunction:
+      return CUDA_ERROR_INVALID_HANDLE;
+    default:
+      return find_error(static_cast<int>(e)) != nullptr ? static_cast<CUresult>(e) : CUDA_ERROR_UNKNOWN;
+  }
+}
+
+CUresult ready() noexcept {
+  const ipc::Status s = Runtime::get().ready();
+  return s == ipc::Status::Success ? CUDA_SUCCESS : to_cu(s);
+}
+
+CUresult current(int& device) noexcept {
+  if (!t_stack.empty()) {
+    if (t_stack.back() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+    device = t_stack.back()->device;
+    return CUDA_SUCCESS;
+  }
+  // No driver context on this thread: as under CUDA, one the runtime front has made current.
+  if (!Runtime::get().attached()) return CUDA_ERROR_INVALID_CONTEXT;
+  device = current_device();
+  return CUDA_SUCCESS;
+}
+
+}  // namespace funnel::driver
+
+using namespace funnel::driver;
+
+FUNNEL_DRIVER_API CUresult cuInit(unsigned int flags) {
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  return ready();
+}
+
+FUNNEL_DRIVER_API CUresult cuDeviceGetCount(int* count) {
+  if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = ready(); r != CUDA_SUCCESS) return r;
+  *count = Runtime::get().device_count();
+  return CUDA_SUCCESS;
+}
+
+FUNNEL_DRIVER_API CUresult cuDeviceGet(CUdevice* device, int ordinal) {
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = check_device(ordinal); r != CUDA_SUCCESS) return r;
+  *device = ordinal;
+  return CUDA_SUCCESS;
+}
+
+FUNNEL_DRIVER_API CUresult cuDeviceGetName(char* name, int len, CUdevice d) {
+  if (name == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = check_device(d); r != CUDA_SUCCESS) return r;
+  const auto& rec = Runtime::get().device(d);
+  const size_t n = std::min(strnlen(rec.name, sizeof rec.name), static_cast<size_t>(len) - 1);
+  std::memcpy(name, rec.name, n);
+  name[n] = '\0';
+  return CUDA_SUCCESS;
+}
+
+FUNNEL_DRIVER_API CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice d) {
+  if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = check_device(d); r != CUDA_SUCCESS) return r;
+  *bytes = Runtime::get().device(d).total_memory;
+  return CUDA_SUCCESS;
+}
+
+FUNNEL_DRIVER_API CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute a, CUdevice d) {
+  if (value == nullptr || static_cast<uint32_t>(a) >= funnel::ipc::kMaxDeviceAttributes)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = check_device(d); r != CUDA_SUCCESS) return r;
+  *value = Runtime::get().device(d).attributes[static_cast<uint32_t>(a)];
+  return CUDA_SUCCESS;
+}
+
+FUNNEL_DRIVER_API CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice d) {
+  if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = check_device(d); r != CUDA_SUCCESS) return r;
+  std::memcpy(uuid->bytes, Runtime::get().device(d).uuid, sizeof uuid->bytes);
+  return CUDA_SUCCESS;
+}
+
+FUNNEL_DRIVER_API CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice d) { return cuDeviceGetUuid_v2(uuid, d); }
+
+FUNNEL_DRIVER_API CUresult cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice d) {
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = check_device(d); r != CUDA_SUCCESS) return r;
+  *ctx = handle(d);
+  from(*ctx)->retained.fetch_add(1);
+  return CUDA_SUCCESS;
+}
+
+FUNNEL_DRIVER_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
+  if (CUresult r = check_device(d); r != CUDA_SUCCESS) return r;
+  auto& c = g_contexts[static_cast<size_t>(d)];
+  int n = c.retained.load();
+  while (n > 0 && !c.retained.compare_exchange_weak(n, n - 1)) {
+  }
+  return n > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+FUNNEL_DRIVER_API CUresult cuDevicePrimaryCtxRelease(CUdevice d) { return cuDevicePrimaryCtxRelease_v2(d); }
+
+FUNNEL_DRIVER_API CUresult cuDevicePrimaryCtxGetState(CUdevice d, unsigned int* flags, int* active) {
+  if (flags == nullptr || active == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = check_device(d); r != CUDA_SUCCESS) return r;
+  const auto& c = g_contexts[static_cast<size_t>(d)];
+  *flags = c.flags;
+  *active = c.retained.load() > 0 ? 1 : 0;
+  return CUDA_SUCCESS;
+}
+
+FUNNEL_DRIVER_API CUresult cuCtxSetCurrent(CUcontext ctx) {
+  if (ctx != nullptr && from(ctx) == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (ctx == nullptr) {
+    if (!t_stack.empty()) t_stack.pop_back();
+    return CUDA_SUCCESS;
+  }
+  make_current(from(ctx));
+  return CUDA_SUCCESS;
+}
+
+FUNNEL_DRIVER_API CUresult cuCtxGetCurrent(CUcontext* ctx) {
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  int device = 0;
+  *ctx = current(device) == CUDA_SUCCESS ? handle(device) : nullptr;
+  return CUDA_SUCCESS;
+}
+
+FUNNEL_DRIVER_API CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
+  Context* c = from(ctx);
+  if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  t_stack.push_back(c);
+  current_device() = c->device;
+  return CUDA_SUCCESS;
+}
+
+FUNNEL_DRIVER_API CUresult cuCtxPopCurrent_v2(CUcontext* ctx) {
+  if (t_stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (ctx != nullptr) *ctx = reinterpret_cast<CUcontext>(t_stack.back());
+  t_stack.pop_back();
+  if (!t_stack.empty() && t_stack.back() != nullptr) current_device() = t_stack.back()->device;
+  return CUDA_SUCCESS;
+}
+
+// A created context is the device's one context (retained, and pushed as the driver does).
+FUNNEL_DRIVER_API CUresult cuCtxCreate_v4(CUcontext* ctx, CUctxCreateParams* params, unsigned int flags, CUdevice d) {
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (params != nullptr && (params->execAffinityParams != nullptr || params->cigParams != nullptr)) {
+    (void)not_supported("cuCtxCreate with execution affinity or CIG parameters");
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  (void)flags;
+  if (CUresult r = cuDevicePrimaryCtxRetain(ctx, d); r != CUDA_SUCCESS) return r;
+  return cuCtxPushCurrent_v2(*ctx);
+}
+
+FUNNEL_DRIVER_API CUresult cuCtxCreate_v2(CUcontext* ctx, unsigned int flags, CUdevice d) {
+  return cuCtxCreate_v4(ctx, nullptr, flags, d);
+}
+
+FUNNEL_DRIVER_API CUresult cuCtxDestroy_v2(CUcontext ctx) {
+  Context* c = from(ctx);
+  if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!t_stack.empty() && t_stack.back() == c) t_stack.pop_back();
+  return cuDevicePrimaryCtxRelease_v2(c->device);
+}
+
+FUNNEL_DRIVER_API CUresult cuCtxGetDevice(CUdevice* device) {
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  int d = 0;
+  if (CUresult r = current(d); r != CUDA_SUCCESS) return r;
+  *device = d;
+  return CUDA_SUCCESS;
+}
+
+FUNNEL_DRIVER_API CUresult cuCtxSynchronize() {
+  int d = 0;
+  if (CUresult r = current(d); r != CUDA_SUCCESS) return r;
+  if (CUresult r = ready(); r != CUDA_SUCCESS) return r;
+  return to_cu(Runtime::get().call(funnel::ipc::Opcode::DeviceSynchronize, d, 0, nullptr, 0));
+}

@@ -1,0 +1,26 @@
+// The driver front over the client core: what device.cpp and memory.cpp share.
+#pragma once
+// The driver side of cuda.h: no macros that rename cuMemAlloc to cuMemAlloc_v2, and the first
+// versions of the functions declared too.
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+
+#include "api.hpp"  // the client core: Runtime, StreamRef, current_device()
+#include "driver.hpp"
+
+#define FUNNEL_DRIVER_API extern "C" __attribute__((visibility("default")))
+
+namespace funnel::driver {
+
+// The core answers in cudaError_t numbers; most are the CUresult of the same meaning (CUDA
+// aligned them), the runtime-only ones are mapped here.
+CUresult to_cu(cudaError_t e) noexcept;
+inline CUresult to_cu(ipc::Status s) noexcept { return to_cu(client::to_cuda(s)); }
+
+// Attached and ready (the driver's cuInit attaches); the error every call returns otherwise.
+CUresult ready() noexcept;
+
+// The device of the calling thread's current context; CUDA_ERROR_INVALID_CONTEXT without one.
+CUresult current(int& device) noexcept;
+
+}  // namespace funnel::driver

@@ -1,0 +1,94 @@
+// Device memory (cudaMalloc, cudaMallocAsync, cuMemAlloc and their frees): device_memory.hpp.
+#include "device_memory.hpp"
+
+#include <optional>
+#include <vector>
+
+#include "api.hpp"
+
+namespace funnel::client {
+namespace {
+
+// The server's addresses for a new allocation lay on memory of this process eight times in
+// a row (the driver's small allocations come from one shared 2 MiB block, so asking again
+// lands there again; the GPU soak saw it): reserve a free range here and have the server
+// place the allocation exactly there.  Eight tries take the range the kernel offers (on the
+// H100 the driver took 1 in 15 of those and never one of the far zone: it places memory only
+// in its own address window, doc/reliability.md), four more one in the far zone
+// (ClientTables::reserve_placement; the sim backend takes those).  A range the server
+// cannot use is kept while the next is chosen, so each try is a different one.
+cudaError_t place_device_alloc(Runtime& rt, uint64_t size, int device, uint64_t& addr) {
+  constexpr int kNearTries = 8, kFarTries = 4;
+  std::vector<uint64_t> refused;
+  cudaError_t e = cudaErrorMemoryAllocation;
+  for (int attempt = 0; attempt < kNearTries + kFarTries; ++attempt) {
+    const uint64_t at = rt.tables.reserve_placement(size, attempt >= kNearTries);
+    if (at == 0) break;
+    funnel::ipc::MemAllocCmd c{size, at};
+    e = to_cuda(rt.call(Opcode::MemAlloc, device, 0, &c, sizeof c, nullptr));
+    if (e == cudaSuccess) {
+      addr = at;
+      rt.tables.add_placed_alloc(addr, DeviceAlloc{size, device, false});
+      break;
+    }
+    if (e != cudaErrorAlreadyMapped) {
+      rt.tables.release_placements({&at, 1}, size);
+      break;
+    }
+    refused.push_back(at);
+  }
+  rt.tables.release_placements(refused, size);
+  return e == cudaErrorAlreadyMapped ? cudaErrorMemoryAllocation : e;
+}
+
+}  // namespace
+
+cudaError_t device_alloc(void** ptr, size_t size, Opcode op, const StreamRef& on) {
+  if (ptr == nullptr) return cudaErrorInvalidValue;
+  *ptr = nullptr;
+  if (size == 0) return cudaSuccess;  // CUDA hands out nullptr for 0 bytes
+  Runtime& rt = Runtime::get();
+  const bool pooled = op == Opcode::MemAllocAsync;
+  // A range that clashes with our own memory is kept (so the server hands out another)
+  // until one fits, then given back.
+  std::vector<uint64_t> clashing;
+  uint64_t addr = 0;
+  cudaError_t e = cudaSuccess;
+  // Asking again usually escapes (a larger allocation gets fresh addresses); after eight
+  // tries a plain allocation is placed (a pooled one cannot be).
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    funnel::ipc::MemAllocCmd c{size, 0};
+    Reply r;
+    if (e = to_cuda(rt.call(op, on.device, on.id, &c, sizeof c, &r)); e != cudaSuccess) break;
+    if (rt.tables.add_alloc(r.value[0], DeviceAlloc{size, on.device, pooled})) {
+      addr = r.value[0];
+      break;
+    }
+    clashing.push_back(r.value[0]);
+  }
+  for (uint64_t a : clashing) {
+    funnel::ipc::AddressCmd c{a};
+    if (pooled)
+      rt.post(Opcode::MemFreeAsync, on.device, on.id, &c, sizeof c);
+    else
+      rt.call(Opcode::MemFree, on.device, 0, &c, sizeof c);
+  }
+  if (e == cudaSuccess && addr == 0 && !pooled) e = place_device_alloc(rt, size, on.device, addr);
+  if (e != cudaSuccess) return e;
+  if (addr == 0) return cudaErrorMemoryAllocation;  // every range clashed
+  *ptr = reinterpret_cast<void*>(addr);
+  return cudaSuccess;
+}
+
+cudaError_t device_free(void* ptr, Opcode op, const StreamRef& on) {
+  Runtime& rt = Runtime::get();
+  const auto addr = reinterpret_cast<uint64_t>(ptr);
+  const std::optional<DeviceAlloc> freed = rt.tables.remove_alloc(addr);
+  if (!freed) return cudaErrorInvalidValue;
+  const int device = freed->device;
+  funnel::ipc::AddressCmd c{addr};
+  if (op == Opcode::MemFree) return to_cuda(rt.call(op, device, 0, &c, sizeof c));
+  return to_cuda(rt.post(op, on.id == 0 ? device : on.device, on.id, &c, sizeof c));
+}
+
+}  // namespace funnel::client

@@ -28,9 +28,9 @@ namespace {
 
 struct Pending {
   uint32_t gen;
-  cudaHostFn_t fn;               // cudaLaunchHostFunc
+  cudaHostFn_t fn;                // cudaLaunchHostFunc
   cudaStreamCallback_t callback;  // cudaStreamAddCallback
-  cudaStream_t handle;           // as the application named the stream (for callback)
+  cudaStream_t handle;            // as the application named the stream (for callback)
   void* data;
 };
 
@@ -59,8 +59,7 @@ class HostFuncs {
     pair.last_use = ++uses_;
     // Posted under mu_: the queue's order is the ring's order for this stream.
     funnel::ipc::HostFuncCmd c{pair.reached, pair.done, p.gen, 0};
-    if (cudaError_t e = to_cuda(rt_.post(Opcode::HostFunc, s.device, s.id, &c, sizeof c)); e != cudaSuccess)
-      return e;
+    if (cudaError_t e = to_cuda(rt_.post(Opcode::HostFunc, s.device, s.id, &c, sizeof c)); e != cudaSuccess) return e;
     pair.queue.push_back(p);
     ++pending_;
     if (!started_) start();
@@ -118,8 +117,10 @@ class HostFuncs {
       lk.unlock();
       // A failed context never reaches the host function: a stream callback is told
       // (as CUDA passes the stream's error), a host function is dropped.
-      if (f.callback != nullptr) f.callback(f.handle, failed, f.data);
-      else if (failed == cudaSuccess) f.fn(f.data);
+      if (f.callback != nullptr)
+        f.callback(f.handle, failed, f.data);
+      else if (failed == cudaSuccess)
+        f.fn(f.data);
       rt_.view().event_state(done).store(f.gen, std::memory_order_release);
       lk.lock();
       return true;
@@ -172,11 +173,12 @@ class HostFuncs {
     std::string what;
     for (const auto& [key, pair] : pairs_) {
       if (pair.queue.empty()) continue;
-      what += fmt::format("{}stream {} of device {}: {} queued, reached word {} shows {} for generation {}, done word "
-                          "{} shows {}",
-                          what.empty() ? "" : "; ", key.second, key.first, pair.queue.size(), pair.reached,
-                          rt_.view().event_state(pair.reached).load(), pair.queue.front().gen, pair.done,
-                          rt_.view().event_state(pair.done).load());
+      what += fmt::format(
+          "{}stream {} of device {}: {} queued, reached word {} shows {} for generation {}, done word "
+          "{} shows {}",
+          what.empty() ? "" : "; ", key.second, key.first, pair.queue.size(), pair.reached,
+          rt_.view().event_state(pair.reached).load(), pair.queue.front().gen, pair.done,
+          rt_.view().event_state(pair.done).load());
     }
     log_error(fmt::format("funnel: host functions have waited {} s for their streams to reach them: {}",
                           Runtime::kLongWait.count(), what));
@@ -226,6 +228,10 @@ cudaError_t add(cudaStream_t stream, bool per_thread, Pending p) {
   return host_funcs(Runtime::get()).submit(s, p);
 }
 
+}  // namespace
+
+namespace funnel::client {
+
 cudaError_t launch_host_func(cudaStream_t stream, cudaHostFn_t fn, void* data, bool per_thread) {
   if (fn == nullptr) return cudaErrorInvalidValue;
   return add(stream, per_thread, Pending{0, fn, nullptr, nullptr, data});
@@ -235,10 +241,6 @@ cudaError_t add_callback(cudaStream_t stream, cudaStreamCallback_t cb, void* dat
   if (cb == nullptr || flags != 0) return cudaErrorInvalidValue;
   return add(stream, per_thread, Pending{0, nullptr, cb, nullptr, data});
 }
-
-}  // namespace
-
-namespace funnel::client {
 
 uint64_t hf_uses() noexcept {
   HostFuncs* h = g_host_funcs.load(std::memory_order_acquire);
@@ -255,18 +257,3 @@ void hf_synchronized(int device, std::optional<uint64_t> stream, uint64_t uses_b
 }
 
 }  // namespace funnel::client
-
-FUNNEL_API cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* data) {
-  return guarded(__func__, [&] { return launch_host_func(stream, fn, data, false); });
-}
-FUNNEL_API cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t stream, cudaHostFn_t fn, void* data) {
-  return guarded(__func__, [&] { return launch_host_func(stream, fn, data, true); });
-}
-FUNNEL_API cudaError_t cudaStreamAddCallback(cudaStream_t stream, cudaStreamCallback_t cb, void* data,
-                                             unsigned int flags) {
-  return guarded(__func__, [&] { return add_callback(stream, cb, data, flags, false); });
-}
-FUNNEL_API cudaError_t cudaStreamAddCallback_ptsz(cudaStream_t stream, cudaStreamCallback_t cb, void* data,
-                                                  unsigned int flags) {
-  return guarded(__func__, [&] { return add_callback(stream, cb, data, flags, true); });
-}

@@ -1,9 +1,16 @@
-// Host functions (host_func.cpp): what cudaDeviceSynchronize tells them.
+// Host functions (host_func.cpp): enqueuing them, and what a device synchronisation tells them.
 #pragma once
+#include <cuda_runtime_api.h>
+
 #include <cstdint>
 #include <optional>
 
 namespace funnel::client {
+
+// Enqueue `fn(data)` (cudaLaunchHostFunc) or `cb(stream, status, data)` (cudaStreamAddCallback,
+// flags must be 0) on `stream`; `per_thread`: stream 0 is the thread's default stream.
+cudaError_t launch_host_func(cudaStream_t stream, cudaHostFn_t fn, void* data, bool per_thread);
+cudaError_t add_callback(cudaStream_t stream, cudaStreamCallback_t cb, void* data, unsigned flags, bool per_thread);
 
 // A count of host functions enqueued so far; take it before a device synchronisation.
 uint64_t hf_uses() noexcept;

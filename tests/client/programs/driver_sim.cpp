@@ -95,6 +95,33 @@ int main() {
   CHECK(cudaStreamDestroy(s), cudaSuccess);
   CHECK(cuCtxSynchronize(), CUDA_SUCCESS);
 
+  // Driver streams, in runtime calls too, and a host function on one.
+  CUstream ds = nullptr;
+  CHECK(cuStreamCreateWithPriority(&ds, CU_STREAM_NON_BLOCKING, -1), CUDA_SUCCESS);
+  int prio = 0;
+  unsigned flags = 0;
+  CHECK(cuStreamGetPriority(ds, &prio), CUDA_SUCCESS);
+  CHECK(cuStreamGetFlags(ds, &flags), CUDA_SUCCESS);
+  int rt_prio = 0;
+  CHECK(cudaStreamGetPriority(reinterpret_cast<cudaStream_t>(ds), &rt_prio), cudaSuccess);
+  std::printf("driver stream: priority %d (runtime says %d), flags %u\n", prio, rt_prio, flags);
+  CHECK(cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(r), 0x33, n, ds), CUDA_SUCCESS);
+  CHECK(cudaMemcpyAsync(back.data(), r, n, cudaMemcpyDeviceToHost, reinterpret_cast<cudaStream_t>(ds)), cudaSuccess);
+  static int host_calls = 0;
+  CHECK(cuLaunchHostFunc(
+            ds, [](void* p) { ++*static_cast<int*>(p); }, &host_calls),
+        CUDA_SUCCESS);
+  CHECK(cuStreamSynchronize(ds), CUDA_SUCCESS);
+  CHECK(cuStreamQuery(ds), CUDA_SUCCESS);
+  std::printf("runtime copy and a host function on a driver stream: %s\n",
+              all(back, 0x33) && host_calls == 1 ? "ok" : "FAIL");
+  CHECK(cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(r), 0x44, n, CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+  CHECK(cuMemcpyDtoHAsync(back.data(), reinterpret_cast<CUdeviceptr>(r), n, CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+  CHECK(cuStreamSynchronize(CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+  std::printf("the per-thread default stream: %s\n", all(back, 0x44) ? "ok" : "FAIL");
+  CHECK(cuStreamDestroy(ds), CUDA_SUCCESS);
+  CHECK(cuStreamDestroy(ds), CUDA_ERROR_INVALID_HANDLE);
+
   size_t free_bytes = 0, total2 = 0;
   CHECK(cuMemGetInfo(&free_bytes, &total2), CUDA_SUCCESS);
   std::printf("cuMemGetInfo: %s\n", total2 == total && free_bytes <= total2 ? "ok" : "FAIL");

@@ -1,0 +1,73 @@
+// Streams of the driver front: the core's streams (a CUstream is a cudaStream_t; CU_STREAM_LEGACY
+// and CU_STREAM_PER_THREAD are, as the headers define them, the runtime's cudaStreamLegacy and
+// cudaStreamPerThread, 0x1 and 0x2) and host functions on them.
+#include "streams.hpp"
+#include "front.hpp"
+#include "host_func.hpp"
+
+namespace {
+
+cudaStream_t rt(CUstream s) { return reinterpret_cast<cudaStream_t>(s); }
+
+CUresult with_context(cudaError_t (*op)(cudaStream_t, bool), CUstream s, bool per_thread) {
+  int d = 0;
+  if (CUresult r = funnel::driver::current(d); r != CUDA_SUCCESS) return r;
+  return funnel::driver::to_cu(op(rt(s), per_thread));
+}
+
+}  // namespace
+
+static_assert(CU_STREAM_NON_BLOCKING == cudaStreamNonBlocking);
+
+FUNNEL_DRIVER_API CUresult cuStreamCreateWithPriority(CUstream* s, unsigned int flags, int priority) {
+  int d = 0;
+  if (CUresult r = funnel::driver::current(d); r != CUDA_SUCCESS) return r;
+  return funnel::driver::to_cu(funnel::client::create_stream(reinterpret_cast<cudaStream_t*>(s), flags, priority));
+}
+FUNNEL_DRIVER_API CUresult cuStreamCreate(CUstream* s, unsigned int flags) {
+  return cuStreamCreateWithPriority(s, flags, 0);
+}
+FUNNEL_DRIVER_API CUresult cuStreamDestroy_v2(CUstream s) {
+  return funnel::driver::to_cu(funnel::client::destroy_stream(rt(s)));
+}
+FUNNEL_DRIVER_API CUresult cuStreamDestroy(CUstream s) { return cuStreamDestroy_v2(s); }
+FUNNEL_DRIVER_API CUresult cuStreamSynchronize(CUstream s) {
+  return with_context(funnel::client::stream_sync, s, false);
+}
+FUNNEL_DRIVER_API CUresult cuStreamSynchronize_ptsz(CUstream s) {
+  return with_context(funnel::client::stream_sync, s, true);
+}
+FUNNEL_DRIVER_API CUresult cuStreamQuery(CUstream s) { return with_context(funnel::client::stream_query, s, false); }
+FUNNEL_DRIVER_API CUresult cuStreamQuery_ptsz(CUstream s) {
+  return with_context(funnel::client::stream_query, s, true);
+}
+
+FUNNEL_DRIVER_API CUresult cuStreamGetPriority(CUstream s, int* priority) {
+  if (priority == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  funnel::client::StreamObj o{};
+  if (CUresult r = funnel::driver::to_cu(funnel::client::stream_record(rt(s), o)); r != CUDA_SUCCESS) return r;
+  *priority = o.priority;
+  return CUDA_SUCCESS;
+}
+FUNNEL_DRIVER_API CUresult cuStreamGetPriority_ptsz(CUstream s, int* priority) {
+  return cuStreamGetPriority(s, priority);
+}
+FUNNEL_DRIVER_API CUresult cuStreamGetFlags(CUstream s, unsigned int* flags) {
+  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  funnel::client::StreamObj o{};
+  if (CUresult r = funnel::driver::to_cu(funnel::client::stream_record(rt(s), o)); r != CUDA_SUCCESS) return r;
+  *flags = o.flags;
+  return CUDA_SUCCESS;
+}
+FUNNEL_DRIVER_API CUresult cuStreamGetFlags_ptsz(CUstream s, unsigned int* flags) { return cuStreamGetFlags(s, flags); }
+
+FUNNEL_DRIVER_API CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void* data) {
+  int d = 0;
+  if (CUresult r = funnel::driver::current(d); r != CUDA_SUCCESS) return r;
+  return funnel::driver::to_cu(funnel::client::launch_host_func(rt(s), fn, data, false));
+}
+FUNNEL_DRIVER_API CUresult cuLaunchHostFunc_ptsz(CUstream s, CUhostFn fn, void* data) {
+  int d = 0;
+  if (CUresult r = funnel::driver::current(d); r != CUDA_SUCCESS) return r;
+  return funnel::driver::to_cu(funnel::client::launch_host_func(rt(s), fn, data, true));
+}

@@ -1,0 +1,79 @@
+// Streams: streams.hpp. Ids are chosen here (nonzero, never reused), so creation is one-way.
+#include "streams.hpp"
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+
+#include "host_func.hpp"
+
+namespace funnel::client {
+
+cudaError_t create_stream(cudaStream_t* out, unsigned flags, int priority) {
+  if (out == nullptr) return cudaErrorInvalidValue;
+  if ((flags & ~unsigned{cudaStreamNonBlocking}) != 0) return cudaErrorInvalidValue;
+  Runtime& rt = Runtime::get();
+  if (cudaError_t e = to_cuda(rt.ready()); e != cudaSuccess) return e;
+  // Clamp to [greatest, least] = [-5, 0], as CUDA does.
+  priority = std::min(0, std::max(-5, priority));
+  auto s = std::make_unique<StreamObj>(StreamObj{rt.next_stream_id.fetch_add(1), current_device(), flags, priority});
+  funnel::ipc::StreamCreateCmd c{s->id, flags & funnel::ipc::kStreamNonBlocking, priority};
+  if (cudaError_t e = to_cuda(rt.post(Opcode::StreamCreate, s->device, 0, &c, sizeof c)); e != cudaSuccess) return e;
+  *out = reinterpret_cast<cudaStream_t>(rt.tables.add_stream(std::move(s)));
+  return cudaSuccess;
+}
+
+// Both are answered in the client when the stream is known idle (Runtime::call).
+cudaError_t stream_sync(cudaStream_t stream, bool ptds) {
+  StreamRef ref;
+  if (cudaError_t e = resolve_stream(stream, ptds, ref); e != cudaSuccess) return e;
+  const uint64_t uses = hf_uses();
+  const cudaError_t e = to_cuda(Runtime::get().call(Opcode::StreamSynchronize, ref.device, ref.id, nullptr, 0));
+  if (e == cudaSuccess) hf_synchronized(ref.device, ref.id, uses);
+  return e;
+}
+
+cudaError_t stream_query(cudaStream_t stream, bool ptds) {
+  StreamRef ref;
+  if (cudaError_t e = resolve_stream(stream, ptds, ref); e != cudaSuccess) return e;
+  return to_cuda(Runtime::get().call(Opcode::StreamQuery, ref.device, ref.id, nullptr, 0));
+}
+
+cudaError_t stream_wait_event(cudaStream_t stream, cudaEvent_t event, unsigned flags, bool ptds) {
+  StreamRef ref;
+  if (cudaError_t e = resolve_stream(stream, ptds, ref); e != cudaSuccess) return e;
+  Runtime& rt = Runtime::get();
+  auto* ev = reinterpret_cast<EventObj*>(event);
+  if (!rt.tables.has_event(ev)) return cudaErrorInvalidResourceHandle;
+  funnel::ipc::EventCmd c{ev->id, flags, 0};
+  return to_cuda(rt.post(Opcode::StreamWaitEvent, ref.device, ref.id, &c, sizeof c));
+}
+
+// What the client recorded of a stream at its creation.  The legacy and per-thread
+// default streams are blocking streams of the current device with priority 0, as CUDA
+// reports them; answering for them creates nothing.
+cudaError_t stream_record(cudaStream_t stream, StreamObj& out) {
+  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) {
+    out = StreamObj{0, current_device(), cudaStreamDefault, 0};
+    return cudaSuccess;
+  }
+  const std::optional<StreamObj> s = Runtime::get().tables.find_stream(reinterpret_cast<StreamObj*>(stream));
+  if (!s) return cudaErrorInvalidResourceHandle;
+  out = *s;
+  return cudaSuccess;
+}
+
+cudaError_t destroy_stream(cudaStream_t stream) {
+  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread)
+    return cudaErrorInvalidResourceHandle;
+  Runtime& rt = Runtime::get();
+  if (cudaError_t e = to_cuda(rt.ready()); e != cudaSuccess) return e;
+  const std::unique_ptr<StreamObj> s = rt.tables.remove_stream(reinterpret_cast<StreamObj*>(stream));
+  if (!s) return cudaErrorInvalidResourceHandle;
+  const uint64_t id = s->id;
+  const int dev = s->device;
+  // Pending work still completes (CUDA semantics); the server sees to that.
+  return to_cuda(rt.post(Opcode::StreamDestroy, dev, id, nullptr, 0));
+}
+
+}  // namespace funnel::client

@@ -1,0 +1,20 @@
+// Streams of both fronts (cudaStream_t and CUstream are the same handles: a StreamObj* of the
+// client's tables, or the legacy/per-thread default stream).
+#pragma once
+#include "api.hpp"
+
+namespace funnel::client {
+
+// cudaStreamCreateWithPriority: `flags` 0 or cudaStreamNonBlocking, priority clamped to [-5, 0].
+cudaError_t create_stream(cudaStream_t* out, unsigned flags, int priority);
+cudaError_t destroy_stream(cudaStream_t stream);
+// Both are answered in the client when the stream is known idle (Runtime::call). `ptds`:
+// stream 0 is the calling thread's default stream.
+cudaError_t stream_sync(cudaStream_t stream, bool ptds);
+cudaError_t stream_query(cudaStream_t stream, bool ptds);
+cudaError_t stream_wait_event(cudaStream_t stream, cudaEvent_t event, unsigned flags, bool ptds);
+// What the client recorded of a stream at its creation (the default streams: blocking, of the
+// current device, priority 0).
+cudaError_t stream_record(cudaStream_t stream, StreamObj& out);
+
+}  // namespace funnel::client

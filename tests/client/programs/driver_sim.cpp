@@ -119,6 +119,35 @@ int main() {
   CHECK(cuMemcpyDtoHAsync(back.data(), reinterpret_cast<CUdeviceptr>(r), n, CU_STREAM_PER_THREAD), CUDA_SUCCESS);
   CHECK(cuStreamSynchronize(CU_STREAM_PER_THREAD), CUDA_SUCCESS);
   std::printf("the per-thread default stream: %s\n", all(back, 0x44) ? "ok" : "FAIL");
+
+  // Events: timed ones around driver work, one ordering two streams, handles across the fronts.
+  CUevent start = nullptr, stop = nullptr, mark = nullptr;
+  CHECK(cuEventCreate(&start, CU_EVENT_DEFAULT), CUDA_SUCCESS);
+  CHECK(cuEventCreate(&stop, CU_EVENT_DEFAULT), CUDA_SUCCESS);
+  CHECK(cuEventCreate(&mark, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  CHECK(cuEventCreate(&mark, 0x100), CUDA_ERROR_INVALID_VALUE);
+  CHECK(cuEventRecord(start, ds), CUDA_SUCCESS);
+  CHECK(cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(r), 0x55, n, ds), CUDA_SUCCESS);
+  CHECK(cuEventRecord(stop, ds), CUDA_SUCCESS);
+  CHECK(cudaEventRecord(reinterpret_cast<cudaEvent_t>(mark), reinterpret_cast<cudaStream_t>(ds)), cudaSuccess);
+  CUstream other = nullptr;
+  CHECK(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CHECK(cuStreamWaitEvent(other, mark, 0), CUDA_SUCCESS);
+  CHECK(cuMemcpyDtoHAsync(back.data(), reinterpret_cast<CUdeviceptr>(r), n, other), CUDA_SUCCESS);
+  CHECK(cuStreamSynchronize(other), CUDA_SUCCESS);
+  std::printf("a copy ordered after driver work by cuStreamWaitEvent: %s\n", all(back, 0x55) ? "ok" : "FAIL");
+  CHECK(cuEventSynchronize(stop), CUDA_SUCCESS);
+  CHECK(cudaEventQuery(reinterpret_cast<cudaEvent_t>(stop)), cudaSuccess);
+  CHECK(cuEventQuery(mark), CUDA_SUCCESS);
+  float ms = -1;
+  CHECK(cuEventElapsedTime(&ms, start, stop), CUDA_SUCCESS);
+  std::printf("cuEventElapsedTime: %s\n", ms >= 0 ? "ok" : "FAIL");
+  CHECK(cuEventElapsedTime(&ms, start, mark), CUDA_ERROR_INVALID_HANDLE);
+  CHECK(cuEventDestroy(start), CUDA_SUCCESS);
+  CHECK(cudaEventDestroy(reinterpret_cast<cudaEvent_t>(stop)), cudaSuccess);
+  CHECK(cuEventDestroy(mark), CUDA_SUCCESS);
+  CHECK(cuEventDestroy(mark), CUDA_ERROR_INVALID_HANDLE);
+  CHECK(cuStreamDestroy(other), CUDA_SUCCESS);
   CHECK(cuStreamDestroy(ds), CUDA_SUCCESS);
   CHECK(cuStreamDestroy(ds), CUDA_ERROR_INVALID_HANDLE);
 

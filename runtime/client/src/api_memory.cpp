@@ -11,10 +11,10 @@
 
 #include "api.hpp"
 #include "copy_engine.hpp"
-#include "mem_pool.hpp"
 #include "device_memory.hpp"
-#include "pinned.hpp"
 #include "funnel/ipc/protocol.hpp"
+#include "mem_pool.hpp"
+#include "pinned.hpp"
 
 using namespace funnel::client;
 
@@ -69,8 +69,7 @@ cudaError_t memcpy_3d(const cudaMemcpy3DParms* p, cudaStream_t stream, bool asyn
 
 cudaError_t memset_pitched(cudaPitchedPtr p, int value, cudaExtent e, cudaStream_t stream, bool per_thread) {
   if (p.ptr == nullptr || !fits(p, cudaPos{0, 0, 0}, e)) return cudaErrorInvalidValue;
-  return memset_3d(p.ptr, {p.pitch, p.pitch * p.ysize}, value, {e.width, e.height, e.depth},
-                                   stream, per_thread);
+  return memset_3d(p.ptr, {p.pitch, p.pitch * p.ysize}, value, {e.width, e.height, e.depth}, stream, per_thread);
 }
 
 }  // namespace
@@ -158,18 +157,7 @@ FUNNEL_API cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int flags
 }
 
 FUNNEL_API cudaError_t cudaFreeHost(void* ptr) {
-  return guarded(__func__, [&] {
-    if (ptr == nullptr) return cudaSuccess;
-    Runtime& rt = Runtime::get();
-    if (cudaError_t e = to_cuda(rt.ready()); e != cudaSuccess) return e;
-    std::optional<PinnedAlloc> a = rt.tables.remove_pinned(reinterpret_cast<uintptr_t>(ptr));
-    if (!a) return cudaErrorInvalidValue;
-    // Synchronous on the server (after earlier work), then our mapping goes.
-    funnel::ipc::PinnedFreeCmd c{a->id};
-    const cudaError_t e = to_cuda(rt.call(Opcode::PinnedFree, current_device(), 0, &c, sizeof c));
-    a->file.reset();
-    return e;
-  });
+  return guarded(__func__, [&] { return pinned_free(ptr); });
 }
 
 // Registered ranges are remembered only: copies from them are staged like pageable
@@ -185,9 +173,8 @@ FUNNEL_API cudaError_t cudaHostRegister(void* ptr, size_t size, unsigned int /*f
 
 FUNNEL_API cudaError_t cudaHostUnregister(void* ptr) {
   return guarded(__func__, [&] {
-    return Runtime::get().tables.remove_registered(reinterpret_cast<uintptr_t>(ptr))
-               ? cudaSuccess
-               : cudaErrorHostMemoryNotRegistered;
+    return Runtime::get().tables.remove_registered(reinterpret_cast<uintptr_t>(ptr)) ? cudaSuccess
+                                                                                     : cudaErrorHostMemoryNotRegistered;
   });
 }
 
@@ -222,12 +209,10 @@ FUNNEL_API cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemc
 FUNNEL_API cudaError_t cudaMemcpy_ptds(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
   return guarded(__func__, [&] { return copy_2d(dst, n, src, n, n, 1, kind, nullptr, false, true); });
 }
-FUNNEL_API cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
-                                       cudaStream_t s) {
+FUNNEL_API cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t s) {
   return guarded(__func__, [&] { return copy_2d(dst, n, src, n, n, 1, kind, s, true, false); });
 }
-FUNNEL_API cudaError_t cudaMemcpyAsync_ptsz(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
-                                            cudaStream_t s) {
+FUNNEL_API cudaError_t cudaMemcpyAsync_ptsz(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t s) {
   return guarded(__func__, [&] { return copy_2d(dst, n, src, n, n, 1, kind, s, true, true); });
 }
 FUNNEL_API cudaError_t cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
@@ -237,7 +222,8 @@ FUNNEL_API cudaError_t cudaMemcpy2D(void* dst, size_t dpitch, const void* src, s
 }
 FUNNEL_API cudaError_t cudaMemcpy2D_ptds(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
                                          size_t height, cudaMemcpyKind kind) {
-  return guarded(__func__, [&] { return copy_2d(dst, dpitch, src, spitch, width, height, kind, nullptr, false, true); });
+  return guarded(__func__,
+                 [&] { return copy_2d(dst, dpitch, src, spitch, width, height, kind, nullptr, false, true); });
 }
 FUNNEL_API cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
                                          size_t height, cudaMemcpyKind kind, cudaStream_t s) {
@@ -283,8 +269,7 @@ FUNNEL_API cudaError_t cudaMemset2D_ptds(void* p, size_t pitch, int v, size_t w,
 FUNNEL_API cudaError_t cudaMemset2DAsync(void* p, size_t pitch, int v, size_t w, size_t h, cudaStream_t s) {
   return guarded(__func__, [&] { return memset_2d(p, pitch, v, w, h, s, false); });
 }
-FUNNEL_API cudaError_t cudaMemset2DAsync_ptsz(void* p, size_t pitch, int v, size_t w, size_t h,
-                                              cudaStream_t s) {
+FUNNEL_API cudaError_t cudaMemset2DAsync_ptsz(void* p, size_t pitch, int v, size_t w, size_t h, cudaStream_t s) {
   return guarded(__func__, [&] { return memset_2d(p, pitch, v, w, h, s, true); });
 }
 FUNNEL_API cudaError_t cudaMemset3D(cudaPitchedPtr p, int v, cudaExtent e) {

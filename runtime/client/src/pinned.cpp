@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <optional>
 
 #include "api.hpp"
 #include "funnel/ipc/protocol.hpp"
@@ -64,6 +65,19 @@ cudaError_t pinned_alloc(void** ptr, size_t size, unsigned flags) {
   rt.tables.add_pinned(reinterpret_cast<uintptr_t>(p), PinnedAlloc{id, size, std::move(file)});
   *ptr = p;
   return cudaSuccess;
+}
+
+cudaError_t pinned_free(void* ptr) {
+  if (ptr == nullptr) return cudaSuccess;
+  Runtime& rt = Runtime::get();
+  if (cudaError_t e = to_cuda(rt.ready()); e != cudaSuccess) return e;
+  std::optional<PinnedAlloc> a = rt.tables.remove_pinned(reinterpret_cast<uintptr_t>(ptr));
+  if (!a) return cudaErrorInvalidValue;
+  // Synchronous on the server (after earlier work), then our mapping goes.
+  ipc::PinnedFreeCmd c{a->id};
+  const cudaError_t e = to_cuda(rt.call(Opcode::PinnedFree, current_device(), 0, &c, sizeof c));
+  a->file.reset();
+  return e;
 }
 
 }  // namespace funnel::client

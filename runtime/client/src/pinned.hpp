@@ -9,5 +9,7 @@ namespace funnel::client {
 
 // `size` bytes of pinned memory for `*ptr` (nullptr for 0 bytes); `flags` as cudaHostAlloc's.
 cudaError_t pinned_alloc(void** ptr, size_t size, unsigned flags);
+// Frees a pinned_alloc buffer (nullptr: nothing); cudaErrorInvalidValue for any other address.
+cudaError_t pinned_free(void* ptr);
 
 }  // namespace funnel::client

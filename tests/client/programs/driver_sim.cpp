@@ -151,6 +151,42 @@ int main() {
   CHECK(cuStreamDestroy(ds), CUDA_SUCCESS);
   CHECK(cuStreamDestroy(ds), CUDA_ERROR_INVALID_HANDLE);
 
+  // Pinned host memory, and what a pointer is (as MPI libraries ask it).
+  void* pinned = nullptr;
+  CHECK(cuMemAllocHost(&pinned, n), CUDA_SUCCESS);
+  std::memset(pinned, 0x66, n);
+  CHECK(cuMemcpyHtoD(a, pinned, n), CUDA_SUCCESS);
+  CHECK(cuMemcpyDtoH(back.data(), a, n), CUDA_SUCCESS);
+  std::printf("a copy from cuMemAllocHost memory: %s\n", all(back, 0x66) ? "ok" : "FAIL");
+  unsigned type = 99;
+  CHECK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, a + 100), CUDA_SUCCESS);
+  unsigned ptype = 99;
+  CHECK(cuPointerGetAttribute(&ptype, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, reinterpret_cast<CUdeviceptr>(pinned)),
+        CUDA_SUCCESS);
+  int on_stack = 0;
+  CHECK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, reinterpret_cast<CUdeviceptr>(&on_stack)),
+        CUDA_ERROR_INVALID_VALUE);
+  CUcontext pctx = nullptr;
+  CUdeviceptr start_addr = 0, base = 0;
+  size_t range = 0, range2 = 0;
+  CHECK(cuPointerGetAttribute(&pctx, CU_POINTER_ATTRIBUTE_CONTEXT, a + 100), CUDA_SUCCESS);
+  CHECK(cuPointerGetAttribute(&start_addr, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, a + 100), CUDA_SUCCESS);
+  CHECK(cuPointerGetAttribute(&range, CU_POINTER_ATTRIBUTE_RANGE_SIZE, a + 100), CUDA_SUCCESS);
+  CHECK(cuMemGetAddressRange(&base, &range2, a + 100), CUDA_SUCCESS);
+  std::printf("pointer attributes: device %s, pinned %s, context %s, range %s\n",
+              type == CU_MEMORYTYPE_DEVICE ? "ok" : "FAIL", ptype == CU_MEMORYTYPE_HOST ? "ok" : "FAIL",
+              pctx == ctx ? "ok" : "FAIL", start_addr == a && range == n && base == a && range2 == n ? "ok" : "FAIL");
+  CUpointer_attribute which[2] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+  unsigned htype = 99;
+  int hdev = -1;
+  void* out[2] = {&htype, &hdev};
+  CHECK(cuPointerGetAttributes(2, which, out, reinterpret_cast<CUdeviceptr>(&on_stack)), CUDA_SUCCESS);
+  std::printf("cuPointerGetAttributes of unknown host memory: type %u\n", htype);
+  CUDA_POINTER_ATTRIBUTE_P2P_TOKENS tokens{};
+  CHECK(cuPointerGetAttribute(&tokens, CU_POINTER_ATTRIBUTE_P2P_TOKENS, a), CUDA_ERROR_NOT_SUPPORTED);
+  CHECK(cuMemFreeHost(pinned), CUDA_SUCCESS);
+  CHECK(cuMemFreeHost(pinned), CUDA_ERROR_INVALID_VALUE);
+
   size_t free_bytes = 0, total2 = 0;
   CHECK(cuMemGetInfo(&free_bytes, &total2), CUDA_SUCCESS);
   std::printf("cuMemGetInfo: %s\n", total2 == total && free_bytes <= total2 ? "ok" : "FAIL");

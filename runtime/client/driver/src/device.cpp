@@ -4,6 +4,7 @@
 // current device, so both fronts work on the same device.
 #include <array>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -63,6 +64,14 @@ CUresult to_cu(cudaError_t e) noexcept {
     default:
       return find_error(static_cast<int>(e)) != nullptr ? static_cast<CUresult>(e) : CUDA_ERROR_UNKNOWN;
   }
+}
+
+CUcontext context_of(int device) noexcept { return handle(device); }
+
+CUresult not_supported_detail(const char* call, int value) noexcept {
+  char what[128];
+  std::snprintf(what, sizeof what, "%s(%d)", call, value);
+  return static_cast<CUresult>(not_supported(what));
 }
 
 CUresult ready() noexcept {

@@ -22,5 +22,11 @@ CUresult ready() noexcept;
 
 // The device of the calling thread's current context; CUDA_ERROR_INVALID_CONTEXT without one.
 CUresult current(int& device) noexcept;
+// The handle of device `device`'s one context.
+CUcontext context_of(int device) noexcept;
+
+// CUDA_ERROR_NOT_SUPPORTED for one value of a call funnel serves otherwise:
+// "funnel: <call>(<value>) is not supported yet" once per call and value.
+CUresult not_supported_detail(const char* call, int value) noexcept;
 
 }  // namespace funnel::driver

@@ -3,6 +3,7 @@
 #include "copy_engine.hpp"
 #include "device_memory.hpp"
 #include "front.hpp"
+#include "pinned.hpp"
 
 using funnel::client::Reply;
 using funnel::client::Runtime;
@@ -116,4 +117,114 @@ FUNNEL_DRIVER_API CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_
 }
 FUNNEL_DRIVER_API CUresult cuMemsetD8Async_ptsz(CUdeviceptr p, unsigned char v, size_t n, CUstream s) {
   return memset8(p, v, n, s, true);
+}
+
+// ---- pinned host memory and what a pointer is ------------------------------------------------
+
+FUNNEL_DRIVER_API CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned int flags) {
+  if (pp == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  StreamRef legacy;
+  if (CUresult r = on_current(legacy); r != CUDA_SUCCESS) return r;
+  static_assert(CU_MEMHOSTALLOC_PORTABLE == cudaHostAllocPortable && CU_MEMHOSTALLOC_DEVICEMAP == cudaHostAllocMapped &&
+                CU_MEMHOSTALLOC_WRITECOMBINED == cudaHostAllocWriteCombined);
+  return funnel::driver::to_cu(funnel::client::pinned_alloc(pp, bytes, flags));
+}
+FUNNEL_DRIVER_API CUresult cuMemAllocHost_v2(void** pp, size_t bytes) { return cuMemHostAlloc(pp, bytes, 0); }
+FUNNEL_DRIVER_API CUresult cuMemFreeHost(void* p) {
+  StreamRef legacy;
+  if (CUresult r = on_current(legacy); r != CUDA_SUCCESS) return r;
+  return funnel::driver::to_cu(funnel::client::pinned_free(p));
+}
+
+namespace {
+
+// One attribute of what `ptr` is, as the driver answers it: device memory (funnel's
+// allocations and module globals), host memory (funnel's pinned buffers and registered ranges)
+// or, for anything else, CUDA_ERROR_INVALID_VALUE (how MPI libraries tell host memory apart).
+CUresult pointer_attribute(void* data, CUpointer_attribute a, CUdeviceptr ptr) {
+  if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Runtime& rt = Runtime::get();
+  const funnel::client::Classified c = rt.tables.classify(host(ptr));
+  const bool device = c.kind == funnel::client::Classified::Device;
+  const bool pinned = c.kind == funnel::client::Classified::Pinned;
+  const bool registered = !device && !pinned && rt.tables.is_registered(static_cast<uintptr_t>(ptr));
+  if (!device && !pinned && !registered) return CUDA_ERROR_INVALID_VALUE;
+  const int dev = device ? c.device : funnel::client::current_device();
+  switch (a) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+      *static_cast<CUcontext*>(data) = funnel::driver::context_of(dev);
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+      *static_cast<unsigned*>(data) = device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+      if (!device) return CUDA_ERROR_INVALID_VALUE;  // funnel maps no host memory into kernels
+      *static_cast<CUdeviceptr*>(data) = ptr;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+      if (device) return CUDA_ERROR_INVALID_VALUE;
+      *static_cast<void**>(data) = host(ptr);
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+      *static_cast<unsigned*>(data) = 0;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+      *static_cast<int*>(data) = dev;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:  // unique while the allocation lives: its start
+      *static_cast<unsigned long long*>(data) = device || pinned ? c.base : static_cast<uintptr_t>(ptr);
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+      if (!device && !pinned) break;
+      *static_cast<CUdeviceptr*>(data) = c.base;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+      if (!device && !pinned) break;
+      *static_cast<size_t*>(data) = c.size;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+      *static_cast<unsigned*>(data) = 1;
+      return CUDA_SUCCESS;
+    default:
+      break;
+  }
+  return funnel::driver::not_supported_detail("cuPointerGetAttribute", static_cast<int>(a));
+}
+
+}  // namespace
+
+FUNNEL_DRIVER_API CUresult cuPointerGetAttribute(void* data, CUpointer_attribute a, CUdeviceptr ptr) {
+  if (CUresult r = funnel::driver::ready(); r != CUDA_SUCCESS) return r;
+  return pointer_attribute(data, a, ptr);
+}
+
+FUNNEL_DRIVER_API CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute* attrs, void** data,
+                                                  CUdeviceptr ptr) {
+  if (attrs == nullptr || data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = funnel::driver::ready(); r != CUDA_SUCCESS) return r;
+  // As the driver: an attribute that does not apply to this pointer leaves its slot as a zero
+  // value rather than failing the call (host memory funnel does not know is "unregistered").
+  for (unsigned i = 0; i < n; ++i) {
+    if (data[i] == nullptr) continue;
+    const CUresult r = pointer_attribute(data[i], attrs[i], ptr);
+    if (r == CUDA_ERROR_NOT_SUPPORTED) return r;
+    if (r != CUDA_SUCCESS) {
+      if (attrs[i] == CU_POINTER_ATTRIBUTE_MEMORY_TYPE) *static_cast<unsigned*>(data[i]) = 0;
+      if (attrs[i] == CU_POINTER_ATTRIBUTE_CONTEXT) *static_cast<CUcontext*>(data[i]) = nullptr;
+      if (attrs[i] == CU_POINTER_ATTRIBUTE_DEVICE_POINTER || attrs[i] == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR)
+        *static_cast<CUdeviceptr*>(data[i]) = 0;
+      if (attrs[i] == CU_POINTER_ATTRIBUTE_IS_MANAGED || attrs[i] == CU_POINTER_ATTRIBUTE_MAPPED)
+        *static_cast<unsigned*>(data[i]) = 0;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+FUNNEL_DRIVER_API CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr ptr) {
+  if (CUresult r = funnel::driver::ready(); r != CUDA_SUCCESS) return r;
+  const funnel::client::Classified c = Runtime::get().tables.classify(host(ptr));
+  if (c.kind != funnel::client::Classified::Device) return CUDA_ERROR_NOT_FOUND;
+  if (base != nullptr) *base = c.base;
+  if (size != nullptr) *size = c.size;
+  return CUDA_SUCCESS;
 }

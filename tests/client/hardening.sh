@@ -146,7 +146,7 @@ killed-server)
   pid=$(server_pid)
   kill -9 "$pid"
   wait $client
-  for _ in $(seq 50); do [ -e "$FUNNEL_RUN_DIR" ] || break; sleep 0.1; done
+  for _ in $(seq 150); do [ -e "$FUNNEL_RUN_DIR" ] || break; sleep 0.1; done  # 15 s: a loaded CI machine
   [ ! -e "$FUNNEL_RUN_DIR" ] || fail "the dead server's run directory stays: $(ls -A "$FUNNEL_RUN_DIR")" ;;
 max-clients)
   mkfifo "$dir/hold.in"

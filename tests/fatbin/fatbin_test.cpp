@@ -403,3 +403,28 @@ TEST(Fatbin, MatchesCuobjdump) {
 }
 
 }  // namespace
+
+// What cuModuleLoadData takes, told apart (the driver front and both server backends use it).
+TEST(Fatbin, ModuleFormatOfEachKindOfImage) {
+  const auto section = fatbin_section("default");
+  EXPECT_EQ(fb::module_format(section), fb::ModuleFormat::fatbin);
+  for (const auto& im : fb::parse_fatbin(section)) {
+    if (im.kind == fb::ImageKind::cubin) {
+      EXPECT_EQ(fb::module_format(im.payload), fb::ModuleFormat::cubin);
+    } else {
+      // A fat binary's PTX entry has no terminating 0 of its own: add one, as a caller's string has.
+      if (im.compressed() && !fb::can_decompress(im.compression)) continue;
+      std::vector<std::byte> text = fb::decompressed_payload(im);
+      while (!text.empty() && text.back() == std::byte{0}) text.pop_back();
+      EXPECT_EQ(fb::module_format(text), fb::ModuleFormat::unknown) << "PTX without its 0";
+      text.push_back(std::byte{0});
+      EXPECT_EQ(fb::module_format(text), fb::ModuleFormat::ptx);
+    }
+  }
+  const std::string junk = "\x01\x02 not a module";
+  EXPECT_EQ(fb::module_format(std::as_bytes(std::span(junk.data(), junk.size() + 1))), fb::ModuleFormat::unknown);
+  const std::string no_version = "// a comment, but no PTX";
+  EXPECT_EQ(fb::module_format(std::as_bytes(std::span(no_version.data(), no_version.size() + 1))),
+            fb::ModuleFormat::unknown);
+  EXPECT_EQ(fb::module_format({}), fb::ModuleFormat::unknown);
+}

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "api.hpp"
+#include "launch.hpp"
 #include "launch_params.hpp"
 #include "modules.hpp"
 
@@ -15,110 +16,6 @@ using namespace funnel::client;
 namespace ipc = funnel::ipc;
 
 namespace {
-
-struct LaunchSpec {
-  dim3 grid, block;
-  size_t shared = 0;
-  cudaStream_t stream = nullptr;
-  bool per_thread = false;
-  uint32_t flags = 0;
-  uint32_t cluster[3] = {0, 0, 0};
-  int32_t priority = 0;
-};
-
-bool over(unsigned v, int limit) { return limit > 0 && v > static_cast<unsigned>(limit); }
-
-// What CUDA checks before a launch reaches the GPU, against the device's limits.  CUDA 13
-// answers every one of these with cudaErrorInvalidValue (seen on the H100; CUDA 12 said
-// cudaErrorInvalidConfiguration).
-cudaError_t check_shape(const LaunchSpec& l, const ipc::DeviceRecord& d) {
-  const dim3 &g = l.grid, &b = l.block;
-  if (g.x == 0 || g.y == 0 || g.z == 0 || b.x == 0 || b.y == 0 || b.z == 0) return cudaErrorInvalidValue;
-  auto attr = [&](cudaDeviceAttr a) { return a < ipc::kMaxDeviceAttributes ? d.attributes[a] : 0; };
-  if (over(b.x, attr(cudaDevAttrMaxBlockDimX)) || over(b.y, attr(cudaDevAttrMaxBlockDimY)) ||
-      over(b.z, attr(cudaDevAttrMaxBlockDimZ)) || over(g.x, attr(cudaDevAttrMaxGridDimX)) ||
-      over(g.y, attr(cudaDevAttrMaxGridDimY)) || over(g.z, attr(cudaDevAttrMaxGridDimZ)))
-    return cudaErrorInvalidValue;
-  const uint64_t threads = uint64_t{b.x} * b.y * b.z;
-  if (attr(cudaDevAttrMaxThreadsPerBlock) > 0 && threads > static_cast<uint64_t>(attr(cudaDevAttrMaxThreadsPerBlock)))
-    return cudaErrorInvalidValue;
-  return cudaSuccess;
-}
-
-// The kernel's launch-check cache, emptied for a new Runtime (k.mu held).
-void limits_for_locked(Kernel& k, Runtime& rt) {
-  if (k.limits_for == &rt) return;
-  k.attributes.clear();
-  k.blocks_per_sm.clear();
-  k.limits_for = &rt;
-}
-
-// The kernel's attributes on `device` (FuncGetAttributes), asked for once.  Only this
-// client's own cudaFuncSetAttribute changes them (the server gives a client that sets one
-// its own instance of a shared module), and forget_limits sees to that.  The kernel must be
-// ready.
-cudaError_t kernel_attributes(Kernel& k, int device, ipc::FuncAttributes& out) {
-  Runtime& rt = Runtime::get();
-  std::lock_guard lk(k.mu);
-  limits_for_locked(k, rt);
-  if (auto it = k.attributes.find(device); it != k.attributes.end()) {
-    out = it->second;
-    return cudaSuccess;
-  }
-  ipc::KernelCmd c{k.id};
-  Reply r;
-  if (cudaError_t e = to_cuda(rt.ask(Opcode::FuncGetAttributes, device, &c, sizeof c, {}, &r)); e != cudaSuccess)
-    return e;
-  out = ipc::unpack_func_attributes(r.value);
-  k.attributes[device] = out;
-  return cudaSuccess;
-}
-
-// Blocks of `threads` threads and `shared` bytes of dynamic shared memory that fit on one
-// multiprocessor of `device` (Occupancy), asked for once.
-cudaError_t kernel_blocks_per_sm(Kernel& k, int device, uint32_t threads, uint64_t shared, int& out) {
-  Runtime& rt = Runtime::get();
-  std::lock_guard lk(k.mu);
-  limits_for_locked(k, rt);
-  const auto key = std::make_tuple(device, threads, shared);
-  if (auto it = k.blocks_per_sm.find(key); it != k.blocks_per_sm.end()) {
-    out = it->second;
-    return cudaSuccess;
-  }
-  ipc::OccupancyCmd c{k.id, threads, 0, shared};
-  Reply r;
-  if (cudaError_t e = to_cuda(rt.ask(Opcode::Occupancy, device, &c, sizeof c, {}, &r)); e != cudaSuccess) return e;
-  out = static_cast<int>(r.value[0]);
-  k.blocks_per_sm[key] = out;
-  return cudaSuccess;
-}
-
-// cudaFuncSetAttribute and cudaFuncSetCacheConfig may change both.
-void forget_limits(Kernel& k) {
-  std::lock_guard lk(k.mu);
-  k.attributes.clear();
-  k.blocks_per_sm.clear();
-}
-
-// What CUDA refuses at the launch from the kernel's own limits: more dynamic shared memory
-// than its cudaFuncAttributeMaxDynamicSharedMemorySize, and a cooperative grid larger than
-// the blocks that can be resident at once (blocks per multiprocessor x multiprocessors).
-cudaError_t check_kernel(Kernel& k, const LaunchSpec& l, int device, const ipc::DeviceRecord& d) {
-  if (l.shared > 0) {
-    ipc::FuncAttributes a;
-    if (cudaError_t e = kernel_attributes(k, device, a); e != cudaSuccess) return e;
-    if (l.shared > a.max_dynamic_shared_size_bytes) return cudaErrorInvalidValue;
-  }
-  if ((l.flags & ipc::kLaunchCooperative) != 0) {
-    const uint32_t threads = l.block.x * l.block.y * l.block.z;  // check_shape bounded it
-    int per_sm = 0;
-    if (cudaError_t e = kernel_blocks_per_sm(k, device, threads, l.shared, per_sm); e != cudaSuccess) return e;
-    const uint64_t blocks = uint64_t{l.grid.x} * l.grid.y * l.grid.z;
-    const int sms = d.attributes[cudaDevAttrMultiProcessorCount];
-    if (blocks > uint64_t(std::max(per_sm, 0)) * uint64_t(std::max(sms, 0))) return cudaErrorCooperativeLaunchTooLarge;
-  }
-  return cudaSuccess;
-}
 
 // The registered kernel behind `func`, ready on `device` (module loaded, layout known).
 // A pointer that is no registered kernel is an invalid handle in CUDA 13 (kernels are
@@ -136,48 +33,37 @@ cudaError_t ready_kernel(const void* func, int device, Kernel*& out) {
 cudaError_t launch(const void* func, const LaunchSpec& l, void** args) {
   Kernel* k = func != nullptr ? find_kernel(func) : nullptr;
   if (k == nullptr) return cudaErrorInvalidResourceHandle;  // as ready_kernel
-  StreamRef s;
-  if (cudaError_t e = resolve_stream(l.stream, l.per_thread, s); e != cudaSuccess) return e;
-  Runtime& rt = Runtime::get();
-  if (s.device < 0 || s.device >= rt.device_count()) return cudaErrorInvalidDevice;
-  if (cudaError_t e = check_shape(l, rt.device(s.device)); e != cudaSuccess) return e;
-  if (cudaError_t e = to_cuda(kernel_ready(*k, rt, s.device)); e != cudaSuccess) return e;
-  if (args == nullptr && !k->layout.empty()) return cudaErrorInvalidValue;
-  if (l.shared > UINT32_MAX) return cudaErrorInvalidValue;
-  if (cudaError_t e = check_kernel(*k, l, s.device, rt.device(s.device)); e != cudaSuccess) return e;
-
-  thread_local std::vector<std::byte> params;
-  params.resize(k->param_bytes);
-  pack_params(k->layout, k->param_bytes, args, params.data());
-  ipc::LaunchCmd c{};
-  c.kernel_id = k->id;
-  c.grid[0] = l.grid.x, c.grid[1] = l.grid.y, c.grid[2] = l.grid.z;
-  c.block[0] = l.block.x, c.block[1] = l.block.y, c.block[2] = l.block.z;
-  c.shared_bytes = static_cast<uint32_t>(l.shared);
-  c.flags = l.flags;
-  for (int i = 0; i < 3; ++i) c.cluster[i] = l.cluster[i];
-  c.priority = l.priority;
-  c.param_bytes = k->param_bytes;
-  return to_cuda(rt.post(Opcode::Launch, s.device, s.id, &c, sizeof c, params));
+  return launch_kernel(*k, l, args);
 }
 
 const char* attribute_name(cudaLaunchAttributeID id) {
   switch (id) {
-    case cudaLaunchAttributeAccessPolicyWindow: return "cudaLaunchAttributeAccessPolicyWindow";
-    case cudaLaunchAttributeSynchronizationPolicy: return "cudaLaunchAttributeSynchronizationPolicy";
+    case cudaLaunchAttributeAccessPolicyWindow:
+      return "cudaLaunchAttributeAccessPolicyWindow";
+    case cudaLaunchAttributeSynchronizationPolicy:
+      return "cudaLaunchAttributeSynchronizationPolicy";
     case cudaLaunchAttributeClusterSchedulingPolicyPreference:
       return "cudaLaunchAttributeClusterSchedulingPolicyPreference";
     case cudaLaunchAttributeProgrammaticStreamSerialization:
       return "cudaLaunchAttributeProgrammaticStreamSerialization";
-    case cudaLaunchAttributeProgrammaticEvent: return "cudaLaunchAttributeProgrammaticEvent";
-    case cudaLaunchAttributeMemSyncDomainMap: return "cudaLaunchAttributeMemSyncDomainMap";
-    case cudaLaunchAttributeMemSyncDomain: return "cudaLaunchAttributeMemSyncDomain";
-    case cudaLaunchAttributePreferredClusterDimension: return "cudaLaunchAttributePreferredClusterDimension";
-    case cudaLaunchAttributeLaunchCompletionEvent: return "cudaLaunchAttributeLaunchCompletionEvent";
-    case cudaLaunchAttributeDeviceUpdatableKernelNode: return "cudaLaunchAttributeDeviceUpdatableKernelNode";
-    case cudaLaunchAttributePreferredSharedMemoryCarveout: return "cudaLaunchAttributePreferredSharedMemoryCarveout";
-    case cudaLaunchAttributeNvlinkUtilCentricScheduling: return "cudaLaunchAttributeNvlinkUtilCentricScheduling";
-    default: return nullptr;
+    case cudaLaunchAttributeProgrammaticEvent:
+      return "cudaLaunchAttributeProgrammaticEvent";
+    case cudaLaunchAttributeMemSyncDomainMap:
+      return "cudaLaunchAttributeMemSyncDomainMap";
+    case cudaLaunchAttributeMemSyncDomain:
+      return "cudaLaunchAttributeMemSyncDomain";
+    case cudaLaunchAttributePreferredClusterDimension:
+      return "cudaLaunchAttributePreferredClusterDimension";
+    case cudaLaunchAttributeLaunchCompletionEvent:
+      return "cudaLaunchAttributeLaunchCompletionEvent";
+    case cudaLaunchAttributeDeviceUpdatableKernelNode:
+      return "cudaLaunchAttributeDeviceUpdatableKernelNode";
+    case cudaLaunchAttributePreferredSharedMemoryCarveout:
+      return "cudaLaunchAttributePreferredSharedMemoryCarveout";
+    case cudaLaunchAttributeNvlinkUtilCentricScheduling:
+      return "cudaLaunchAttributeNvlinkUtilCentricScheduling";
+    default:
+      return nullptr;
   }
 }
 
@@ -189,19 +75,22 @@ cudaError_t read_config(const cudaLaunchConfig_t* config, bool per_thread, Launc
   for (unsigned i = 0; i < config->numAttrs; ++i) {
     const cudaLaunchAttribute& a = config->attrs[i];
     switch (a.id) {
-      case cudaLaunchAttributeIgnore: break;
+      case cudaLaunchAttributeIgnore:
+        break;
       case cudaLaunchAttributeCooperative:
         if (a.val.cooperative != 0) l.flags |= ipc::kLaunchCooperative;
         break;
       case cudaLaunchAttributeClusterDimension:
         l.cluster[0] = a.val.clusterDim.x, l.cluster[1] = a.val.clusterDim.y, l.cluster[2] = a.val.clusterDim.z;
         break;
-      case cudaLaunchAttributePriority: l.priority = a.val.priority; break;
+      case cudaLaunchAttributePriority:
+        l.priority = a.val.priority;
+        break;
       default: {
         const char* name = attribute_name(a.id);
-        const std::string what = name != nullptr ? fmt::format("cudaLaunchKernelExC with {}", name)
-                                                 : fmt::format("cudaLaunchKernelExC with launch attribute {}",
-                                                               static_cast<int>(a.id));
+        const std::string what =
+            name != nullptr ? fmt::format("cudaLaunchKernelExC with {}", name)
+                            : fmt::format("cudaLaunchKernelExC with launch attribute {}", static_cast<int>(a.id));
         report_unsupported(what.c_str());
         return cudaErrorNotSupported;
       }
@@ -277,12 +166,16 @@ cudaError_t set_attribute(const void* func, cudaFuncAttribute attr, int value) {
     case cudaFuncAttributePreferredSharedMemoryCarveout:
       if (value < -1 || value > 100) return cudaErrorInvalidValue;
       break;
-    case cudaFuncAttributeClusterDimMustBeSet: case cudaFuncAttributeRequiredClusterWidth:
-    case cudaFuncAttributeRequiredClusterHeight: case cudaFuncAttributeRequiredClusterDepth:
-    case cudaFuncAttributeNonPortableClusterSizeAllowed: case cudaFuncAttributeClusterSchedulingPolicyPreference:
+    case cudaFuncAttributeClusterDimMustBeSet:
+    case cudaFuncAttributeRequiredClusterWidth:
+    case cudaFuncAttributeRequiredClusterHeight:
+    case cudaFuncAttributeRequiredClusterDepth:
+    case cudaFuncAttributeNonPortableClusterSizeAllowed:
+    case cudaFuncAttributeClusterSchedulingPolicyPreference:
       if (value < 0) return cudaErrorInvalidValue;
       break;
-    default: return cudaErrorInvalidValue;
+    default:
+      return cudaErrorInvalidValue;
   }
   return func_set(func, static_cast<uint32_t>(attr), value);
 }
@@ -346,8 +239,8 @@ FUNNEL_API cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid, dim3 b
                                           cudaStream_t stream) {
   return guarded(__func__, [&] { return launch(kernel, spec(grid, block, shared, stream, false), args); });
 }
-FUNNEL_API cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 grid, dim3 block, void** args,
-                                               size_t shared, cudaStream_t stream) {
+FUNNEL_API cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 grid, dim3 block, void** args, size_t shared,
+                                               cudaStream_t stream) {
   return guarded(__func__, [&] { return launch(kernel, spec(grid, block, shared, stream, true), args); });
 }
 FUNNEL_API cudaError_t cudaLaunchKernel(const void* func, dim3 grid, dim3 block, void** args, size_t shared,
@@ -358,17 +251,15 @@ FUNNEL_API cudaError_t cudaLaunchKernel_ptsz(const void* func, dim3 grid, dim3 b
                                              cudaStream_t stream) {
   return guarded(__func__, [&] { return launch(func, spec(grid, block, shared, stream, true), args); });
 }
-FUNNEL_API cudaError_t cudaLaunchCooperativeKernel(const void* func, dim3 grid, dim3 block, void** args,
-                                                   size_t shared, cudaStream_t stream) {
-  return guarded(__func__, [&] {
-    return launch(func, spec(grid, block, shared, stream, false, ipc::kLaunchCooperative), args);
-  });
+FUNNEL_API cudaError_t cudaLaunchCooperativeKernel(const void* func, dim3 grid, dim3 block, void** args, size_t shared,
+                                                   cudaStream_t stream) {
+  return guarded(__func__,
+                 [&] { return launch(func, spec(grid, block, shared, stream, false, ipc::kLaunchCooperative), args); });
 }
 FUNNEL_API cudaError_t cudaLaunchCooperativeKernel_ptsz(const void* func, dim3 grid, dim3 block, void** args,
                                                         size_t shared, cudaStream_t stream) {
-  return guarded(__func__, [&] {
-    return launch(func, spec(grid, block, shared, stream, true, ipc::kLaunchCooperative), args);
-  });
+  return guarded(__func__,
+                 [&] { return launch(func, spec(grid, block, shared, stream, true, ipc::kLaunchCooperative), args); });
 }
 FUNNEL_API cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* config, const void* func, void** args) {
   return guarded(__func__, [&] { return launch_ex(config, func, args, false); });
@@ -439,12 +330,12 @@ FUNNEL_API cudaError_t cudaFuncSetSharedMemConfig(const void* func, cudaSharedMe
 }
 
 FUNNEL_API cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, const void* func, int block_size,
-                                                                      size_t dynamic_shared) {
+                                                                     size_t dynamic_shared) {
   return guarded(__func__, [&] { return occupancy(blocks, func, block_size, dynamic_shared, 0); });
 }
 FUNNEL_API cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* blocks, const void* func,
-                                                                               int block_size, size_t dynamic_shared,
-                                                                               unsigned flags) {
+                                                                              int block_size, size_t dynamic_shared,
+                                                                              unsigned flags) {
   return guarded(__func__, [&] { return occupancy(blocks, func, block_size, dynamic_shared, flags); });
 }
 FUNNEL_API cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t* bytes, const void* func, int blocks,

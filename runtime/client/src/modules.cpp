@@ -1,5 +1,8 @@
 #include "modules.hpp"
 
+#include <elf.h>
+
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <shared_mutex>
@@ -14,6 +17,7 @@ namespace funnel::client {
 
 struct Module {
   const void* wrapper = nullptr;
+  std::vector<std::byte> image;  // a module the driver front loaded: its bytes (else the wrapper's)
   std::vector<std::unique_ptr<Kernel>> kernels;
   std::vector<std::unique_ptr<Variable>> variables;
   std::vector<std::string> managed;  // __managed__ variables: the module cannot be used
@@ -90,22 +94,25 @@ Status load(Module& m, Runtime& rt, int device) {
   if (!m.managed.empty()) {
     std::string names;
     for (const auto& n : m.managed) names += (names.empty() ? "" : ", ") + n;
-    log_error(fmt::format("funnel: __managed__ variable {} is not supported (doc/not-supported.md); the kernels and "
-                          "variables of its fat binary fail with cudaErrorNotSupported",
-                          names));
+    log_error(
+        fmt::format("funnel: __managed__ variable {} is not supported (doc/not-supported.md); the kernels and "
+                    "variables of its fat binary fail with cudaErrorNotSupported",
+                    names));
     return Status::NotSupported;
   }
-  const auto bytes = fatbin_bytes(m.wrapper);
+  const auto bytes = !m.image.empty() ? std::span<const std::byte>(m.image) : fatbin_bytes(m.wrapper);
   if (bytes.empty()) {
-    log_error("funnel: a registered fat binary has an unknown format; its kernels fail with "
-              "cudaErrorInvalidKernelImage");
+    log_error(
+        "funnel: a registered fat binary has an unknown format; its kernels fail with "
+        "cudaErrorInvalidKernelImage");
     return Status::InvalidKernelImage;
   }
   const ipc::ModuleDigest digest = ipc::module_digest(bytes);
   ipc::ModuleCmd c{};
   c.module_id = registry().next_module_id.fetch_add(1);
   std::memcpy(c.digest, digest.data(), sizeof c.digest);
-  c.flags = m.variables.empty() ? 0 : ipc::kModuleHasVariables;
+  // An image module's globals are its own (each cuModuleLoadData is a module of its own).
+  c.flags = m.variables.empty() && m.image.empty() ? 0 : ipc::kModuleHasVariables;
   c.size = bytes.size();
   Reply r;
   if (Status s = rt.ask(Opcode::ModuleQuery, device, &c, sizeof c, {}, &r); s != Status::Success) return s;
@@ -218,8 +225,7 @@ void unregister_module(Module* m) noexcept {
     for (const auto& k : m->kernels)
       if (auto it = r.kernels.find(k->host); it != r.kernels.end() && it->second == k.get()) r.kernels.erase(it);
     for (const auto& v : m->variables)
-      if (auto it = r.variables.find(v->host); it != r.variables.end() && it->second == v.get())
-        r.variables.erase(it);
+      if (auto it = r.variables.find(v->host); it != r.variables.end() && it->second == v.get()) r.variables.erase(it);
   }
   // A module loaded by this process's Runtime is unloaded there (dlclose of a library
   // with kernels); a process that never attached sends nothing.
@@ -293,5 +299,87 @@ Status variable_address(Variable& v, Runtime& rt, int device, uint64_t& address)
     return Status::Unknown;
   }
 }
+
+// ---- modules the driver front loads from an image -------------------------------------------
+
+namespace {
+
+// The size of a module image as cuModuleLoadData takes it (no size given): a fat binary (its
+// header says), nvcc's fat binary wrapper, an ELF cubin (its headers and sections say), or PTX
+// text (up to its terminating 0); 0 when it is none of these or too large.
+uint64_t image_size(const void* image) {
+  uint32_t magic = 0;
+  std::memcpy(&magic, image, sizeof magic);
+  if (magic == fatbin::kWrapperMagic) return fatbin_bytes(image).size();
+  if (magic == fatbin::kFatbinMagic) {
+    FatbinHeader h;
+    std::memcpy(&h, image, sizeof h);
+    const uint64_t size = uint64_t{h.header_size} + h.payload_size;
+    return h.header_size >= sizeof h && size <= ipc::kMaxModuleBytes ? size : 0;
+  }
+  const auto* b = static_cast<const unsigned char*>(image);
+  if (b[0] == 0x7f && b[1] == 'E' && b[2] == 'L' && b[3] == 'F') {
+    Elf64_Ehdr e;
+    std::memcpy(&e, image, sizeof e);
+    if (e.e_ident[EI_CLASS] != ELFCLASS64) return 0;
+    uint64_t end = std::max<uint64_t>(sizeof e, e.e_shoff + uint64_t{e.e_shnum} * e.e_shentsize);
+    end = std::max<uint64_t>(end, e.e_phoff + uint64_t{e.e_phnum} * e.e_phentsize);
+    if (end > ipc::kMaxModuleBytes) return 0;
+    for (uint16_t i = 0; i < e.e_shnum && e.e_shoff != 0; ++i) {
+      Elf64_Shdr sh;
+      std::memcpy(&sh, static_cast<const std::byte*>(image) + e.e_shoff + uint64_t{i} * e.e_shentsize, sizeof sh);
+      if (sh.sh_type != SHT_NOBITS) end = std::max<uint64_t>(end, sh.sh_offset + sh.sh_size);
+    }
+    return end <= ipc::kMaxModuleBytes ? end : 0;
+  }
+  const size_t n = strnlen(static_cast<const char*>(image), ipc::kMaxModuleBytes);
+  return n < ipc::kMaxModuleBytes && n > 0 ? n + 1 : 0;
+}
+
+}  // namespace
+
+Status load_image_module(const void* image, Runtime& rt, int device, Module*& out) noexcept {
+  out = nullptr;
+  if (image == nullptr) return Status::InvalidValue;
+  try {
+    const uint64_t size = image_size(image);
+    if (size == 0) return Status::InvalidKernelImage;
+    auto m = std::make_unique<Module>();
+    const auto* bytes = static_cast<const std::byte*>(image);
+    m->image.assign(bytes, bytes + size);
+    if (Status s = module_ready(*m, rt, device); s != Status::Success) return s;
+    out = m.release();  // kept, as registered modules are (unload_image_module)
+    return Status::Success;
+  } catch (const std::bad_alloc&) {
+    return Status::MemoryAllocation;
+  }
+}
+
+Status image_kernel(Module& m, const char* name, Runtime& rt, int device, Kernel*& out) noexcept {
+  out = nullptr;
+  if (name == nullptr) return Status::InvalidValue;
+  try {
+    Kernel* k = nullptr;
+    {
+      std::lock_guard lk(m.mu);
+      for (const auto& have : m.kernels)
+        if (have->name == name) k = have.get();
+      if (k == nullptr) {
+        auto made = std::make_unique<Kernel>();
+        made->module = &m;
+        made->name = name;
+        k = made.get();
+        m.kernels.push_back(std::move(made));
+      }
+    }
+    if (Status s = kernel_ready(*k, rt, device); s != Status::Success) return s;
+    out = k;
+    return Status::Success;
+  } catch (const std::bad_alloc&) {
+    return Status::MemoryAllocation;
+  }
+}
+
+void unload_image_module(Module* m) noexcept { unregister_module(m); }
 
 }  // namespace funnel::client

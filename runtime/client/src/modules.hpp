@@ -33,7 +33,7 @@ struct Kernel {
   // What the launch checks need (api_kernel.cpp), asked for once and kept until
   // cudaFuncSetAttribute or cudaFuncSetCacheConfig; for the Runtime `limits_for` (mu).
   Runtime* limits_for = nullptr;
-  std::map<int, ipc::FuncAttributes> attributes;                        // by device
+  std::map<int, ipc::FuncAttributes> attributes;                     // by device
   std::map<std::tuple<int, uint32_t, uint64_t>, int> blocks_per_sm;  // (device, threads, dynamic smem)
 };
 
@@ -44,8 +44,8 @@ struct Variable {
   uint64_t size = 0;
   bool constant = false;
   std::mutex mu;
-  Runtime* owner = nullptr;             // the Runtime the addresses below belong to (mu)
-  std::map<int, uint64_t> address;      // device -> address (mu)
+  Runtime* owner = nullptr;         // the Runtime the addresses below belong to (mu)
+  std::map<int, uint64_t> address;  // device -> address (mu)
 };
 
 // Registration (nvcc's static constructors; no server contact).
@@ -66,5 +66,14 @@ Status kernel_ready(Kernel& k, Runtime& rt, int device) noexcept;
 // The variable's device address on `device` (SymbolGet, once per device); the range is
 // entered into rt.globals so that copies treat it as device memory.
 Status variable_address(Variable& v, Runtime& rt, int device, uint64_t& address) noexcept;
+
+// Modules the driver front loads (cuModuleLoadData(Ex), cuModuleLoadFatBinary): the image (a fat
+// binary, its wrapper, an ELF cubin or PTX text) is copied and loaded on the server at once, so
+// a bad one fails the call. The Module is the CUmodule handle; never freed (as registered ones).
+Status load_image_module(const void* image, Runtime& rt, int device, Module*& out) noexcept;
+// The module's kernel `name`, looked up on the server at once (cuModuleGetFunction): the
+// Kernel is the CUfunction handle, the same one for the same name.
+Status image_kernel(Module& m, const char* name, Runtime& rt, int device, Kernel*& out) noexcept;
+void unload_image_module(Module* m) noexcept;
 
 }  // namespace funnel::client

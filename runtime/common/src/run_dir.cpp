@@ -178,7 +178,7 @@ bool reclaim_dead_run_dir(const fs::path& dir, pid_t server_pid) noexcept {
     // The connection's hang-up can come before the dying server's listening socket is
     // closed (the kernel closes a killed process's descriptors one by one): a connect then
     // still succeeds.  A zombie or a vanished process has closed them all.
-    for (int i = 0; i < 200 && server_pid > 0; ++i) {
+    for (int i = 0; i < 500 && server_pid > 0; ++i) {  // 5 s at most
       const char state = process_state(server_pid);
       if (state == '\0' || state == 'Z' || state == 'X') break;
       ::usleep(10'000);

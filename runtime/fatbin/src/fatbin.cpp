@@ -1,6 +1,8 @@
 // Fat binary container: the __cudaRegisterFatBinary wrapper, fatbin headers and
 // entry headers (doc/design/fatbin.md has the layouts).
+#include <cstring>
 #include <string>
+#include <string_view>
 
 #include "bytes.hpp"
 #include "funnel/fatbin/fatbin.hpp"
@@ -113,6 +115,22 @@ std::span<const std::byte> one_fatbin(const void* p, size_t max_bytes) {
 }
 
 }  // namespace
+
+ModuleFormat module_format(std::span<const std::byte> image) {
+  if (image.size() >= 4) {
+    uint32_t magic = 0;
+    std::memcpy(&magic, image.data(), sizeof magic);
+    if (magic == kFatbinMagic || magic == kWrapperMagic) return ModuleFormat::fatbin;
+    if (std::to_integer<unsigned char>(image[0]) == 0x7f && std::to_integer<char>(image[1]) == 'E' &&
+        std::to_integer<char>(image[2]) == 'L' && std::to_integer<char>(image[3]) == 'F')
+      return ModuleFormat::cubin;
+  }
+  const std::string_view text(reinterpret_cast<const char*>(image.data()), image.size());
+  if (!text.empty() && text.back() == '\0' && text.find(".version") != std::string_view::npos &&
+      text.find('\0') == text.size() - 1)
+    return ModuleFormat::ptx;
+  return ModuleFormat::unknown;
+}
 
 std::vector<FatbinImage> parse_fatbin(std::span<const std::byte> bytes) {
   std::vector<FatbinImage> images;

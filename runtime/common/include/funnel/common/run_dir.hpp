@@ -35,7 +35,7 @@ bool no_server_listens(const std::filesystem::path& dir) noexcept;
 // After a server died without cleaning up (SIGKILL): when no server listens in `dir` and
 // nobody holds its start lock (a client starting a new one), removes the dead server's
 // files as remove_run_dir_files does.  True when it removed them.  With `server_pid`, first
-// waits (2 s at most) until that process has exited, its listening socket closed with it.
+// waits (5 s at most) until that process has exited, its listening socket closed with it.
 bool reclaim_dead_run_dir(const std::filesystem::path& dir, pid_t server_pid = 0) noexcept;
 
 std::filesystem::path socket_path(const std::filesystem::path& run_dir);

@@ -44,6 +44,11 @@ struct FatbinImage {
   bool compressed() const { return compression != Compression::none; }
 };
 
+// What a module image is, as cuModuleLoadData takes them: a fat binary (its header or nvcc's
+// wrapper), an ELF cubin, or PTX text (a 0-terminated text that declares a .version).
+enum class ModuleFormat { fatbin, cubin, ptx, unknown };
+ModuleFormat module_format(std::span<const std::byte> image);
+
 // Every entry of every fat binary found at `fatbin_or_wrapper` (a fatbin header or the
 // 0x466243b1 wrapper).  nvcc may place several fatbins back to back in one section;
 // they are all read while within max_bytes.  With a wrapper, max_bytes bounds the

@@ -23,12 +23,17 @@ namespace funnel::server::cuda {
 
 Status CudaBackend::module_load(std::span<const std::byte> image, std::unique_ptr<BackendModule>& out) {
   // The driver loads lazily (CUDA_MODULE_LOADING=LAZY is the default) and accepted 4 KiB of
-  // junk in the GPU smoke test: check that the bytes are a fat binary first.
-  try {
-    if (funnel::fatbin::parse_fatbin(image).empty()) return Status::InvalidKernelImage;
-  } catch (const funnel::fatbin::Error& e) {
-    spdlog::warn("cuda: module rejected: {}", e.what());
-    return Status::InvalidKernelImage;
+  // junk in the GPU smoke test: check that the bytes are a fat binary, an ELF cubin or PTX text
+  // (what cuModuleLoadData takes) first.
+  const auto format = funnel::fatbin::module_format(image);
+  if (format == funnel::fatbin::ModuleFormat::unknown) return Status::InvalidKernelImage;
+  if (format == funnel::fatbin::ModuleFormat::fatbin) {
+    try {
+      if (funnel::fatbin::parse_fatbin(image).empty()) return Status::InvalidKernelImage;
+    } catch (const funnel::fatbin::Error& e) {
+      spdlog::warn("cuda: module rejected: {}", e.what());
+      return Status::InvalidKernelImage;
+    }
   }
   CUlibrary lib = nullptr;
   std::shared_lock lk(s_->reset_mu);

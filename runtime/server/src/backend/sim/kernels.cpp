@@ -53,6 +53,19 @@ Status SimBackend::module_load(std::span<const std::byte> image, std::unique_ptr
   if (Status st = any_device(); st != Status::Success) return st;
   auto m = std::make_unique<SimModule>();
   try {
+    const auto format = fatbin::module_format(image);
+    if (format == fatbin::ModuleFormat::ptx) return Status::NoKernelImageForDevice;  // nothing the sim can read
+    if (format == fatbin::ModuleFormat::cubin) {  // one cubin, as cuModuleLoadData takes it
+      for (auto& k : fatbin::kernels_of_cubin(image)) m->kernels.emplace(k.name, std::move(k));
+      for (auto& g : fatbin::globals_of_cubin(image)) {
+        if (g.constant) m->const_bytes += g.size;
+        m->globals.emplace(g.name, std::move(g));
+      }
+      m->sm_arch = m->kernels.empty() ? 90 : m->kernels.begin()->second.sm_arch;
+      out = std::move(m);
+      return Status::Success;
+    }
+    if (format != fatbin::ModuleFormat::fatbin) return Status::InvalidKernelImage;
     const auto images = fatbin::parse_fatbin(image);
     m->sm_arch = best_arch(images);
     if (m->sm_arch == 0) return Status::NoKernelImageForDevice;  // PTX only: nothing the sim can read

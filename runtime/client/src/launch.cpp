@@ -1,0 +1,132 @@
+// Launches of a kernel (both fronts) and the launch checks: launch.hpp.
+#include "launch.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include "launch_params.hpp"
+
+namespace funnel::client {
+
+static bool over(unsigned v, int limit) { return limit > 0 && v > static_cast<unsigned>(limit); }
+
+// What CUDA checks before a launch reaches the GPU, against the device's limits.  CUDA 13
+// answers every one of these with cudaErrorInvalidValue (seen on the H100; CUDA 12 said
+// cudaErrorInvalidConfiguration).
+cudaError_t check_shape(const LaunchSpec& l, const ipc::DeviceRecord& d) {
+  const dim3 &g = l.grid, &b = l.block;
+  if (g.x == 0 || g.y == 0 || g.z == 0 || b.x == 0 || b.y == 0 || b.z == 0) return cudaErrorInvalidValue;
+  auto attr = [&](cudaDeviceAttr a) { return a < ipc::kMaxDeviceAttributes ? d.attributes[a] : 0; };
+  if (over(b.x, attr(cudaDevAttrMaxBlockDimX)) || over(b.y, attr(cudaDevAttrMaxBlockDimY)) ||
+      over(b.z, attr(cudaDevAttrMaxBlockDimZ)) || over(g.x, attr(cudaDevAttrMaxGridDimX)) ||
+      over(g.y, attr(cudaDevAttrMaxGridDimY)) || over(g.z, attr(cudaDevAttrMaxGridDimZ)))
+    return cudaErrorInvalidValue;
+  const uint64_t threads = uint64_t{b.x} * b.y * b.z;
+  if (attr(cudaDevAttrMaxThreadsPerBlock) > 0 && threads > static_cast<uint64_t>(attr(cudaDevAttrMaxThreadsPerBlock)))
+    return cudaErrorInvalidValue;
+  return cudaSuccess;
+}
+
+// The kernel's launch-check cache, emptied for a new Runtime (k.mu held).
+static void limits_for_locked(Kernel& k, Runtime& rt) {
+  if (k.limits_for == &rt) return;
+  k.attributes.clear();
+  k.blocks_per_sm.clear();
+  k.limits_for = &rt;
+}
+
+// The kernel's attributes on `device` (FuncGetAttributes), asked for once.  Only this
+// client's own cudaFuncSetAttribute changes them (the server gives a client that sets one
+// its own instance of a shared module), and forget_limits sees to that.  The kernel must be
+// ready.
+cudaError_t kernel_attributes(Kernel& k, int device, ipc::FuncAttributes& out) {
+  Runtime& rt = Runtime::get();
+  std::lock_guard lk(k.mu);
+  limits_for_locked(k, rt);
+  if (auto it = k.attributes.find(device); it != k.attributes.end()) {
+    out = it->second;
+    return cudaSuccess;
+  }
+  ipc::KernelCmd c{k.id};
+  Reply r;
+  if (cudaError_t e = to_cuda(rt.ask(Opcode::FuncGetAttributes, device, &c, sizeof c, {}, &r)); e != cudaSuccess)
+    return e;
+  out = ipc::unpack_func_attributes(r.value);
+  k.attributes[device] = out;
+  return cudaSuccess;
+}
+
+// Blocks of `threads` threads and `shared` bytes of dynamic shared memory that fit on one
+// multiprocessor of `device` (Occupancy), asked for once.
+cudaError_t kernel_blocks_per_sm(Kernel& k, int device, uint32_t threads, uint64_t shared, int& out) {
+  Runtime& rt = Runtime::get();
+  std::lock_guard lk(k.mu);
+  limits_for_locked(k, rt);
+  const auto key = std::make_tuple(device, threads, shared);
+  if (auto it = k.blocks_per_sm.find(key); it != k.blocks_per_sm.end()) {
+    out = it->second;
+    return cudaSuccess;
+  }
+  ipc::OccupancyCmd c{k.id, threads, 0, shared};
+  Reply r;
+  if (cudaError_t e = to_cuda(rt.ask(Opcode::Occupancy, device, &c, sizeof c, {}, &r)); e != cudaSuccess) return e;
+  out = static_cast<int>(r.value[0]);
+  k.blocks_per_sm[key] = out;
+  return cudaSuccess;
+}
+
+// cudaFuncSetAttribute and cudaFuncSetCacheConfig may change both.
+void forget_limits(Kernel& k) {
+  std::lock_guard lk(k.mu);
+  k.attributes.clear();
+  k.blocks_per_sm.clear();
+}
+
+// What CUDA refuses at the launch from the kernel's own limits: more dynamic shared memory
+// than its cudaFuncAttributeMaxDynamicSharedMemorySize, and a cooperative grid larger than
+// the blocks that can be resident at once (blocks per multiprocessor x multiprocessors).
+cudaError_t check_kernel(Kernel& k, const LaunchSpec& l, int device, const ipc::DeviceRecord& d) {
+  if (l.shared > 0) {
+    ipc::FuncAttributes a;
+    if (cudaError_t e = kernel_attributes(k, device, a); e != cudaSuccess) return e;
+    if (l.shared > a.max_dynamic_shared_size_bytes) return cudaErrorInvalidValue;
+  }
+  if ((l.flags & ipc::kLaunchCooperative) != 0) {
+    const uint32_t threads = l.block.x * l.block.y * l.block.z;  // check_shape bounded it
+    int per_sm = 0;
+    if (cudaError_t e = kernel_blocks_per_sm(k, device, threads, l.shared, per_sm); e != cudaSuccess) return e;
+    const uint64_t blocks = uint64_t{l.grid.x} * l.grid.y * l.grid.z;
+    const int sms = d.attributes[cudaDevAttrMultiProcessorCount];
+    if (blocks > uint64_t(std::max(per_sm, 0)) * uint64_t(std::max(sms, 0))) return cudaErrorCooperativeLaunchTooLarge;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t launch_kernel(Kernel& kernel, const LaunchSpec& l, void** args) {
+  Kernel* k = &kernel;
+  StreamRef s;
+  if (cudaError_t e = resolve_stream(l.stream, l.per_thread, s); e != cudaSuccess) return e;
+  Runtime& rt = Runtime::get();
+  if (s.device < 0 || s.device >= rt.device_count()) return cudaErrorInvalidDevice;
+  if (cudaError_t e = check_shape(l, rt.device(s.device)); e != cudaSuccess) return e;
+  if (cudaError_t e = to_cuda(kernel_ready(*k, rt, s.device)); e != cudaSuccess) return e;
+  if (args == nullptr && !k->layout.empty()) return cudaErrorInvalidValue;
+  if (l.shared > UINT32_MAX) return cudaErrorInvalidValue;
+  if (cudaError_t e = check_kernel(*k, l, s.device, rt.device(s.device)); e != cudaSuccess) return e;
+
+  thread_local std::vector<std::byte> params;
+  params.resize(k->param_bytes);
+  pack_params(k->layout, k->param_bytes, args, params.data());
+  ipc::LaunchCmd c{};
+  c.kernel_id = k->id;
+  c.grid[0] = l.grid.x, c.grid[1] = l.grid.y, c.grid[2] = l.grid.z;
+  c.block[0] = l.block.x, c.block[1] = l.block.y, c.block[2] = l.block.z;
+  c.shared_bytes = static_cast<uint32_t>(l.shared);
+  c.flags = l.flags;
+  for (int i = 0; i < 3; ++i) c.cluster[i] = l.cluster[i];
+  c.priority = l.priority;
+  c.param_bytes = k->param_bytes;
+  return to_cuda(rt.post(Opcode::Launch, s.device, s.id, &c, sizeof c, params));
+}
+
+}  // namespace funnel::client

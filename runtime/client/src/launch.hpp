@@ -1,0 +1,36 @@
+// Kernel launches of both fronts (cudaLaunchKernel*, cuLaunchKernel*) and the checks CUDA
+// makes at the launch itself, from the device table and the kernel's cached attributes and
+// occupancy (doc/design/kernels.md).
+#pragma once
+#include "api.hpp"
+#include "modules.hpp"
+
+namespace funnel::client {
+
+struct LaunchSpec {
+  dim3 grid, block;
+  size_t shared = 0;
+  cudaStream_t stream = nullptr;
+  bool per_thread = false;
+  uint32_t flags = 0;
+  uint32_t cluster[3] = {0, 0, 0};
+  int32_t priority = 0;
+};
+
+// What CUDA checks before a launch reaches the GPU, against the device's limits (CUDA 13:
+// cudaErrorInvalidValue for each).
+cudaError_t check_shape(const LaunchSpec& l, const ipc::DeviceRecord& d);
+// The kernel's attributes on `device` (FuncGetAttributes), asked for once; the kernel must be
+// ready.
+cudaError_t kernel_attributes(Kernel& k, int device, ipc::FuncAttributes& out);
+// Blocks of `threads` threads and `shared` bytes of dynamic shared memory per multiprocessor.
+cudaError_t kernel_blocks_per_sm(Kernel& k, int device, uint32_t threads, uint64_t shared, int& out);
+// After cudaFuncSetAttribute / cudaFuncSetCacheConfig: ask again.
+void forget_limits(Kernel& k);
+// What CUDA refuses from the kernel's own limits (dynamic shared memory, cooperative size).
+cudaError_t check_kernel(Kernel& k, const LaunchSpec& l, int device, const ipc::DeviceRecord& d);
+// One one-way Launch record of `k` on l.stream with the arguments `args` (one pointer per
+// parameter, as cudaLaunchKernel and cuLaunchKernel take them); loads the module first if needed.
+cudaError_t launch_kernel(Kernel& k, const LaunchSpec& l, void** args);
+
+}  // namespace funnel::client

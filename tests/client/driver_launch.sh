@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# driver_launch.sh BIN_DIR PROGRAM MODULE: a module image loaded and launched through funnel's
+# driver front (programs/driver_launch.cpp) on the sim backend; the launch reached the server
+# as the program made it: kernel, grid, block and parameter bytes (the sim's launch log).
+set -u
+bin=$1 prog=$2 module=$3
+# shellcheck source=tests/client/sim_env.sh
+. "$(dirname "$0")/sim_env.sh"
+sim_env "$bin"
+timeout 60 "$bin/funnel-run" "$prog" "$module" >"$dir/out" 2>"$dir/err"
+rc=$?
+cat "$dir/out"
+if [ "$rc" -ne 0 ] || ! grep -qx "done" "$dir/out"; then
+  echo "FAIL: the program exited $rc; stderr:"; cat "$dir/err"; exit 1
+fi
+ptr=$(sed -n 's/^launched with pointer 0x\([0-9a-f]*\)$/\1/p' "$dir/out")
+python3 - "$FUNNEL_SIM_LAUNCH_LOG" "$ptr" <<'PY' || exit 1
+import json, struct, sys
+log, ptr = sys.argv[1], int(sys.argv[2], 16)
+launches = [json.loads(l) for l in open(log)]
+want = struct.pack("<Qfi", ptr, 2.5, 512).hex()
+ok = [l for l in launches if l["kernel"] == "scale" and l["grid"] == [4, 1, 1] and l["block"] == [128, 1, 1]]
+if len(ok) != 1 or ok[0]["params"] != want:
+    print(f"FAIL: launches {launches}, want one of scale <<<4,128>>> with params {want}")
+    sys.exit(1)
+print(f"PASS: the server launched scale<<<4, 128>>> with the parameters the program passed ({want})")
+PY

@@ -1,0 +1,64 @@
+// Modules and launches through funnel's driver front (client.driver.launch): a module image
+// (argv[1]: a fat binary or a cubin file) loaded with cuModuleLoadData, its function looked up
+// and launched with cuLaunchKernel; bad images, names and handles refused. Prints the device
+// pointer it passed, so that the test can find the launch in the sim backend's launch log.
+#include <cuda.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <vector>
+
+static int failures = 0;
+#define CHECK(call, want)                                                                              \
+  do {                                                                                                 \
+    const int got_ = static_cast<int>(call);                                                           \
+    if (got_ != static_cast<int>(want)) {                                                              \
+      std::printf("FAIL line %d: %s -> %d, want %d\n", __LINE__, #call, got_, static_cast<int>(want)); \
+      ++failures;                                                                                      \
+    }                                                                                                  \
+  } while (0)
+
+int main(int argc, char** argv) {
+  if (argc != 2) return 2;
+  std::ifstream in(argv[1], std::ios::binary);
+  const std::vector<char> image((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (image.empty()) return 2;
+  CHECK(cuInit(0), CUDA_SUCCESS);
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  CHECK(cuDeviceGet(&dev, 0), CUDA_SUCCESS);
+  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev), CUDA_SUCCESS);
+  CHECK(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+
+  CUmodule m = nullptr;
+  CHECK(cuModuleLoadData(&m, image.data()), CUDA_SUCCESS);
+  CUfunction f = nullptr, again = nullptr, none = nullptr;
+  CHECK(cuModuleGetFunction(&f, m, "scale"), CUDA_SUCCESS);
+  CHECK(cuModuleGetFunction(&again, m, "scale"), CUDA_SUCCESS);
+  CHECK(cuModuleGetFunction(&none, m, "no_such_kernel"), CUDA_ERROR_NOT_FOUND);
+  std::printf("module loaded, function found: %s\n", f != nullptr && f == again ? "ok" : "FAIL");
+
+  const int n = 512;
+  CUdeviceptr p = 0;
+  CHECK(cuMemAlloc(&p, n * sizeof(float)), CUDA_SUCCESS);
+  float s = 2.5f;
+  int count = n;
+  void* params[] = {&p, &s, &count};
+  CHECK(cuLaunchKernel(f, 4, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr), CUDA_SUCCESS);
+  CHECK(cuLaunchKernel(f, 0, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr), CUDA_ERROR_INVALID_VALUE);
+  CHECK(cuLaunchKernel(reinterpret_cast<CUfunction>(&count), 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr),
+        CUDA_ERROR_INVALID_HANDLE);
+  CHECK(cuCtxSynchronize(), CUDA_SUCCESS);
+  std::printf("launched with pointer 0x%llx\n", static_cast<unsigned long long>(p));
+
+  const char junk[] = "\x01\x02\x03 not a module";
+  CUmodule bad = nullptr;
+  CHECK(cuModuleLoadData(&bad, junk), CUDA_ERROR_INVALID_IMAGE);
+  CHECK(cuModuleUnload(m), CUDA_SUCCESS);
+  CHECK(cuModuleUnload(m), CUDA_ERROR_INVALID_HANDLE);
+  CHECK(cuLaunchKernel(f, 4, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr), CUDA_ERROR_INVALID_HANDLE);
+  CHECK(cuMemFree(p), CUDA_SUCCESS);
+  std::printf("%s\n", failures == 0 ? "done" : "FAILED");
+  return failures == 0 ? 0 : 1;
+}

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# driver_launch.sh BIN_DIR PROGRAM MODULE: a module image loaded and launched through funnel's
+# driver_launch.sh BIN_DIR PROGRAM MODULE [PRELOAD]: a module image loaded and launched through funnel's
 # driver front (programs/driver_launch.cpp) on the sim backend; the launch reached the server
 # as the program made it: kernel, grid, block and parameter bytes (the sim's launch log).
 set -u
-bin=$1 prog=$2 module=$3
+bin=$1 prog=$2 module=$3 preload=${4:-}
 # shellcheck source=tests/client/sim_env.sh
 . "$(dirname "$0")/sim_env.sh"
-sim_env "$bin"
+sim_env "$bin" "$preload"
 timeout 60 "$bin/funnel-run" "$prog" "$module" >"$dir/out" 2>"$dir/err"
 rc=$?
 cat "$dir/out"

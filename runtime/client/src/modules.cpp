@@ -380,6 +380,30 @@ Status image_kernel(Module& m, const char* name, Runtime& rt, int device, Kernel
   }
 }
 
+Status image_global(Module& m, const char* name, Runtime& rt, int device, uint64_t& address, uint64_t& size) noexcept {
+  if (name == nullptr) return Status::InvalidValue;
+  try {
+    Variable* v = nullptr;
+    {
+      std::lock_guard lk(m.mu);
+      for (const auto& have : m.variables)
+        if (have->name == name) v = have.get();
+      if (v == nullptr) {
+        auto made = std::make_unique<Variable>();
+        made->module = &m;
+        made->name = name;
+        v = made.get();
+        m.variables.push_back(std::move(made));
+      }
+    }
+    if (Status s = variable_address(*v, rt, device, address); s != Status::Success) return s;
+    size = v->size;
+    return Status::Success;
+  } catch (const std::bad_alloc&) {
+    return Status::MemoryAllocation;
+  }
+}
+
 void unload_image_module(Module* m) noexcept { unregister_module(m); }
 
 }  // namespace funnel::client

@@ -52,6 +52,31 @@ int main(int argc, char** argv) {
   CHECK(cuCtxSynchronize(), CUDA_SUCCESS);
   std::printf("launched with pointer 0x%llx\n", static_cast<unsigned long long>(p));
 
+  // The module's global, and the function's attributes.
+  CUdeviceptr g = 0;
+  size_t gsize = 0;
+  float factor = 0;
+  CHECK(cuModuleGetGlobal(&g, &gsize, m, "factor"), CUDA_SUCCESS);
+  CHECK(cuMemcpyDtoH(&factor, g, sizeof factor), CUDA_SUCCESS);
+  CHECK(cuModuleGetGlobal(&g, &gsize, m, "no_such_global"), CUDA_ERROR_NOT_FOUND);
+  std::printf("cuModuleGetGlobal: %s\n", gsize == sizeof(float) && factor == 1.5f ? "ok" : "FAIL");
+  int threads = 0, regs = -1;
+  CHECK(cuFuncGetAttribute(&threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f), CUDA_SUCCESS);
+  CHECK(cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, f), CUDA_SUCCESS);
+  std::printf("cuFuncGetAttribute: %s\n", threads > 0 && threads <= 1024 && regs >= 0 ? "ok" : "FAIL");
+
+  // The same image as a library: its kernel, the function for it, a launch of each.
+  CUlibrary lib = nullptr;
+  CHECK(cuLibraryLoadData(&lib, image.data(), nullptr, nullptr, 0, nullptr, nullptr, 0), CUDA_SUCCESS);
+  CUkernel k = nullptr;
+  CUfunction kf = nullptr;
+  CHECK(cuLibraryGetKernel(&k, lib, "scale"), CUDA_SUCCESS);
+  CHECK(cuKernelGetFunction(&kf, k), CUDA_SUCCESS);
+  CHECK(cuLaunchKernel(kf, 2, 1, 1, 64, 1, 1, 0, nullptr, params, nullptr), CUDA_SUCCESS);
+  CHECK(cuLaunchKernel(reinterpret_cast<CUfunction>(k), 3, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr), CUDA_SUCCESS);
+  CHECK(cuCtxSynchronize(), CUDA_SUCCESS);
+  CHECK(cuLibraryUnload(lib), CUDA_SUCCESS);
+
   const char junk[] = "\x01\x02\x03 not a module";
   CUmodule bad = nullptr;
   CHECK(cuModuleLoadData(&bad, junk), CUDA_ERROR_INVALID_IMAGE);

@@ -120,3 +120,135 @@ FUNNEL_DRIVER_API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsign
                                                void** extra) {
   return launch(f, gx, gy, gz, bx, by, bz, shared, s, params, extra, true);
 }
+
+// ---- globals, libraries and kernels, function attributes --------------------------------------
+// A CUlibrary is a module too, a CUkernel the same Kernel as the CUfunction cuKernelGetFunction
+// gives for it (CUDA accepts a CUkernel wherever a CUfunction goes).
+
+namespace {
+
+Module* module_of(void* handle) {
+  auto* m = static_cast<Module*>(handle);
+  Handles& h = handles();
+  std::lock_guard lk(h.mu);
+  return h.modules.contains(m) ? m : nullptr;
+}
+
+CUresult global(CUdeviceptr* dptr, size_t* bytes, void* handle, const char* name) {
+  Module* m = module_of(handle);
+  if (m == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  int d = 0;
+  if (CUresult r = funnel::driver::current(d); r != CUDA_SUCCESS) return r;
+  uint64_t address = 0, size = 0;
+  if (CUresult r = funnel::driver::to_cu(funnel::client::image_global(*m, name, Runtime::get(), d, address, size));
+      r != CUDA_SUCCESS)
+    return r;
+  if (dptr != nullptr) *dptr = address;
+  if (bytes != nullptr) *bytes = size;
+  return CUDA_SUCCESS;
+}
+
+CUresult attribute(int* value, CUfunction_attribute a, Kernel* k, int device) {
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  funnel::ipc::FuncAttributes f;
+  if (CUresult r = funnel::driver::to_cu(funnel::client::kernel_attributes(*k, device, f)); r != CUDA_SUCCESS) return r;
+  switch (a) {
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+      *value = static_cast<int>(f.max_threads_per_block);
+      break;
+    case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES:
+      *value = static_cast<int>(f.shared_size_bytes);
+      break;
+    case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES:
+      *value = static_cast<int>(f.const_size_bytes);
+      break;
+    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES:
+      *value = static_cast<int>(f.local_size_bytes);
+      break;
+    case CU_FUNC_ATTRIBUTE_NUM_REGS:
+      *value = static_cast<int>(f.num_regs);
+      break;
+    case CU_FUNC_ATTRIBUTE_PTX_VERSION:
+      *value = static_cast<int>(f.ptx_version);
+      break;
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION:
+      *value = static_cast<int>(f.binary_version);
+      break;
+    case CU_FUNC_ATTRIBUTE_CACHE_MODE_CA:
+      *value = static_cast<int>(f.cache_mode_ca);
+      break;
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+      *value = static_cast<int>(f.max_dynamic_shared_size_bytes);
+      break;
+    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+      *value = static_cast<int>(f.preferred_shmem_carveout);
+      break;
+    case CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET:
+      *value = static_cast<int>(f.cluster_dim_must_be_set);
+      break;
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
+      *value = static_cast<int>(f.required_cluster[0]);
+      break;
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
+      *value = static_cast<int>(f.required_cluster[1]);
+      break;
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
+      *value = static_cast<int>(f.required_cluster[2]);
+      break;
+    case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
+      *value = static_cast<int>(f.non_portable_cluster_size_allowed);
+      break;
+    case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+      *value = static_cast<int>(f.cluster_scheduling_policy_preference);
+      break;
+    default:
+      return funnel::driver::not_supported_detail("cuFuncGetAttribute", static_cast<int>(a));
+  }
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+FUNNEL_DRIVER_API CUresult cuModuleGetGlobal_v2(CUdeviceptr* dptr, size_t* bytes, CUmodule module, const char* name) {
+  return global(dptr, bytes, module, name);
+}
+
+FUNNEL_DRIVER_API CUresult cuFuncGetAttribute(int* value, CUfunction_attribute a, CUfunction f) {
+  int d = 0;
+  if (CUresult r = funnel::driver::current(d); r != CUDA_SUCCESS) return r;
+  return attribute(value, a, function_of(f), d);
+}
+
+// Library options (and JIT options) are not passed on, as cuModuleLoadDataEx's.
+FUNNEL_DRIVER_API CUresult cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option*, void**, unsigned int,
+                                             CUlibraryOption*, void**, unsigned int) {
+  return load(reinterpret_cast<CUmodule*>(library), code);
+}
+FUNNEL_DRIVER_API CUresult cuLibraryUnload(CUlibrary library) {
+  return cuModuleUnload(reinterpret_cast<CUmodule>(library));
+}
+FUNNEL_DRIVER_API CUresult cuLibraryGetModule(CUmodule* module, CUlibrary library) {
+  if (module == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (module_of(library) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  *module = reinterpret_cast<CUmodule>(library);
+  return CUDA_SUCCESS;
+}
+FUNNEL_DRIVER_API CUresult cuLibraryGetKernel(CUkernel* kernel, CUlibrary library, const char* name) {
+  return cuModuleGetFunction(reinterpret_cast<CUfunction*>(kernel), reinterpret_cast<CUmodule>(library), name);
+}
+FUNNEL_DRIVER_API CUresult cuLibraryGetGlobal(CUdeviceptr* dptr, size_t* bytes, CUlibrary library, const char* name) {
+  return global(dptr, bytes, library, name);
+}
+FUNNEL_DRIVER_API CUresult cuKernelGetFunction(CUfunction* f, CUkernel kernel) {
+  if (f == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (function_of(reinterpret_cast<CUfunction>(kernel)) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  *f = reinterpret_cast<CUfunction>(kernel);
+  return CUDA_SUCCESS;
+}
+FUNNEL_DRIVER_API CUresult cuKernelGetAttribute(int* value, CUfunction_attribute a, CUkernel kernel, CUdevice d) {
+  if (CUresult r = funnel::driver::ready(); r != CUDA_SUCCESS) return r;
+  if (d < 0 || d >= Runtime::get().device_count()) return CUDA_ERROR_INVALID_DEVICE;
+  return attribute(value, a, function_of(reinterpret_cast<CUfunction>(kernel)), d);
+}

@@ -186,24 +186,15 @@ cudaError_t occupancy(int* blocks, const void* func, int block_size, size_t dyna
   const int dev = current_device();
   Kernel* k = nullptr;
   if (cudaError_t e = ready_kernel(func, dev, k); e != cudaSuccess) return e;
-  ipc::OccupancyCmd c{k->id, static_cast<uint32_t>(block_size), flags, dynamic_shared};
-  Reply r;
-  const cudaError_t e = to_cuda(Runtime::get().ask(Opcode::Occupancy, dev, &c, sizeof c, {}, &r));
-  if (e == cudaSuccess) *blocks = static_cast<int>(r.value[0]);
-  return e;
+  return kernel_occupancy(*k, dev, block_size, dynamic_shared, flags, *blocks);
 }
 
-// cudaOccupancyAvailableDynamicSMemPerBlock: OccupancyCmd carries the block count.
 cudaError_t available_smem(size_t* bytes, const void* func, int blocks, int block_size) {
   if (bytes == nullptr || blocks <= 0 || block_size <= 0) return cudaErrorInvalidValue;
   const int dev = current_device();
   Kernel* k = nullptr;
   if (cudaError_t e = ready_kernel(func, dev, k); e != cudaSuccess) return e;
-  ipc::OccupancyCmd c{k->id, static_cast<uint32_t>(block_size), 0, static_cast<uint64_t>(blocks)};
-  Reply r;
-  const cudaError_t e = to_cuda(Runtime::get().ask(Opcode::OccupancyDynamicSmem, dev, &c, sizeof c, {}, &r));
-  if (e == cudaSuccess) *bytes = r.value[0];
-  return e;
+  return kernel_available_smem(*k, dev, blocks, block_size, *bytes);
 }
 
 cudaError_t max_active_clusters(int* clusters, const void* func, const cudaLaunchConfig_t* config) {

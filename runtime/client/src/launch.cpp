@@ -129,4 +129,22 @@ cudaError_t launch_kernel(Kernel& kernel, const LaunchSpec& l, void** args) {
   return to_cuda(rt.post(Opcode::Launch, s.device, s.id, &c, sizeof c, params));
 }
 
+cudaError_t kernel_occupancy(Kernel& k, int device, int block_size, size_t dynamic_shared, unsigned flags,
+                             int& blocks) {
+  ipc::OccupancyCmd c{k.id, static_cast<uint32_t>(block_size), flags, dynamic_shared};
+  Reply r;
+  const cudaError_t e = to_cuda(Runtime::get().ask(Opcode::Occupancy, device, &c, sizeof c, {}, &r));
+  if (e == cudaSuccess) blocks = static_cast<int>(r.value[0]);
+  return e;
+}
+
+// OccupancyCmd carries the block count.
+cudaError_t kernel_available_smem(Kernel& k, int device, int blocks, int block_size, size_t& bytes) {
+  ipc::OccupancyCmd c{k.id, static_cast<uint32_t>(block_size), 0, static_cast<uint64_t>(blocks)};
+  Reply r;
+  const cudaError_t e = to_cuda(Runtime::get().ask(Opcode::OccupancyDynamicSmem, device, &c, sizeof c, {}, &r));
+  if (e == cudaSuccess) bytes = r.value[0];
+  return e;
+}
+
 }  // namespace funnel::client

@@ -29,6 +29,11 @@ cudaError_t kernel_blocks_per_sm(Kernel& k, int device, uint32_t threads, uint64
 void forget_limits(Kernel& k);
 // What CUDA refuses from the kernel's own limits (dynamic shared memory, cooperative size).
 cudaError_t check_kernel(Kernel& k, const LaunchSpec& l, int device, const ipc::DeviceRecord& d);
+// Occupancy of a ready kernel (checked arguments): resident blocks of `block_size` threads with
+// `dynamic_shared` bytes (cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags), and the
+// dynamic shared memory left per block at `blocks` blocks (cudaOccupancyAvailableDynamicSMemPerBlock).
+cudaError_t kernel_occupancy(Kernel& k, int device, int block_size, size_t dynamic_shared, unsigned flags, int& blocks);
+cudaError_t kernel_available_smem(Kernel& k, int device, int blocks, int block_size, size_t& bytes);
 // One one-way Launch record of `k` on l.stream with the arguments `args` (one pointer per
 // parameter, as cudaLaunchKernel and cuLaunchKernel take them); loads the module first if needed.
 cudaError_t launch_kernel(Kernel& k, const LaunchSpec& l, void** args);

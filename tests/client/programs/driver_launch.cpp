@@ -64,6 +64,20 @@ int main(int argc, char** argv) {
   CHECK(cuFuncGetAttribute(&threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f), CUDA_SUCCESS);
   CHECK(cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, f), CUDA_SUCCESS);
   std::printf("cuFuncGetAttribute: %s\n", threads > 0 && threads <= 1024 && regs >= 0 ? "ok" : "FAIL");
+  int per_sm = 0;
+  size_t smem = 0;
+  CHECK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f, 128, 0), CUDA_SUCCESS);
+  CHECK(cuOccupancyAvailableDynamicSMemPerBlock(&smem, f, 1, 128), CUDA_SUCCESS);
+  CHECK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f, 0, 0), CUDA_ERROR_INVALID_VALUE);
+  std::printf("occupancy: %s\n", per_sm >= 1 && per_sm <= 32 && smem > 0 ? "ok" : "FAIL");
+  CUmoduleLoadingMode mode{};
+  size_t stack = 0;
+  int least = 1, greatest = 1;
+  CHECK(cuModuleGetLoadingMode(&mode), CUDA_SUCCESS);
+  CHECK(cuCtxGetLimit(&stack, CU_LIMIT_STACK_SIZE), CUDA_SUCCESS);
+  CHECK(cuCtxGetStreamPriorityRange(&least, &greatest), CUDA_SUCCESS);
+  std::printf("loading mode, stack limit, priorities: %s\n",
+              mode == CU_MODULE_LAZY_LOADING && stack > 0 && least == 0 && greatest == -5 ? "ok" : "FAIL");
 
   // The same image as a library: its kernel, the function for it, a launch of each.
   CUlibrary lib = nullptr;

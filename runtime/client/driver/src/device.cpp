@@ -240,6 +240,30 @@ FUNNEL_DRIVER_API CUresult cuCtxGetDevice(CUdevice* device) {
   return CUDA_SUCCESS;
 }
 
+FUNNEL_DRIVER_API CUresult cuCtxGetLimit(size_t* value, CUlimit limit) {
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  int d = 0;
+  if (CUresult r = current(d); r != CUDA_SUCCESS) return r;
+  static_assert(CU_LIMIT_STACK_SIZE == static_cast<int>(cudaLimitStackSize) &&
+                CU_LIMIT_MALLOC_HEAP_SIZE == static_cast<int>(cudaLimitMallocHeapSize));
+  funnel::ipc::LimitCmd c{static_cast<uint32_t>(limit), 0, 0};
+  funnel::client::Reply reply;
+  if (CUresult r = to_cu(Runtime::get().call(funnel::ipc::Opcode::GetLimit, d, 0, &c, sizeof c, &reply));
+      r != CUDA_SUCCESS)
+    return r;
+  *value = reply.value[0];
+  return CUDA_SUCCESS;
+}
+
+// As the runtime front: 0 (least) and -5 (greatest), an H100's (and the sim's) range.
+FUNNEL_DRIVER_API CUresult cuCtxGetStreamPriorityRange(int* least, int* greatest) {
+  int d = 0;
+  if (CUresult r = current(d); r != CUDA_SUCCESS) return r;
+  if (least != nullptr) *least = 0;
+  if (greatest != nullptr) *greatest = -5;
+  return CUDA_SUCCESS;
+}
+
 FUNNEL_DRIVER_API CUresult cuCtxSynchronize() {
   int d = 0;
   if (CUresult r = current(d); r != CUDA_SUCCESS) return r;

@@ -2,8 +2,10 @@
 // kept by content on the server) and launches (the same checks and Launch records as the runtime
 // front's). A CUmodule is the core's Module, a CUfunction its Kernel; handles are checked
 // against the ones this front gave out.
+#include <cstdlib>
 #include <mutex>
 #include <set>
+#include <string_view>
 
 #include "front.hpp"
 #include "launch.hpp"
@@ -251,4 +253,43 @@ FUNNEL_DRIVER_API CUresult cuKernelGetAttribute(int* value, CUfunction_attribute
   if (CUresult r = funnel::driver::ready(); r != CUDA_SUCCESS) return r;
   if (d < 0 || d >= Runtime::get().device_count()) return CUDA_ERROR_INVALID_DEVICE;
   return attribute(value, a, function_of(reinterpret_cast<CUfunction>(kernel)), d);
+}
+
+// ---- occupancy ------------------------------------------------------------------------------
+
+FUNNEL_DRIVER_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* blocks, CUfunction f,
+                                                                                int block_size, size_t dynamic_shared,
+                                                                                unsigned int flags) {
+  if (blocks == nullptr || block_size <= 0) return CUDA_ERROR_INVALID_VALUE;
+  static_assert(CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE == cudaOccupancyDisableCachingOverride);
+  if ((flags & ~unsigned{CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE}) != 0) return CUDA_ERROR_INVALID_VALUE;
+  Kernel* k = function_of(f);
+  if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  int d = 0;
+  if (CUresult r = funnel::driver::current(d); r != CUDA_SUCCESS) return r;
+  return funnel::driver::to_cu(funnel::client::kernel_occupancy(*k, d, block_size, dynamic_shared, flags, *blocks));
+}
+
+FUNNEL_DRIVER_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, CUfunction f, int block_size,
+                                                                       size_t dynamic_shared) {
+  return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(blocks, f, block_size, dynamic_shared, 0);
+}
+
+FUNNEL_DRIVER_API CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t* bytes, CUfunction f, int blocks,
+                                                                   int block_size) {
+  if (bytes == nullptr || blocks <= 0 || block_size <= 0) return CUDA_ERROR_INVALID_VALUE;
+  Kernel* k = function_of(f);
+  if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  int d = 0;
+  if (CUresult r = funnel::driver::current(d); r != CUDA_SUCCESS) return r;
+  return funnel::driver::to_cu(funnel::client::kernel_available_smem(*k, d, blocks, block_size, *bytes));
+}
+
+// The runtimes ask how modules load: lazily unless CUDA_MODULE_LOADING=EAGER, as the driver
+// answers (funnel's server loads what a client asks for at once either way).
+FUNNEL_DRIVER_API CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode* mode) {
+  if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const char* v = std::getenv("CUDA_MODULE_LOADING");
+  *mode = v != nullptr && std::string_view(v) == "EAGER" ? CU_MODULE_EAGER_LOADING : CU_MODULE_LAZY_LOADING;
+  return CUDA_SUCCESS;
 }

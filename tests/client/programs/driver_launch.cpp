@@ -9,15 +9,7 @@
 #include <iterator>
 #include <vector>
 
-static int failures = 0;
-#define CHECK(call, want)                                                                              \
-  do {                                                                                                 \
-    const int got_ = static_cast<int>(call);                                                           \
-    if (got_ != static_cast<int>(want)) {                                                              \
-      std::printf("FAIL line %d: %s -> %d, want %d\n", __LINE__, #call, got_, static_cast<int>(want)); \
-      ++failures;                                                                                      \
-    }                                                                                                  \
-  } while (0)
+#include "driver_check.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) return 2;

@@ -24,9 +24,10 @@ void log_error(const std::string& line) noexcept {
 void report_unsupported(const char* name) noexcept {
   try {
     static std::mutex mu;
-    static std::set<std::string, std::less<>> seen;
+    // Never destroyed: stubs may be called from other libraries' destructors at exit.
+    static auto* seen = new std::set<std::string, std::less<>>;
     std::lock_guard lk(mu);
-    if (!seen.emplace(name).second) return;
+    if (!seen->emplace(name).second) return;
   } catch (...) {
   }
   log_error(fmt::format("funnel: {} is not supported yet", name));

@@ -66,6 +66,11 @@ CUresult to_cu(cudaError_t e) noexcept {
   }
 }
 
+CUresult in_context(int& device) noexcept {
+  if (CUresult r = current(device); r != CUDA_SUCCESS) return r;
+  return ready();
+}
+
 CUcontext context_of(int device) noexcept { return handle(device); }
 
 CUresult not_supported_detail(const char* call, int value) noexcept {
@@ -266,7 +271,6 @@ FUNNEL_DRIVER_API CUresult cuCtxGetStreamPriorityRange(int* least, int* greatest
 
 FUNNEL_DRIVER_API CUresult cuCtxSynchronize() {
   int d = 0;
-  if (CUresult r = current(d); r != CUDA_SUCCESS) return r;
-  if (CUresult r = ready(); r != CUDA_SUCCESS) return r;
+  if (CUresult r = in_context(d); r != CUDA_SUCCESS) return r;
   return to_cu(Runtime::get().call(funnel::ipc::Opcode::DeviceSynchronize, d, 0, nullptr, 0));
 }

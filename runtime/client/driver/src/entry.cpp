@@ -8,8 +8,6 @@
 #include <cuda.h>
 
 #include <cstdio>
-#include <mutex>
-#include <set>
 #include <string>
 
 #include "driver.hpp"
@@ -74,10 +72,5 @@ FUNNEL_DRIVER_API CUresult cuGetProcAddress(const char* symbol, void** pfn, int 
 FUNNEL_DRIVER_API CUresult cuGetExportTable(const void** table, const CUuuid* id) {
   if (table == nullptr || id == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *table = nullptr;
-  static std::mutex mu;
-  static auto* named = new std::set<std::string>;  // lives past exit
-  const std::string what = "cuGetExportTable(" + uuid_text(id) + ")";
-  std::lock_guard lk(mu);
-  if (named->insert(what).second) std::fprintf(stderr, "funnel: %s is not supported yet\n", what.c_str());
-  return CUDA_ERROR_NOT_SUPPORTED;
+  return static_cast<CUresult>(funnel::driver::not_supported(("cuGetExportTable(" + uuid_text(id) + ")").c_str()));
 }

@@ -22,6 +22,9 @@ CUresult ready() noexcept;
 
 // The device of the calling thread's current context; CUDA_ERROR_INVALID_CONTEXT without one.
 CUresult current(int& device) noexcept;
+// current() and then ready(): the device of the current context, attached.
+CUresult in_context(int& device) noexcept;
+
 // The handle of device `device`'s one context.
 CUcontext context_of(int device) noexcept;
 

@@ -12,28 +12,20 @@ using funnel::ipc::Opcode;
 
 namespace {
 
-CUresult on_current(StreamRef& legacy) {
-  int d = 0;
-  if (CUresult r = funnel::driver::current(d); r != CUDA_SUCCESS) return r;
-  if (CUresult r = funnel::driver::ready(); r != CUDA_SUCCESS) return r;
-  legacy = StreamRef{0, d};
-  return CUDA_SUCCESS;
-}
-
 void* host(CUdeviceptr p) { return reinterpret_cast<void*>(static_cast<uintptr_t>(p)); }
 
 // A 1-D copy: synchronous (cuMemcpy*) or on a stream (cuMemcpy*Async); `per_thread` for the
 // _ptds/_ptsz entry points.
 CUresult copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, CUstream s, bool async, bool per_thread) {
-  StreamRef legacy;
-  if (CUresult r = on_current(legacy); r != CUDA_SUCCESS) return r;
+  int d = 0;
+  if (CUresult r = funnel::driver::in_context(d); r != CUDA_SUCCESS) return r;
   return funnel::driver::to_cu(funnel::client::copy_3d(dst, {n, 0}, src, {n, 0}, {n, 1, 1}, kind,
                                                        reinterpret_cast<cudaStream_t>(s), async, per_thread));
 }
 
 CUresult memset8(CUdeviceptr p, unsigned char v, size_t n, CUstream s, bool per_thread) {
-  StreamRef legacy;
-  if (CUresult r = on_current(legacy); r != CUDA_SUCCESS) return r;
+  int d = 0;
+  if (CUresult r = funnel::driver::in_context(d); r != CUDA_SUCCESS) return r;
   return funnel::driver::to_cu(
       funnel::client::memset_3d(host(p), {n, 0}, v, {n, 1, 1}, reinterpret_cast<cudaStream_t>(s), per_thread));
 }
@@ -43,26 +35,26 @@ CUresult memset8(CUdeviceptr p, unsigned char v, size_t n, CUstream s, bool per_
 FUNNEL_DRIVER_API CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;  // the driver refuses 0 bytes (the runtime does not)
-  StreamRef legacy;
-  if (CUresult r = on_current(legacy); r != CUDA_SUCCESS) return r;
+  int d = 0;
+  if (CUresult r = funnel::driver::in_context(d); r != CUDA_SUCCESS) return r;
   void* p = nullptr;
-  const CUresult r = funnel::driver::to_cu(funnel::client::device_alloc(&p, bytes, Opcode::MemAlloc, legacy));
+  const CUresult r = funnel::driver::to_cu(funnel::client::device_alloc(&p, bytes, Opcode::MemAlloc, StreamRef{0, d}));
   *dptr = r == CUDA_SUCCESS ? static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)) : 0;
   return r;
 }
 
 FUNNEL_DRIVER_API CUresult cuMemFree_v2(CUdeviceptr p) {
-  StreamRef legacy;
-  if (CUresult r = on_current(legacy); r != CUDA_SUCCESS) return r;
+  int d = 0;
+  if (CUresult r = funnel::driver::in_context(d); r != CUDA_SUCCESS) return r;
   if (p == 0) return CUDA_ERROR_INVALID_VALUE;
-  return funnel::driver::to_cu(funnel::client::device_free(host(p), Opcode::MemFree, legacy));
+  return funnel::driver::to_cu(funnel::client::device_free(host(p), Opcode::MemFree, StreamRef{0, d}));
 }
 
 FUNNEL_DRIVER_API CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total) {
-  StreamRef legacy;
-  if (CUresult r = on_current(legacy); r != CUDA_SUCCESS) return r;
+  int d = 0;
+  if (CUresult r = funnel::driver::in_context(d); r != CUDA_SUCCESS) return r;
   Reply reply;
-  if (CUresult r = funnel::driver::to_cu(Runtime::get().call(Opcode::MemGetInfo, legacy.device, 0, nullptr, 0, &reply));
+  if (CUresult r = funnel::driver::to_cu(Runtime::get().call(Opcode::MemGetInfo, d, 0, nullptr, 0, &reply));
       r != CUDA_SUCCESS)
     return r;
   if (free_bytes != nullptr) *free_bytes = reply.value[0];
@@ -123,16 +115,16 @@ FUNNEL_DRIVER_API CUresult cuMemsetD8Async_ptsz(CUdeviceptr p, unsigned char v, 
 
 FUNNEL_DRIVER_API CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned int flags) {
   if (pp == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
-  StreamRef legacy;
-  if (CUresult r = on_current(legacy); r != CUDA_SUCCESS) return r;
+  int d = 0;
+  if (CUresult r = funnel::driver::in_context(d); r != CUDA_SUCCESS) return r;
   static_assert(CU_MEMHOSTALLOC_PORTABLE == cudaHostAllocPortable && CU_MEMHOSTALLOC_DEVICEMAP == cudaHostAllocMapped &&
                 CU_MEMHOSTALLOC_WRITECOMBINED == cudaHostAllocWriteCombined);
   return funnel::driver::to_cu(funnel::client::pinned_alloc(pp, bytes, flags));
 }
 FUNNEL_DRIVER_API CUresult cuMemAllocHost_v2(void** pp, size_t bytes) { return cuMemHostAlloc(pp, bytes, 0); }
 FUNNEL_DRIVER_API CUresult cuMemFreeHost(void* p) {
-  StreamRef legacy;
-  if (CUresult r = on_current(legacy); r != CUDA_SUCCESS) return r;
+  int d = 0;
+  if (CUresult r = funnel::driver::in_context(d); r != CUDA_SUCCESS) return r;
   return funnel::driver::to_cu(funnel::client::pinned_free(p));
 }
 

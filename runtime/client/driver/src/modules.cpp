@@ -4,8 +4,9 @@
 // against the ones this front gave out.
 #include <cstdlib>
 #include <mutex>
-#include <set>
 #include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "front.hpp"
 #include "launch.hpp"
@@ -19,8 +20,8 @@ namespace {
 
 struct Handles {
   std::mutex mu;
-  std::set<Module*> modules;
-  std::set<std::pair<Module*, Kernel*>> functions;
+  std::unordered_set<Module*> modules;
+  std::unordered_map<Kernel*, Module*> functions;  // looked up at every launch
 };
 Handles& handles() {
   static auto* h = new Handles;  // lives past exit: launches may come from atexit handlers
@@ -31,16 +32,13 @@ Kernel* function_of(CUfunction f) {
   auto* k = reinterpret_cast<Kernel*>(f);
   Handles& h = handles();
   std::lock_guard lk(h.mu);
-  for (const auto& [m, kernel] : h.functions)
-    if (kernel == k) return k;
-  return nullptr;
+  return h.functions.contains(k) ? k : nullptr;
 }
 
 CUresult load(CUmodule* module, const void* image) {
   if (module == nullptr || image == nullptr) return CUDA_ERROR_INVALID_VALUE;
   int d = 0;
-  if (CUresult r = funnel::driver::current(d); r != CUDA_SUCCESS) return r;
-  if (CUresult r = funnel::driver::ready(); r != CUDA_SUCCESS) return r;
+  if (CUresult r = funnel::driver::in_context(d); r != CUDA_SUCCESS) return r;
   Module* m = nullptr;
   if (CUresult r = funnel::driver::to_cu(funnel::client::load_image_module(image, Runtime::get(), d, m));
       r != CUDA_SUCCESS)
@@ -85,7 +83,7 @@ FUNNEL_DRIVER_API CUresult cuModuleUnload(CUmodule module) {
     Handles& h = handles();
     std::lock_guard lk(h.mu);
     if (h.modules.erase(m) == 0) return CUDA_ERROR_INVALID_HANDLE;
-    std::erase_if(h.functions, [&](const auto& f) { return f.first == m; });
+    std::erase_if(h.functions, [&](const auto& f) { return f.second == m; });
   }
   funnel::client::unload_image_module(m);
   return CUDA_SUCCESS;
@@ -108,7 +106,7 @@ FUNNEL_DRIVER_API CUresult cuModuleGetFunction(CUfunction* f, CUmodule module, c
   if (CUresult r = funnel::driver::to_cu(s); r != CUDA_SUCCESS) return r;
   Handles& h = handles();
   std::lock_guard lk(h.mu);
-  h.functions.insert({m, k});
+  h.functions.emplace(k, m);
   *f = reinterpret_cast<CUfunction>(k);
   return CUDA_SUCCESS;
 }

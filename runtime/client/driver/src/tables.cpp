@@ -1,24 +1,15 @@
 // The generated tables behind cuGetProcAddress and cuGetErrorName/String, and their searches.
 #include <algorithm>
-#include <cstdio>
-#include <mutex>
-#include <set>
-#include <string>
 
 #include "driver.hpp"
 #include "error_table.inc"
+#include "log.hpp"
 #include "proc_table.inc"
 
 namespace funnel::driver {
 
 int not_supported(const char* name) noexcept {
-  static std::mutex mu;
-  static std::set<std::string, std::less<>>* named = new std::set<std::string, std::less<>>;  // lives past exit
-  try {
-    std::lock_guard lk(mu);
-    if (named->insert(name).second) std::fprintf(stderr, "funnel: %s is not supported yet\n", name);
-  } catch (...) {
-  }
+  client::report_unsupported(name);
   return 801;  // CUDA_ERROR_NOT_SUPPORTED
 }
 

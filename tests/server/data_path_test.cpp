@@ -40,6 +40,17 @@ TEST_F(ServerTest, CopyRoundTripThroughStagingWithMemset) {
   for (uint64_t i = 1000; i < 1500; ++i) in[i] = 0xab;
   EXPECT_EQ(in, out);
   EXPECT_EQ(c.take_deferred(), 0);
+  // 32- and 16-bit elements (cuMemsetD32, cuMemsetD2D16): the value's low bits, little-endian.
+  c.post(Opcode::Memset, ipc::MemsetCmd{dev + 2000, 16, 16, 1, 0x11223344, 4});
+  c.post(Opcode::Memset, ipc::MemsetCmd{dev + 2048, 8, 4, 3, 0xfff5566, 2});
+  c.d2h(out.data(), dev, n);
+  for (uint64_t i = 0; i < 16; ++i) in[2000 + i] = static_cast<uint8_t>(0x44 - (i % 4) * 0x11);
+  for (uint64_t r = 0; r < 3; ++r) {
+    in[2048 + r * 8] = in[2048 + r * 8 + 2] = 0x66;
+    in[2048 + r * 8 + 1] = in[2048 + r * 8 + 3] = 0x55;
+  }
+  EXPECT_EQ(in, out);
+  EXPECT_EQ(c.take_deferred(), 0);
 
   // A 2-D device-to-device copy with pitches.
   const uint64_t dev2 = c.alloc(4096);

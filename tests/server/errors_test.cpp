@@ -85,6 +85,14 @@ TEST_P(ServerErrors, BadCommandsAreRejectedAndOthersKeepWorking) {
   bad.post(Opcode::Memset, ipc::MemsetCmd{mine, ~uint64_t{0} / 2, 16, 4, 0, 0});
   EXPECT_EQ(bad.call(Opcode::Fence).status, Status::Success);
   EXPECT_EQ(bad.take_deferred(), static_cast<int32_t>(Status::InvalidValue));
+  // Element sizes other than 1, 2 and 4; a width, an address or a pitch not a multiple of one.
+  for (const ipc::MemsetCmd& m : {ipc::MemsetCmd{mine, 16, 16, 1, 0, 3}, ipc::MemsetCmd{mine, 16, 16, 1, 0, 8},
+                                  ipc::MemsetCmd{mine, 18, 18, 1, 0, 4}, ipc::MemsetCmd{mine + 2, 16, 16, 1, 0, 4},
+                                  ipc::MemsetCmd{mine, 18, 16, 2, 0, 4}}) {
+    bad.post(Opcode::Memset, m);
+    EXPECT_EQ(bad.call(Opcode::Fence).status, Status::Success);
+    EXPECT_EQ(bad.take_deferred(), static_cast<int32_t>(Status::InvalidValue)) << m.element << " " << m.width;
+  }
   // First error wins until taken.
   bad.post(Opcode::Memset, ipc::MemsetCmd{mine, 16, 16, 1, 0, 0}, 77);  // unknown stream
   bad.post(Opcode::EventRecord, ipc::EventRecordCmd{1234, 0, ipc::kNoEventSlot, 0, 0});              // unknown event

@@ -51,6 +51,12 @@ void fold_slices(Extent3& e, std::initializer_list<Pitches> sides) {
   e.depth = 1;
 }
 
+// The bits of `value` one element of `element` bytes holds (cudaMemset takes an int, uses a byte).
+uint32_t element_value(int value, uint32_t element) {
+  const auto v = static_cast<uint32_t>(value);
+  return element >= 4 ? v : v & ((1u << (8 * element)) - 1);
+}
+
 bool inside(const End& e, uint64_t bytes) {
   if (e.c.kind == Classified::Host) return true;
   return e.addr >= e.c.base && bytes <= e.c.size - (e.addr - e.c.base);
@@ -276,7 +282,8 @@ cudaError_t copy_3d(void* dst, Pitches dp, const void* src, Pitches sp, Extent3 
   }
 }
 
-cudaError_t memset_3d(void* dst, Pitches p, int value, Extent3 e, cudaStream_t stream, bool per_thread) noexcept {
+cudaError_t memset_3d(void* dst, Pitches p, int value, Extent3 e, cudaStream_t stream, bool per_thread,
+                      uint32_t element) noexcept {
   if (e.height > 1 && p.pitch < e.width) return cudaErrorInvalidPitchValue;
   if (e.width == 0 || e.height == 0 || e.depth == 0) return cudaSuccess;
   fold_slices(e, {p});
@@ -288,7 +295,7 @@ cudaError_t memset_3d(void* dst, Pitches p, int value, Extent3 e, cudaStream_t s
   const auto alloc = rt.tables.device_range(addr, span(p, e));
   if (!alloc) return cudaErrorInvalidValue;
   for (size_t z = 0; z < e.depth; ++z) {
-    ipc::MemsetCmd cmd{addr + z * p.slice, p.pitch, e.width, e.height, static_cast<uint32_t>(value) & 0xffu, 0};
+    ipc::MemsetCmd cmd{addr + z * p.slice, p.pitch, e.width, e.height, element_value(value, element), element};
     const Status st = rt.post(Opcode::Memset, s.id == 0 ? alloc->device : s.device, s.id, &cmd, sizeof cmd);
     if (st != Status::Success) return to_cuda(st);
   }

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace funnel::client {
 
@@ -33,7 +34,10 @@ inline cudaError_t copy_2d(void* dst, size_t dpitch, const void* src, size_t spi
   return copy_3d(dst, {dpitch, 0}, src, {spitch, 0}, {width, height, 1}, kind, stream, async, per_thread);
 }
 
-cudaError_t memset_3d(void* dst, Pitches p, int value, Extent3 extent, cudaStream_t stream, bool per_thread) noexcept;
+// Widths and pitches in bytes; `value` is one element of `element` bytes (1: cudaMemset's byte,
+// 2 and 4: cuMemsetD16/D32), and the address, width and pitch are multiples of it.
+cudaError_t memset_3d(void* dst, Pitches p, int value, Extent3 extent, cudaStream_t stream, bool per_thread,
+                      uint32_t element = 1) noexcept;
 
 inline cudaError_t memset_2d(void* dst, size_t pitch, int value, size_t width, size_t height, cudaStream_t stream,
                              bool per_thread) noexcept {

@@ -6,6 +6,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -187,12 +188,42 @@ int main() {
   CHECK(cudaFree(reinterpret_cast<void*>(b)), cudaSuccess);          // a driver allocation freed by the runtime
   CHECK(cuMemFree(reinterpret_cast<CUdeviceptr>(r)), CUDA_SUCCESS);  // and the other way round
 
-  // Not served yet: refused, loudly (expected.stderr).
+  // Wider memsets: 16- and 32-bit elements, 1-D and 2-D (rows of 3 elements, 16 bytes apart),
+  // sync and on a stream; misaligned addresses and pitches refused at the call.
   CUdeviceptr words = 0;
-  CHECK(cuMemAlloc(&words, 64), CUDA_SUCCESS);
-  CHECK(cuMemsetD32(words, 7, 16), CUDA_ERROR_NOT_SUPPORTED);
-  CHECK(cuMemsetD32(words, 7, 16), CUDA_ERROR_NOT_SUPPORTED);
+  CHECK(cuMemAlloc(&words, 256), CUDA_SUCCESS);
+  CUstream ws = nullptr;
+  CHECK(cuStreamCreate(&ws, CU_STREAM_DEFAULT), CUDA_SUCCESS);
+  CHECK(cuMemsetD8(words, 0, 256), CUDA_SUCCESS);
+  CHECK(cuMemsetD32(words, 0xdeadbeefu, 16), CUDA_SUCCESS);
+  CHECK(cuMemsetD16Async(words + 64, 0xa1b2, 8, ws), CUDA_SUCCESS);
+  CHECK(cuStreamSynchronize(ws), CUDA_SUCCESS);
+  CHECK(cuStreamDestroy(ws), CUDA_SUCCESS);
+  CHECK(cuMemsetD2D32(words + 128, 16, 0x01020304u, 3, 2), CUDA_SUCCESS);
+  CHECK(cuMemsetD2D16Async(words + 160, 16, 0x0506, 3, 2, nullptr), CUDA_SUCCESS);
+  CHECK(cuMemsetD2D8(words + 192, 16, 0x07, 3, 2), CUDA_SUCCESS);
+  CHECK(cuMemsetD32(words + 2, 1, 4), CUDA_ERROR_INVALID_VALUE);
+  CHECK(cuMemsetD16(words + 1, 1, 4), CUDA_ERROR_INVALID_VALUE);
+  CHECK(cuMemsetD2D32(words, 18, 1, 2, 2), CUDA_ERROR_INVALID_VALUE);
+  std::vector<uint8_t> w(256);
+  CHECK(cuMemcpyDtoH(w.data(), words, 256), CUDA_SUCCESS);
+  auto u32 = [&](size_t at) { uint32_t v; std::memcpy(&v, &w[at], 4); return v; };
+  auto u16 = [&](size_t at) { uint16_t v; std::memcpy(&v, &w[at], 2); return v; };
+  bool wide = u32(0) == 0xdeadbeefu && u32(60) == 0xdeadbeefu && u16(64) == 0xa1b2 && u16(78) == 0xa1b2 &&
+              u16(80) == 0;
+  for (size_t row = 0; row < 2; ++row) {
+    for (size_t i = 0; i < 3; ++i) {
+      wide = wide && u32(128 + row * 16 + i * 4) == 0x01020304u && u16(160 + row * 16 + i * 2) == 0x0506 &&
+             w[192 + row * 16 + i] == 0x07;
+    }
+    wide = wide && u32(128 + row * 16 + 12) == 0 && u16(160 + row * 16 + 6) == 0 && w[192 + row * 16 + 3] == 0;
+  }
+  std::printf("cuMemsetD16/D32/D2D8/D2D16/D2D32: %s\n", wide ? "ok" : "FAIL");
   CHECK(cuMemFree(words), CUDA_SUCCESS);
+
+  // Not served: refused, loudly and once (expected.stderr).
+  CHECK(cuDeviceGetNvSciSyncAttributes(nullptr, dev, 0), CUDA_ERROR_NOT_SUPPORTED);
+  CHECK(cuDeviceGetNvSciSyncAttributes(nullptr, dev, 0), CUDA_ERROR_NOT_SUPPORTED);
   CHECK(cuDevicePrimaryCtxRelease(dev), CUDA_SUCCESS);
   std::printf("%s\n", failures == 0 ? "done" : "FAILED");
   return failures == 0 ? 0 : 1;

@@ -23,11 +23,18 @@ CUresult copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, CUstrea
                                                        reinterpret_cast<cudaStream_t>(s), async, per_thread));
 }
 
-CUresult memset8(CUdeviceptr p, unsigned char v, size_t n, CUstream s, bool per_thread) {
+// cuMemsetD{8,16,32} and cuMemsetD2D{8,16,32}, sync or async: `width` elements of T in each of
+// `height` rows `pitch` bytes apart.  Misalignment is refused here, at the call, as the driver does
+// (the server would only find it after the call has returned).
+template <typename T>
+CUresult memset_n(CUdeviceptr p, size_t pitch, T v, size_t width, size_t height, CUstream s, bool per_thread) {
   int d = 0;
   if (CUresult r = funnel::driver::in_context(d); r != CUDA_SUCCESS) return r;
-  return funnel::driver::to_cu(
-      funnel::client::memset_3d(host(p), {n, 0}, v, {n, 1, 1}, reinterpret_cast<cudaStream_t>(s), per_thread));
+  if (p % sizeof(T) != 0 || (height > 1 && pitch % sizeof(T) != 0)) return CUDA_ERROR_INVALID_VALUE;
+  const size_t bytes = width * sizeof(T);
+  return funnel::driver::to_cu(funnel::client::memset_3d(host(p), {height > 1 ? pitch : bytes, 0},
+                                                         static_cast<int>(v), {bytes, height, 1},
+                                                         reinterpret_cast<cudaStream_t>(s), per_thread, sizeof(T)));
 }
 
 }  // namespace
@@ -99,16 +106,81 @@ FUNNEL_DRIVER_API CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdevicept
   return copy(host(dst), host(src), n, cudaMemcpyDeviceToDevice, s, true, true);
 }
 FUNNEL_DRIVER_API CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) {
-  return memset8(p, v, n, nullptr, false);
+  return memset_n(p, 0, v, n, 1, nullptr, false);
 }
 FUNNEL_DRIVER_API CUresult cuMemsetD8_v2_ptds(CUdeviceptr p, unsigned char v, size_t n) {
-  return memset8(p, v, n, nullptr, true);
+  return memset_n(p, 0, v, n, 1, nullptr, true);
 }
 FUNNEL_DRIVER_API CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, CUstream s) {
-  return memset8(p, v, n, s, false);
+  return memset_n(p, 0, v, n, 1, s, false);
 }
 FUNNEL_DRIVER_API CUresult cuMemsetD8Async_ptsz(CUdeviceptr p, unsigned char v, size_t n, CUstream s) {
-  return memset8(p, v, n, s, true);
+  return memset_n(p, 0, v, n, 1, s, true);
+}
+FUNNEL_DRIVER_API CUresult cuMemsetD2D8_v2(CUdeviceptr p, size_t pitch, unsigned char v, size_t w, size_t h) {
+  return memset_n(p, pitch, v, w, h, nullptr, false);
+}
+FUNNEL_DRIVER_API CUresult cuMemsetD2D8_v2_ptds(CUdeviceptr p, size_t pitch, unsigned char v, size_t w, size_t h) {
+  return memset_n(p, pitch, v, w, h, nullptr, true);
+}
+FUNNEL_DRIVER_API CUresult cuMemsetD2D8Async(CUdeviceptr p, size_t pitch, unsigned char v, size_t w, size_t h, CUstream s) {
+  return memset_n(p, pitch, v, w, h, s, false);
+}
+FUNNEL_DRIVER_API CUresult cuMemsetD2D8Async_ptsz(CUdeviceptr p, size_t pitch, unsigned char v, size_t w, size_t h,
+                                                      CUstream s) {
+  return memset_n(p, pitch, v, w, h, s, true);
+}
+
+FUNNEL_DRIVER_API CUresult cuMemsetD16_v2(CUdeviceptr p, unsigned short v, size_t n) {
+  return memset_n(p, 0, v, n, 1, nullptr, false);
+}
+FUNNEL_DRIVER_API CUresult cuMemsetD16_v2_ptds(CUdeviceptr p, unsigned short v, size_t n) {
+  return memset_n(p, 0, v, n, 1, nullptr, true);
+}
+FUNNEL_DRIVER_API CUresult cuMemsetD16Async(CUdeviceptr p, unsigned short v, size_t n, CUstream s) {
+  return memset_n(p, 0, v, n, 1, s, false);
+}
+FUNNEL_DRIVER_API CUresult cuMemsetD16Async_ptsz(CUdeviceptr p, unsigned short v, size_t n, CUstream s) {
+  return memset_n(p, 0, v, n, 1, s, true);
+}
+FUNNEL_DRIVER_API CUresult cuMemsetD2D16_v2(CUdeviceptr p, size_t pitch, unsigned short v, size_t w, size_t h) {
+  return memset_n(p, pitch, v, w, h, nullptr, false);
+}
+FUNNEL_DRIVER_API CUresult cuMemsetD2D16_v2_ptds(CUdeviceptr p, size_t pitch, unsigned short v, size_t w, size_t h) {
+  return memset_n(p, pitch, v, w, h, nullptr, true);
+}
+FUNNEL_DRIVER_API CUresult cuMemsetD2D16Async(CUdeviceptr p, size_t pitch, unsigned short v, size_t w, size_t h, CUstream s) {
+  return memset_n(p, pitch, v, w, h, s, false);
+}
+FUNNEL_DRIVER_API CUresult cuMemsetD2D16Async_ptsz(CUdeviceptr p, size_t pitch, unsigned short v, size_t w, size_t h,
+                                                      CUstream s) {
+  return memset_n(p, pitch, v, w, h, s, true);
+}
+
+FUNNEL_DRIVER_API CUresult cuMemsetD32_v2(CUdeviceptr p, unsigned int v, size_t n) {
+  return memset_n(p, 0, v, n, 1, nullptr, false);
+}
+FUNNEL_DRIVER_API CUresult cuMemsetD32_v2_ptds(CUdeviceptr p, unsigned int v, size_t n) {
+  return memset_n(p, 0, v, n, 1, nullptr, true);
+}
+FUNNEL_DRIVER_API CUresult cuMemsetD32Async(CUdeviceptr p, unsigned int v, size_t n, CUstream s) {
+  return memset_n(p, 0, v, n, 1, s, false);
+}
+FUNNEL_DRIVER_API CUresult cuMemsetD32Async_ptsz(CUdeviceptr p, unsigned int v, size_t n, CUstream s) {
+  return memset_n(p, 0, v, n, 1, s, true);
+}
+FUNNEL_DRIVER_API CUresult cuMemsetD2D32_v2(CUdeviceptr p, size_t pitch, unsigned int v, size_t w, size_t h) {
+  return memset_n(p, pitch, v, w, h, nullptr, false);
+}
+FUNNEL_DRIVER_API CUresult cuMemsetD2D32_v2_ptds(CUdeviceptr p, size_t pitch, unsigned int v, size_t w, size_t h) {
+  return memset_n(p, pitch, v, w, h, nullptr, true);
+}
+FUNNEL_DRIVER_API CUresult cuMemsetD2D32Async(CUdeviceptr p, size_t pitch, unsigned int v, size_t w, size_t h, CUstream s) {
+  return memset_n(p, pitch, v, w, h, s, false);
+}
+FUNNEL_DRIVER_API CUresult cuMemsetD2D32Async_ptsz(CUdeviceptr p, size_t pitch, unsigned int v, size_t w, size_t h,
+                                                      CUstream s) {
+  return memset_n(p, pitch, v, w, h, s, true);
 }
 
 // ---- pinned host memory and what a pointer is ------------------------------------------------

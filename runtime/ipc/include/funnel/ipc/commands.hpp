@@ -159,8 +159,8 @@ struct MemsetCmd {
   uint64_t pitch;
   uint64_t width;
   uint64_t height;
-  uint32_t value;  // the byte is value & 0xff
-  uint32_t reserved;
+  uint32_t value;    // one element: the low byte, the low 16 bits or all 32 (cuMemsetD8/16/32)
+  uint32_t element;  // bytes per element: 1 (0 reads as 1), 2 or 4; width, pitch and address are multiples
 };
 
 // Stream flags as cudaStreamCreateWithFlags takes them.

@@ -150,8 +150,10 @@ class Backend {
   virtual Status create_event(int device, bool timing, std::unique_ptr<BackendEvent>& out) = 0;
 
   virtual Status copy(BackendStream& s, const CopyDesc& c) = 0;
+  // Fills `height` rows of `width` bytes, `pitch` apart, with `value`, one element of
+  // `element` bytes (1, 2 or 4; the worker checks that address, width and pitch are multiples).
   virtual Status memset(BackendStream& s, DeviceAddress dst, uint64_t pitch, uint64_t width, uint64_t height,
-                        uint8_t value) = 0;
+                        uint32_t value, uint32_t element) = 0;
   virtual Status record(BackendEvent& e, BackendStream& s) = 0;
   // Stores `value` into a 32-bit word of registered host memory (see host_register) once
   // the stream's earlier work has completed, with a fence before it: the GPU tells a

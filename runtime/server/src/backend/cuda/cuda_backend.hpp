@@ -51,7 +51,7 @@ class CudaBackend final : public Backend {
   Status host_unregister(void* p) override;
   Status copy(BackendStream& bs, const CopyDesc& c) override;
   Status memset(BackendStream& bs, DeviceAddress dst, uint64_t pitch, uint64_t width, uint64_t height,
-                uint8_t value) override;
+                uint32_t value, uint32_t element) override;
 
   // streams.cpp
   Status create_stream(int device, int priority, const std::shared_ptr<BackendPartition>& partition,

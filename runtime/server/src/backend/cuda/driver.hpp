@@ -78,6 +78,10 @@ static_assert(sizeof(size_t) == sizeof(uint64_t));
   X(cuMemcpy2DAsync, PFN_cuMemcpy2DAsync_v3020)                         \
   X(cuMemsetD8Async, PFN_cuMemsetD8Async_v3020)                         \
   X(cuMemsetD2D8Async, PFN_cuMemsetD2D8Async_v3020)                     \
+  X(cuMemsetD16Async, PFN_cuMemsetD16Async_v3020)                       \
+  X(cuMemsetD2D16Async, PFN_cuMemsetD2D16Async_v3020)                   \
+  X(cuMemsetD32Async, PFN_cuMemsetD32Async_v3020)                       \
+  X(cuMemsetD2D32Async, PFN_cuMemsetD2D32Async_v3020)                   \
   X(cuLibraryLoadData, PFN_cuLibraryLoadData_v12000)                   \
   X(cuLibraryUnload, PFN_cuLibraryUnload_v12000)                       \
   X(cuLibraryGetKernel, PFN_cuLibraryGetKernel_v12000)                 \

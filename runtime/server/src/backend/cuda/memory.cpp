@@ -167,14 +167,24 @@ Status CudaBackend::copy(BackendStream& bs, const CopyDesc& c) {
 }
 
 Status CudaBackend::memset(BackendStream& bs, DeviceAddress dst, uint64_t pitch, uint64_t width, uint64_t height,
-                           uint8_t value) {
+                           uint32_t value, uint32_t element) {
   CudaStream& s = enqueue_on(bs);
   if (Status st = s_->bind(s.device()); !ok(st)) return st;
   if (width == 0 || height == 0) return Status::Success;
-  if (height == 1) {
-    return FUNNEL_CU(s_->drv, cuMemsetD8Async, device_pointer(dst), value, width, s.handle());
+  const CUdeviceptr p = device_pointer(dst);
+  const size_t n = width / element;
+  auto& drv = s_->drv;
+  switch (element) {
+    case 2:
+      if (height == 1) return FUNNEL_CU(drv, cuMemsetD16Async, p, static_cast<uint16_t>(value), n, s.handle());
+      return FUNNEL_CU(drv, cuMemsetD2D16Async, p, pitch, static_cast<uint16_t>(value), n, height, s.handle());
+    case 4:
+      if (height == 1) return FUNNEL_CU(drv, cuMemsetD32Async, p, value, n, s.handle());
+      return FUNNEL_CU(drv, cuMemsetD2D32Async, p, pitch, value, n, height, s.handle());
+    default:
+      if (height == 1) return FUNNEL_CU(drv, cuMemsetD8Async, p, static_cast<uint8_t>(value), n, s.handle());
+      return FUNNEL_CU(drv, cuMemsetD2D8Async, p, pitch, static_cast<uint8_t>(value), n, height, s.handle());
   }
-  return FUNNEL_CU(s_->drv, cuMemsetD2D8Async, device_pointer(dst), pitch, value, width, height, s.handle());
 }
 
 }  // namespace funnel::server::cuda

@@ -143,12 +143,19 @@ Status SimBackend::copy(BackendStream& s, const CopyDesc& c) {
 }
 
 Status SimBackend::memset(BackendStream& s, DeviceAddress dst, uint64_t pitch, uint64_t width, uint64_t height,
-                          uint8_t value) {
+                          uint32_t value, uint32_t element) {
   if (Status st = usable(s.device()); st != Status::Success) return st;
   if (dst == 0) return Status::InvalidValue;
   if (height > 1 && pitch < width) return Status::InvalidPitchValue;
   stream(s).enqueue([=] {
-    for (uint64_t r = 0; r < height; ++r) std::memset(to_ptr(dst + r * pitch), value, width);
+    for (uint64_t r = 0; r < height; ++r) {
+      auto* row = static_cast<std::byte*>(to_ptr(dst + r * pitch));
+      if (element <= 1) {
+        std::memset(row, static_cast<int>(value & 0xff), width);
+        continue;
+      }
+      for (uint64_t i = 0; i < width; i += element) std::memcpy(row + i, &value, element);  // little-endian
+    }
   });
   return Status::Success;
 }

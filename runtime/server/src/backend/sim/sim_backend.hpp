@@ -76,7 +76,7 @@ class SimBackend final : public Backend {
   Status host_unregister(void* p) override { return p == nullptr ? Status::InvalidValue : any_device(); }
   Status copy(BackendStream& s, const CopyDesc& c) override;
   Status memset(BackendStream& s, DeviceAddress dst, uint64_t pitch, uint64_t width, uint64_t height,
-                uint8_t value) override;
+                uint32_t value, uint32_t element) override;
 
   // streams.cpp
   void priority_range(int, int& least, int& greatest) override;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "funnel/common/config.hpp"
+#include "funnel/common/launcher.hpp"
 #include "funnel/common/run_dir.hpp"
 #include "funnel/common/setting_option.hpp"
 #include "watchdog.hpp"
@@ -625,3 +626,25 @@ WATCHED_TEST(Settings, ToStringOfBackends) {
 
 }  // namespace
 }  // namespace funnel
+
+// A server that a client starts gets the client's environment minus what funnel-run gave the
+// program for itself: our libcudart and MPI hooks preloaded, our client driver's folder first in
+// the library path (the server must load NVIDIA's libcuda.so.1, and refuses ours).
+TEST(ServerEnvironment, DropsTheClientsRuntimeHooksAndDriverFolder) {
+  const std::vector<std::string> env = funnel::server_environment({
+      "PATH=/usr/bin",
+      "LD_PRELOAD=/usr/lib/libasan.so.8:/opt/funnel/lib/libcudart.so.13 /opt/funnel/lib/libfunnel_mpi.so",
+      "LD_LIBRARY_PATH=/opt/funnel/lib/funnel-driver:/opt/funnel/lib:/opt/funnel/lib/funnel-driver/:/usr/local/"
+      "nvidia/lib64",
+      "FUNNEL_RUN_DIR=/tmp/x",
+  });
+  EXPECT_EQ(env, (std::vector<std::string>{"PATH=/usr/bin", "LD_PRELOAD=/usr/lib/libasan.so.8",
+                                           "LD_LIBRARY_PATH=/opt/funnel/lib:/usr/local/nvidia/lib64",
+                                           "FUNNEL_RUN_DIR=/tmp/x"}));
+  // Nothing left: the variable goes.
+  EXPECT_EQ(funnel::server_environment({"LD_PRELOAD=libcudart.so.13", "LD_LIBRARY_PATH=/a/funnel-driver"}),
+            std::vector<std::string>{});
+  // A folder merely named like ours somewhere inside is kept.
+  EXPECT_EQ(funnel::server_environment({"LD_LIBRARY_PATH=/a/funnel-driver/lib"}),
+            std::vector<std::string>{"LD_LIBRARY_PATH=/a/funnel-driver/lib"});
+}

@@ -12,8 +12,11 @@
 #include <thread>
 #include <utility>
 
+#include <fmt/ranges.h>
+
 #include "funnel/common/control_client.hpp"
 #include "funnel/common/cpu_times.hpp"
+#include "funnel/common/gpu_files.hpp"
 #include "funnel/common/launcher.hpp"
 #include "funnel/common/run_dir.hpp"
 #include "funnel/common/text.hpp"
@@ -77,6 +80,7 @@ void Runtime::forget_after_fork() noexcept {
 
 void Runtime::detach_at_exit() noexcept {
   if (!attached_.load(std::memory_order_acquire) || dead_.load()) return;
+  warn_if_gpu_opened();
   {
     std::lock_guard notice(dead_mu_);
     dead_reported_ = true;  // the hang-up that follows our own Detach is no news
@@ -95,6 +99,20 @@ void Runtime::detach_at_exit() noexcept {
   write_record_locked(Opcode::Detach, 0, 0, ipc::kNoReply, &cpu, sizeof cpu, {},
                       [&] { return gone() || std::chrono::steady_clock::now() >= give_up_at; });
   dead_.store(true);  // the server reads nothing after a Detach
+}
+
+void Runtime::warn_if_gpu_opened() noexcept {
+  try {
+    const auto files = common::gpu_device_files();
+    if (files.empty()) return;
+    log_error(fmt::format(
+        "funnel: warning: this process opened the GPU itself ({}): it holds a CUDA context of its own beside the "
+        "server's, which the GPU time-slices against every other process. Something in it loaded NVIDIA's "
+        "libcuda.so.1: run it with funnel-run and FUNNEL_CLIENT_DRIVER=1 (the default), and check that no "
+        "library of it opens libcuda.so.1 by a full path",
+        fmt::join(files, ", ")));
+  } catch (...) {  // exiting: a warning that cannot be made is not worth a crash
+  }
 }
 
 bool Runtime::detach_and_wait(std::chrono::milliseconds wait) noexcept {

@@ -116,6 +116,8 @@ class Runtime {
   // destructors): tell the server this client leaves on purpose, so that its log says
   // "detached", not "died".  Never waits for the server; later calls fail at once.
   void detach_at_exit() noexcept;
+  // At the exit: a warning on stderr if this process has the GPU's device files open or mapped.
+  void warn_if_gpu_opened() noexcept;
   // detach_at_exit(), then waits (at most `wait`) for the server to hang up: by then it
   // has freed this client's resources and logged the detach (funnel_detach()).  False
   // when the server did not hang up in time.

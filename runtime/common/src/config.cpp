@@ -378,6 +378,15 @@ const std::vector<SettingInfo>& setting_table() {
         "with ThreadSanitizer need it, as their sanitizer keeps its shadow memory where the low layout maps"},
        OneOfWords{}, [](auto& s, auto& v) { s.client_layout_low = v == "low"; },
        [](auto& s) { return std::string(s.client_layout_low ? "low" : "default"); }},
+      {{"FUNNEL_CLIENT_DRIVER", "1", "1 | 0",
+        "funnel-run only: 1: the program finds funnel's client driver (lib/funnel-driver/libcuda.so.1) before "
+        "NVIDIA's, so that what it does through the CUDA driver API, itself or through a library, runs on the "
+        "server's context too, and a driver call funnel does not serve yet fails with a message naming it; 0: "
+        "it finds NVIDIA's driver, and anything that calls it directly opens a CUDA context of its own in the "
+        "program (the GPU time-slices it against the server's), as before funnel had a driver "
+        "(doc/design/driver-client.md)"},
+       OneOfWords{}, [](auto& s, auto& v) { s.client_driver = v == "1"; },
+       [](auto& s) { return std::string(s.client_driver ? "1" : "0"); }},
       {{"FUNNEL_SERVER_AFFINITY", "auto", "auto | gpu | off",
         "auto: the server pins its worker threads to cores near the GPU each serves and away from the cores the "
         "ranks are bound to, and its other threads to a core of their own where one is free, re-planning as "

@@ -58,33 +58,54 @@ class StartLock {
   ipc::UniqueFd fd_;  // closing the fd drops the flock
 };
 
-// The environment for the server: ours minus our own libcudart and MPI hooks in
-// LD_PRELOAD (funnel-run preloads both into MPI programs; the server must load neither).
-std::vector<std::string> server_environment() {
+// `list` (colon-separated) without the items `drop` says so of.
+template <typename Drop>
+std::string filtered_list(std::string_view list, std::string_view separators, Drop drop) {
+  std::string kept;
+  while (!list.empty()) {
+    const auto sep = list.find_first_of(separators);
+    const std::string_view item = list.substr(0, sep);
+    if (!item.empty() && !drop(item)) {
+      if (!kept.empty()) kept += ':';
+      kept += item;
+    }
+    list = sep == std::string_view::npos ? std::string_view{} : list.substr(sep + 1);
+  }
+  return kept;
+}
+
+std::string_view base_name(std::string_view path) {
+  while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
+  const auto slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+}  // namespace
+
+std::vector<std::string> server_environment(const std::vector<std::string>& ours) {
   std::vector<std::string> env;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    std::string_view kv(*e);
-    if (kv.rfind("LD_PRELOAD=", 0) != 0) {
-      env.emplace_back(kv);
-      continue;
+  for (const std::string& kv : ours) {
+    if (kv.starts_with("LD_PRELOAD=")) {
+      // funnel-run preloads our libcudart and MPI hooks into MPI programs; the server loads neither.
+      const std::string kept = filtered_list(std::string_view(kv).substr(11), ": ", [](std::string_view item) {
+        const auto base = base_name(item);
+        return base.starts_with("libcudart.so") || base.starts_with("libfunnel_mpi.so");
+      });
+      if (!kept.empty()) env.push_back("LD_PRELOAD=" + kept);
+    } else if (kv.starts_with("LD_LIBRARY_PATH=")) {
+      // funnel-run puts our client driver's folder first for programs; the server needs NVIDIA's.
+      const std::string kept = filtered_list(std::string_view(kv).substr(16), ":", [](std::string_view item) {
+        return base_name(item) == "funnel-driver";
+      });
+      if (!kept.empty()) env.push_back("LD_LIBRARY_PATH=" + kept);
+    } else {
+      env.push_back(kv);
     }
-    std::string kept;
-    std::string_view rest = kv.substr(11);
-    while (!rest.empty()) {
-      const auto sep = rest.find_first_of(": ");
-      const std::string_view item = rest.substr(0, sep);
-      const auto slash = item.rfind('/');
-      const std::string_view base = slash == std::string_view::npos ? item : item.substr(slash + 1);
-      if (!item.empty() && base.rfind("libcudart.so", 0) != 0 && base.rfind("libfunnel_mpi.so", 0) != 0) {
-        if (!kept.empty()) kept += ':';
-        kept += item;
-      }
-      rest = sep == std::string_view::npos ? std::string_view{} : rest.substr(sep + 1);
-    }
-    if (!kept.empty()) env.push_back("LD_PRELOAD=" + kept);
   }
   return env;
 }
+
+namespace {
 
 void start_server(const Settings& s) {
   const auto binary = server_binary(s);
@@ -102,7 +123,9 @@ void start_server(const Settings& s) {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  auto env_strings = server_environment();
+  std::vector<std::string> ours;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) ours.emplace_back(*e);
+  auto env_strings = server_environment(ours);
   std::vector<char*> envp;
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);

@@ -187,7 +187,12 @@ int main(int argc, char** argv) {
   if (!hooks.library.empty()) preload += ":" + hooks.library.string();
   // After any existing entries: a sanitizer runtime must stay first.
   ::setenv("LD_PRELOAD", appended("LD_PRELOAD", preload, false).c_str(), 1);
-  ::setenv("LD_LIBRARY_PATH", appended("LD_LIBRARY_PATH", lib.parent_path().string(), true).c_str(), 1);
+  // Our libcudart's folder first, and with FUNNEL_CLIENT_DRIVER=1 our libcuda.so.1's before it: the
+  // program and every library it opens find funnel's driver, never NVIDIA's (a server this program
+  // starts gets neither: server_environment).
+  std::string libs = lib.parent_path().string();
+  if (settings.client_driver) libs = (lib.parent_path() / "funnel-driver").string() + ":" + libs;
+  ::setenv("LD_LIBRARY_PATH", appended("LD_LIBRARY_PATH", libs, true).c_str(), 1);
   ::setenv("FUNNEL_RUN_DIR", settings.run_dir.c_str(), 1);
   ::setenv("FUNNEL_BACKEND", funnel::to_string(settings.backend), 1);
   ::setenv("FUNNEL_SERVER", funnel::server_binary(settings).c_str(), 1);

@@ -82,6 +82,7 @@ struct Settings {
   bool selects_gpu() const noexcept { return ranks_per_gpu_set || !gpu_map.empty(); }
   MpiHooks mpi_hooks = MpiHooks::Auto;  // FUNNEL_MPI_HOOKS (funnel-run only)
   bool client_layout_low = true;        // FUNNEL_CLIENT_LAYOUT=low (funnel-run only)
+  bool client_driver = true;            // FUNNEL_CLIENT_DRIVER=1 (funnel-run only)
   // FUNNEL_GPU_FRACTION (or CUDA_MPS_ACTIVE_THREAD_PERCENTAGE) in 1/10000 of a GPU's SMs;
   // 0: the whole GPU.  The server turns it into an SM partition (a green context).
   uint32_t gpu_share_bp = 0;

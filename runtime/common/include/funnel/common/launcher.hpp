@@ -6,6 +6,8 @@
 
 #include <filesystem>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "funnel/common/config.hpp"
 #include "funnel/ipc/socket.hpp"
@@ -22,6 +24,11 @@ class LaunchError : public std::runtime_error {
 // waiting at most settings.attach_timeout.  Throws LaunchError whose message names
 // the run directory (FUNNEL_RUN_DIR) and the fix.
 ipc::UniqueFd connect_or_start_server(const Settings& settings);
+
+// The environment a started server gets (`ours`: NAME=value strings): ours without funnel's
+// libcudart and MPI hooks in LD_PRELOAD and without funnel's client driver folder
+// (".../funnel-driver") in LD_LIBRARY_PATH, which funnel-run gives programs.
+std::vector<std::string> server_environment(const std::vector<std::string>& ours);
 
 // Connects to a running server only; an empty fd if none answers.
 ipc::UniqueFd connect_server(const Settings& settings) noexcept;

@@ -269,7 +269,7 @@ int main(int argc, char** argv) {
   EXPECT_OK(b->record(*t0, *s));
   EXPECT_OK(b->copy(*s, CopyDesc{{true, d1}, {false, addr(A)}, n, 1, n, n}));
   EXPECT_OK(b->record(*t1, *s));
-  EXPECT_OK(b->memset(*s, d2, n, n, 1, 0xee));
+  EXPECT_OK(b->memset(*s, d2, n, n, 1, 0xee, 1));
   EXPECT_OK(b->copy(*s, CopyDesc{{true, d2}, {true, d1}, n / 2, 1, 0, 0}));
   EXPECT_OK(b->copy(*s, CopyDesc{{false, addr(B)}, {true, d2}, n, 1, n, n}));
   EXPECT_OK(b->record(*e, *s));
@@ -285,9 +285,9 @@ int main(int argc, char** argv) {
 
   // 2-D: 100 rows of 1000 bytes, host pitch 4096, device pitch 1024, then back to pitch 2048
   std::memset(B, 0, n);
-  EXPECT_OK(b->memset(*s2, d1, n, n, 1, 0));
+  EXPECT_OK(b->memset(*s2, d1, n, n, 1, 0, 1));
   EXPECT_OK(b->copy(*s2, CopyDesc{{true, d1}, {false, addr(A)}, 1000, 100, 1024, 4096}));
-  EXPECT_OK(b->memset(*s2, d1 + 1000, 1024, 24, 100, 0x55));  // 2-D memset of the row gaps
+  EXPECT_OK(b->memset(*s2, d1 + 1000, 1024, 24, 100, 0x55, 1));  // 2-D memset of the row gaps
   EXPECT_OK(b->copy(*s2, CopyDesc{{false, addr(B)}, {true, d1}, 1024, 100, 2048, 1024}));
   EXPECT_OK(b->synchronize(*s2));
   EXPECT_OK(b->query(*s2));
@@ -299,13 +299,35 @@ int main(int argc, char** argv) {
   }
   EXPECT(ok2d);
 
+  // 32- and 16-bit elements (cuMemsetD32Async, cuMemsetD2D16Async): 1-D, then 2-D rows of 6
+  // elements 32 bytes apart.
+  std::memset(B, 0, 4096);
+  EXPECT_OK(b->memset(*s2, d1, 4096, 4096, 1, 0, 1));
+  EXPECT_OK(b->memset(*s2, d1, 64, 64, 1, 0xcafef00du, 4));
+  EXPECT_OK(b->memset(*s2, d1 + 1024, 32, 12, 4, 0xbeef, 2));
+  EXPECT_OK(b->copy(*s2, CopyDesc{{false, addr(B)}, {true, d1}, 4096, 1, 4096, 4096}));
+  EXPECT_OK(b->synchronize(*s2));
+  bool wide = true;
+  for (size_t i = 0; i < 16; ++i) {
+    uint32_t v = 0;
+    std::memcpy(&v, B + 4 * i, 4);
+    wide = wide && v == 0xcafef00du;
+  }
+  for (size_t r = 0; r < 4; ++r)
+    for (size_t c = 0; c < 16; c += 2) {
+      uint16_t v = 0;
+      std::memcpy(&v, B + 1024 + r * 32 + c, 2);
+      wide = wide && v == (c < 12 ? 0xbeef : 0);
+    }
+  EXPECT(wide && B[64] == 0);
+
   // host to host (1-D and 2-D)
   EXPECT_OK(b->copy(*s, CopyDesc{{false, addr(B)}, {false, addr(A)}, 4096, 1, 4096, 4096}));
   EXPECT_OK(b->synchronize(*s));
   EXPECT(std::memcmp(A, B, 4096) == 0);
 
   // cross-stream wait: s2 waits for s's event
-  EXPECT_OK(b->memset(*s, d2, n, n, 1, 0x11));
+  EXPECT_OK(b->memset(*s, d2, n, n, 1, 0x11, 1));
   EXPECT_OK(b->record(*e, *s));
   EXPECT_OK(b->wait(*s2, *e));
   EXPECT_OK(b->copy(*s2, CopyDesc{{false, addr(B)}, {true, d2}, n, 1, n, n}));
@@ -316,7 +338,7 @@ int main(int argc, char** argv) {
   DeviceAddress da = 0;
   EXPECT_OK(b->mem_alloc_async(*s, 1 << 20, da));
   EXPECT(da != 0);
-  EXPECT_OK(b->memset(*s, da, 1 << 20, 1 << 20, 1, 0x42));
+  EXPECT_OK(b->memset(*s, da, 1 << 20, 1 << 20, 1, 0x42, 1));
   EXPECT_OK(b->copy(*s, CopyDesc{{false, addr(B)}, {true, da}, 1 << 20, 1, 0, 0}));
   EXPECT_OK(b->mem_free_async(*s, da));
   EXPECT_OK(b->synchronize(*s));

@@ -221,6 +221,38 @@ int main() {
   std::printf("cuMemsetD16/D32/D2D8/D2D16/D2D32: %s\n", wide ? "ok" : "FAIL");
   CHECK(cuMemFree(words), CUDA_SUCCESS);
 
+  // The runtime's cudaGetDriverEntryPoint(ByVersion) answers with funnel's driver functions (the
+  // very ones this program is linked with), per-thread forms when asked, statuses for the rest.
+  {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    CHECK(cudaGetDriverEntryPointByVersion("cuMemAlloc", &fn, 13000, cudaEnableDefault, &q), cudaSuccess);
+    bool entry = q == cudaDriverEntryPointSuccess && fn == reinterpret_cast<void*>(&cuMemAlloc_v2);
+    CUdeviceptr via = 0;
+    if (fn != nullptr) {
+      CHECK(reinterpret_cast<CUresult (*)(CUdeviceptr*, size_t)>(fn)(&via, 4096), CUDA_SUCCESS);
+      CHECK(cudaFree(reinterpret_cast<void*>(via)), cudaSuccess);  // the same allocation in the runtime front
+    }
+    void* ptsz = nullptr;
+    void* expected = nullptr;
+    CHECK(cudaGetDriverEntryPointByVersion("cuMemcpyHtoDAsync", &ptsz, 13000, cudaEnablePerThreadDefaultStream, &q),
+          cudaSuccess);
+    CHECK(cuGetProcAddress("cuMemcpyHtoDAsync", &expected, 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+                           nullptr),
+          CUDA_SUCCESS);
+    entry = entry && ptsz == expected && ptsz != reinterpret_cast<void*>(&cuMemcpyHtoDAsync_v2);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // the unversioned form, still exported
+    CHECK(cudaGetDriverEntryPoint("cuNoSuchFunction", &fn, cudaEnableDefault, &q), cudaSuccess);
+#pragma GCC diagnostic pop
+    entry = entry && fn == nullptr && q == cudaDriverEntryPointSymbolNotFound;
+    CHECK(cudaGetDriverEntryPointByVersion("cuLaunchKernelEx", &fn, 11000, cudaEnableDefault, &q), cudaSuccess);
+    entry = entry && fn == nullptr && q == cudaDriverEntryPointVersionNotSufficent;
+    CHECK(cudaGetDriverEntryPointByVersion("cuMemAlloc", &fn, 99000, cudaEnableDefault, &q), cudaErrorInvalidValue);
+    CHECK(cudaGetLastError(), cudaErrorInvalidValue);
+    std::printf("cudaGetDriverEntryPoint gives funnel's driver functions: %s\n", entry ? "ok" : "FAIL");
+  }
+
   // Not served: refused, loudly and once (expected.stderr).
   CHECK(cuDeviceGetNvSciSyncAttributes(nullptr, dev, 0), CUDA_ERROR_NOT_SUPPORTED);
   CHECK(cuDeviceGetNvSciSyncAttributes(nullptr, dev, 0), CUDA_ERROR_NOT_SUPPORTED);

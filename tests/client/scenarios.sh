@@ -5,7 +5,7 @@
 #   kill-client  a client SIGKILLed mid-copy: stats return to baseline, others finish
 #   kill-server  the server SIGKILLed while a client copies: the client's call fails within 1 s
 #   stop-server  the server SIGSTOPped while a client copies: its call fails within 1 s, saying so
-#   static       a static-cudart program is refused with the fix
+#   static       with FUNNEL_CLIENT_DRIVER=0 a static-cudart program is refused with the fix
 #   bad-backend  FUNNEL_BACKEND=bogus is a clear error
 set -u
 scenario=$1 bin=$2 progs=$3 preload=${4:-}
@@ -87,10 +87,11 @@ stop-server)
   [ "$ms" -lt 1500 ] || fail "client noticed after $ms ms"
   echo "the client's call failed $ms ms after the server was stopped" ;;
 static)
-  "$bin/funnel-run" "$progs/memory_static" > "$dir/s.out" 2> "$dir/s.err"
+  FUNNEL_CLIENT_DRIVER=0 "$bin/funnel-run" "$progs/memory_static" > "$dir/s.out" 2> "$dir/s.err"
   rc=$?
   [ "$rc" -eq 3 ] || fail "rc=$rc"
-  grep -q "static CUDA runtime.*nvcc -cudart shared" "$dir/s.err" || fail "message: $(cat "$dir/s.err")" ;;
+  grep -q "static CUDA runtime.*FUNNEL_CLIENT_DRIVER=1.*nvcc -cudart shared" "$dir/s.err" ||
+    fail "message: $(cat "$dir/s.err")" ;;
 bad-backend)
   FUNNEL_BACKEND=bogus "$bin/funnel-run" "$progs/memory" > "$dir/b.out" 2> "$dir/b.err"
   rc=$?

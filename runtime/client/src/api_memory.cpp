@@ -22,19 +22,6 @@ namespace {
 
 StreamRef legacy() { return StreamRef{0, current_device()}; }
 
-// cudaMallocPitch and cudaMalloc3D: `rows` rows of `width` bytes, each starting 512 bytes
-// after the previous one's start at the least (the row alignment cudaMallocPitch gives on
-// current GPUs).
-cudaError_t pitched_alloc(void** ptr, size_t* pitch, size_t width, size_t rows) {
-  if (ptr == nullptr || pitch == nullptr) return cudaErrorInvalidValue;
-  constexpr size_t kRowAlignment = 512;
-  size_t bytes = 0;
-  if (width > SIZE_MAX - (kRowAlignment - 1)) return cudaErrorMemoryAllocation;
-  *pitch = (width + kRowAlignment - 1) / kRowAlignment * kRowAlignment;
-  if (__builtin_mul_overflow(*pitch, rows, &bytes)) return cudaErrorMemoryAllocation;
-  return device_alloc(ptr, bytes, Opcode::MemAlloc, legacy());
-}
-
 // Where a 3-D copy or memset starts in a pitched region: `pos` is in bytes (x), rows
 // and slices, as for every copy between linear memory.
 std::byte* at(const cudaPitchedPtr& p, const cudaPos& pos) {
@@ -79,7 +66,7 @@ FUNNEL_API cudaError_t cudaMalloc(void** ptr, size_t size) {
 }
 
 FUNNEL_API cudaError_t cudaMallocPitch(void** ptr, size_t* pitch, size_t width, size_t height) {
-  return guarded(__func__, [&] { return pitched_alloc(ptr, pitch, width, height); });
+  return guarded(__func__, [&] { return pitched_alloc(ptr, pitch, width, height, legacy()); });
 }
 
 // A 3-D allocation is a pitched one of height*depth rows.
@@ -89,7 +76,7 @@ FUNNEL_API cudaError_t cudaMalloc3D(cudaPitchedPtr* p, cudaExtent e) {
     size_t rows = 0, pitch = 0;
     void* ptr = nullptr;
     if (__builtin_mul_overflow(e.height, e.depth, &rows)) return cudaErrorMemoryAllocation;
-    if (cudaError_t err = pitched_alloc(&ptr, &pitch, e.width, rows); err != cudaSuccess) return err;
+    if (cudaError_t err = pitched_alloc(&ptr, &pitch, e.width, rows, legacy()); err != cudaSuccess) return err;
     *p = cudaPitchedPtr{ptr, pitch, e.width, e.height};
     return cudaSuccess;
   });

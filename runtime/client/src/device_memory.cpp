@@ -91,4 +91,17 @@ cudaError_t device_free(void* ptr, Opcode op, const StreamRef& on) {
   return to_cuda(rt.post(op, on.id == 0 ? device : on.device, on.id, &c, sizeof c));
 }
 
+// cudaMallocPitch and cudaMalloc3D: `rows` rows of `width` bytes, each starting 512 bytes
+// after the previous one's start at the least (the row alignment cudaMallocPitch gives on
+// current GPUs).
+cudaError_t pitched_alloc(void** ptr, size_t* pitch, size_t width, size_t rows, const StreamRef& on) {
+  if (ptr == nullptr || pitch == nullptr) return cudaErrorInvalidValue;
+  constexpr size_t kRowAlignment = 512;
+  size_t bytes = 0;
+  if (width > SIZE_MAX - (kRowAlignment - 1)) return cudaErrorMemoryAllocation;
+  *pitch = (width + kRowAlignment - 1) / kRowAlignment * kRowAlignment;
+  if (__builtin_mul_overflow(*pitch, rows, &bytes)) return cudaErrorMemoryAllocation;
+  return device_alloc(ptr, bytes, Opcode::MemAlloc, on);
+}
+
 }  // namespace funnel::client

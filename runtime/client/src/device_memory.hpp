@@ -16,4 +16,8 @@ cudaError_t device_alloc(void** ptr, size_t size, Opcode op, const StreamRef& on
 // cudaErrorInvalidValue for an address that is not an allocation's start.
 cudaError_t device_free(void* ptr, Opcode op, const StreamRef& on);
 
+// cudaMallocPitch, cudaMalloc3D, cuMemAllocPitch: `rows` rows of `width` bytes, each starting
+// 512 bytes after the previous one's start at the least; *pitch says how far.
+cudaError_t pitched_alloc(void** ptr, size_t* pitch, size_t width, size_t rows, const StreamRef& on);
+
 }  // namespace funnel::client

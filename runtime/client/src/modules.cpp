@@ -304,13 +304,23 @@ Status variable_address(Variable& v, Runtime& rt, int device, uint64_t& address)
 
 namespace {
 
-// The size of a module image as cuModuleLoadData takes it (no size given): a fat binary (its
-// header says), nvcc's fat binary wrapper, an ELF cubin (its headers and sections say), or PTX
-// text (up to its terminating 0); 0 when it is none of these or too large.
+// The bytes of a module image as cuModuleLoadData takes it (no size given): nvcc's fat binary
+// wrapper (the fat binary it points to), a fat binary (its header says how long), an ELF cubin
+// (its headers and sections say), or PTX text (up to its terminating 0); empty when it is none
+// of these or too large.
+uint64_t image_size(const void* image);
+
+std::span<const std::byte> image_bytes(const void* image) {
+  uint32_t magic = 0;
+  std::memcpy(&magic, image, sizeof magic);
+  if (magic == fatbin::kWrapperMagic) return fatbin_bytes(image);
+  return {static_cast<const std::byte*>(image), image_size(image)};
+}
+
+// image_bytes' size of the images that hold themselves (all but the wrapper).
 uint64_t image_size(const void* image) {
   uint32_t magic = 0;
   std::memcpy(&magic, image, sizeof magic);
-  if (magic == fatbin::kWrapperMagic) return fatbin_bytes(image).size();
   if (magic == fatbin::kFatbinMagic) {
     FatbinHeader h;
     std::memcpy(&h, image, sizeof h);
@@ -342,11 +352,10 @@ Status load_image_module(const void* image, Runtime& rt, int device, Module*& ou
   out = nullptr;
   if (image == nullptr) return Status::InvalidValue;
   try {
-    const uint64_t size = image_size(image);
-    if (size == 0) return Status::InvalidKernelImage;
+    const std::span<const std::byte> bytes = image_bytes(image);
+    if (bytes.empty()) return Status::InvalidKernelImage;
     auto m = std::make_unique<Module>();
-    const auto* bytes = static_cast<const std::byte*>(image);
-    m->image.assign(bytes, bytes + size);
+    m->image.assign(bytes.begin(), bytes.end());
     if (Status s = module_ready(*m, rt, device); s != Status::Success) return s;
     out = m.release();  // kept, as registered modules are (unload_image_module)
     return Status::Success;

@@ -68,8 +68,10 @@ std::optional<ElfInfo> inspect_elf(const std::filesystem::path& file) {
 bool uses_static_cudart(const ElfInfo& info) noexcept { return info.has_device_code && !info.needs_shared_cudart; }
 
 std::string static_cudart_message(const std::string& program) {
-  return fmt::format("{} is linked with the static CUDA runtime, which funnel cannot intercept: rebuild with "
-                     "`nvcc -cudart shared` (CMake: set CUDA_RUNTIME_LIBRARY Shared)",
+  return fmt::format("{} is linked with the static CUDA runtime, which reaches the GPU through the libcuda.so.1 it "
+                     "finds, and that is NVIDIA's driver (FUNNEL_CLIENT_DRIVER=0): its CUDA work would run on a "
+                     "context of its own, not on funnel's. Run it with FUNNEL_CLIENT_DRIVER=1 (the default), or "
+                     "rebuild it with `nvcc -cudart shared` (CMake: set CUDA_RUNTIME_LIBRARY Shared)",
                      program);
 }
 

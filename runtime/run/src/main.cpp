@@ -1,6 +1,6 @@
 // funnel-run [--backend cuda|sim] [--run-dir DIR] [--mpi-hooks auto|1|0] [--] prog args...
 //
-// Checks the program (a static CUDA runtime cannot be intercepted), puts the client
+// Checks the program (a static CUDA runtime needs funnel's client driver), puts the client
 // runtime in front of the real libcudart (LD_PRELOAD + LD_LIBRARY_PATH) and execs the
 // program.  Under an MPI launcher (FUNNEL_MPI_HOOKS) it preloads the MPI hooks as well,
 // so that the program's MPI_Init starts the node's funnel-server and its MPI_Finalize
@@ -147,7 +147,9 @@ int main(int argc, char** argv) {
     return 127;
   }
   const auto program_info = funnel::inspect_elf(program);
-  if (program_info && funnel::uses_static_cudart(*program_info)) {
+  // A program that carries NVIDIA's runtime reaches the GPU through libcuda.so.1: funnel's client
+  // driver serves it, NVIDIA's would give it a context of its own.
+  if (!settings.client_driver && program_info && funnel::uses_static_cudart(*program_info)) {
     std::fprintf(stderr, "funnel-run: %s\n", funnel::static_cudart_message(command[0]).c_str());
     return 3;
   }

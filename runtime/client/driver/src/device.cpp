@@ -40,6 +40,15 @@ CUresult check_device(CUdevice d) noexcept {
   return d >= 0 && d < Runtime::get().device_count() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
+// The device of `ctx`, or of the current context when it is null.
+CUresult device_of(CUcontext ctx, int& device) noexcept {
+  if (ctx == nullptr) return current(device);
+  const Context* c = from(ctx);
+  if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  device = c->device;
+  return CUDA_SUCCESS;
+}
+
 void make_current(Context* c) noexcept {
   if (t_stack.empty())
     t_stack.push_back(c);
@@ -243,6 +252,22 @@ FUNNEL_DRIVER_API CUresult cuCtxGetDevice(CUdevice* device) {
   if (CUresult r = current(d); r != CUDA_SUCCESS) return r;
   *device = d;
   return CUDA_SUCCESS;
+}
+
+// CUDA 13's forms that name the context (null: the current one).
+FUNNEL_DRIVER_API CUresult cuCtxGetDevice_v2(CUdevice* device, CUcontext ctx) {
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  int d = 0;
+  if (CUresult r = device_of(ctx, d); r != CUDA_SUCCESS) return r;
+  *device = d;
+  return CUDA_SUCCESS;
+}
+
+FUNNEL_DRIVER_API CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+  int d = 0;
+  if (CUresult r = device_of(ctx, d); r != CUDA_SUCCESS) return r;
+  if (CUresult r = ready(); r != CUDA_SUCCESS) return r;
+  return to_cu(Runtime::get().call(funnel::ipc::Opcode::DeviceSynchronize, d, 0, nullptr, 0));
 }
 
 FUNNEL_DRIVER_API CUresult cuCtxGetLimit(size_t* value, CUlimit limit) {

@@ -16,12 +16,6 @@
 
 namespace {
 
-std::string uuid_text(const CUuuid* id) {
-  char b[40];
-  for (int i = 0; i < 16; ++i) std::snprintf(b + 2 * i, 3, "%02x", static_cast<unsigned char>(id->bytes[i]));
-  return std::string(b, 32);
-}
-
 CUresult lookup(const char* symbol, void** pfn, int version, cuuint64_t flags, CUdriverProcAddressQueryResult* status) {
   if (symbol == nullptr || pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
   constexpr cuuint64_t kKnownFlags = CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
@@ -65,12 +59,4 @@ FUNNEL_DRIVER_API CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, i
 
 FUNNEL_DRIVER_API CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags) {
   return lookup(symbol, pfn, version, flags, nullptr);
-}
-
-// The private tables of NVIDIA's runtime and libraries (doc/design/driver-surface.md): none is
-// served yet, so a program that carries the runtime stops at its start, loudly.
-FUNNEL_DRIVER_API CUresult cuGetExportTable(const void** table, const CUuuid* id) {
-  if (table == nullptr || id == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *table = nullptr;
-  return static_cast<CUresult>(funnel::driver::not_supported(("cuGetExportTable(" + uuid_text(id) + ")").c_str()));
 }

@@ -23,6 +23,70 @@ CUresult copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, CUstrea
                                                        reinterpret_cast<cudaStream_t>(s), async, per_thread));
 }
 
+// One side of a CUDA_MEMCPY2D/3D: the address of its first byte and its pitches.  Host, device
+// and unified memory; arrays are refused (issue 30).
+CUresult side(CUmemorytype type, const void* host_ptr, CUdeviceptr dev, CUarray array, size_t x, size_t y, size_t z,
+              size_t pitch, size_t height, const char* call, char*& at) {
+  if (array != nullptr || type == CU_MEMORYTYPE_ARRAY) return funnel::driver::not_supported_detail(call, CU_MEMORYTYPE_ARRAY);
+  const char* base = nullptr;
+  switch (type) {
+    case CU_MEMORYTYPE_HOST: base = static_cast<const char*>(host_ptr); break;
+    case CU_MEMORYTYPE_DEVICE:
+    case CU_MEMORYTYPE_UNIFIED: base = static_cast<const char*>(host(dev)); break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (base == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  at = const_cast<char*>(base) + z * pitch * height + y * pitch + x;
+  return CUDA_SUCCESS;
+}
+
+CUresult copy3d(const CUDA_MEMCPY3D* c, CUstream s, bool async, bool per_thread, const char* call) {
+  if (c == nullptr || c->srcLOD != 0 || c->dstLOD != 0 || c->reserved0 != nullptr || c->reserved1 != nullptr)
+    return CUDA_ERROR_INVALID_VALUE;
+  int d = 0;
+  if (CUresult r = funnel::driver::in_context(d); r != CUDA_SUCCESS) return r;
+  char* dst = nullptr;
+  char* src = nullptr;
+  if (CUresult r = side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstArray, c->dstXInBytes, c->dstY, c->dstZ,
+                        c->dstPitch, c->dstHeight, call, dst);
+      r != CUDA_SUCCESS)
+    return r;
+  if (CUresult r = side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcArray, c->srcXInBytes, c->srcY, c->srcZ,
+                        c->srcPitch, c->srcHeight, call, src);
+      r != CUDA_SUCCESS)
+    return r;
+  const size_t dpitch = c->Height > 1 || c->Depth > 1 ? c->dstPitch : c->WidthInBytes;
+  const size_t spitch = c->Height > 1 || c->Depth > 1 ? c->srcPitch : c->WidthInBytes;
+  return funnel::driver::to_cu(funnel::client::copy_3d(dst, {dpitch, c->dstPitch * c->dstHeight}, src,
+                                                       {spitch, c->srcPitch * c->srcHeight},
+                                                       {c->WidthInBytes, c->Height, c->Depth}, cudaMemcpyDefault,
+                                                       reinterpret_cast<cudaStream_t>(s), async, per_thread));
+}
+
+// A 2-D copy is a 3-D copy of one slice.
+CUresult copy2d(const CUDA_MEMCPY2D* c, CUstream s, bool async, bool per_thread, const char* call) {
+  if (c == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUDA_MEMCPY3D m{};
+  m.srcXInBytes = c->srcXInBytes;
+  m.srcY = c->srcY;
+  m.srcMemoryType = c->srcMemoryType;
+  m.srcHost = c->srcHost;
+  m.srcDevice = c->srcDevice;
+  m.srcArray = c->srcArray;
+  m.srcPitch = c->srcPitch;
+  m.dstXInBytes = c->dstXInBytes;
+  m.dstY = c->dstY;
+  m.dstMemoryType = c->dstMemoryType;
+  m.dstHost = c->dstHost;
+  m.dstDevice = c->dstDevice;
+  m.dstArray = c->dstArray;
+  m.dstPitch = c->dstPitch;
+  m.WidthInBytes = c->WidthInBytes;
+  m.Height = c->Height;
+  m.Depth = 1;
+  return copy3d(&m, s, async, per_thread, call);
+}
+
 // cuMemsetD{8,16,32} and cuMemsetD2D{8,16,32}, sync or async: `width` elements of T in each of
 // `height` rows `pitch` bytes apart.  Misalignment is refused here, at the call, as the driver does
 // (the server would only find it after the call has returned).
@@ -50,12 +114,62 @@ FUNNEL_DRIVER_API CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   return r;
 }
 
+FUNNEL_DRIVER_API CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
+                                              unsigned int element) {
+  if (dptr == nullptr || pitch == nullptr || width == 0 || height == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (element != 4 && element != 8 && element != 16) return CUDA_ERROR_INVALID_VALUE;
+  int d = 0;
+  if (CUresult r = funnel::driver::in_context(d); r != CUDA_SUCCESS) return r;
+  void* p = nullptr;
+  const CUresult r = funnel::driver::to_cu(funnel::client::pitched_alloc(&p, pitch, width, height, StreamRef{0, d}));
+  *dptr = r == CUDA_SUCCESS ? static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)) : 0;
+  return r;
+}
+
 FUNNEL_DRIVER_API CUresult cuMemFree_v2(CUdeviceptr p) {
   int d = 0;
   if (CUresult r = funnel::driver::in_context(d); r != CUDA_SUCCESS) return r;
-  if (p == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (p == 0) return CUDA_SUCCESS;  // as NVIDIA's driver: the runtime passes cudaFree(nullptr) on
   return funnel::driver::to_cu(funnel::client::device_free(host(p), Opcode::MemFree, StreamRef{0, d}));
 }
+
+// Stream-ordered allocations from the device's default pool, as cudaMallocAsync/cudaFreeAsync.
+namespace {
+CUresult alloc_async(CUdeviceptr* dptr, size_t bytes, CUstream stream, bool per_thread) {
+  if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  int d = 0;
+  if (CUresult r = funnel::driver::in_context(d); r != CUDA_SUCCESS) return r;
+  StreamRef s;
+  if (CUresult r = funnel::driver::to_cu(
+          funnel::client::resolve_stream(reinterpret_cast<cudaStream_t>(stream), per_thread, s));
+      r != CUDA_SUCCESS)
+    return r;
+  void* p = nullptr;
+  const CUresult r = funnel::driver::to_cu(funnel::client::device_alloc(&p, bytes, Opcode::MemAllocAsync, s));
+  *dptr = r == CUDA_SUCCESS ? static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)) : 0;
+  return r;
+}
+CUresult free_async(CUdeviceptr p, CUstream stream, bool per_thread) {
+  int d = 0;
+  if (CUresult r = funnel::driver::in_context(d); r != CUDA_SUCCESS) return r;
+  if (p == 0) return CUDA_ERROR_INVALID_VALUE;
+  StreamRef s;
+  if (CUresult r = funnel::driver::to_cu(
+          funnel::client::resolve_stream(reinterpret_cast<cudaStream_t>(stream), per_thread, s));
+      r != CUDA_SUCCESS)
+    return r;
+  return funnel::driver::to_cu(funnel::client::device_free(host(p), Opcode::MemFreeAsync, s));
+}
+}  // namespace
+
+FUNNEL_DRIVER_API CUresult cuMemAllocAsync(CUdeviceptr* p, size_t bytes, CUstream s) {
+  return alloc_async(p, bytes, s, false);
+}
+FUNNEL_DRIVER_API CUresult cuMemAllocAsync_ptsz(CUdeviceptr* p, size_t bytes, CUstream s) {
+  return alloc_async(p, bytes, s, true);
+}
+FUNNEL_DRIVER_API CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { return free_async(p, s, false); }
+FUNNEL_DRIVER_API CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { return free_async(p, s, true); }
 
 FUNNEL_DRIVER_API CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total) {
   int d = 0;
@@ -105,6 +219,46 @@ FUNNEL_DRIVER_API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src
 FUNNEL_DRIVER_API CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
   return copy(host(dst), host(src), n, cudaMemcpyDeviceToDevice, s, true, true);
 }
+// Unified addressing: the kind of each side is what the pointer is.
+FUNNEL_DRIVER_API CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  return copy(host(dst), host(src), n, cudaMemcpyDefault, nullptr, false, false);
+}
+FUNNEL_DRIVER_API CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  return copy(host(dst), host(src), n, cudaMemcpyDefault, nullptr, false, true);
+}
+FUNNEL_DRIVER_API CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  return copy(host(dst), host(src), n, cudaMemcpyDefault, s, true, false);
+}
+FUNNEL_DRIVER_API CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  return copy(host(dst), host(src), n, cudaMemcpyDefault, s, true, true);
+}
+FUNNEL_DRIVER_API CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D* c) { return copy2d(c, nullptr, false, false, "cuMemcpy2D"); }
+FUNNEL_DRIVER_API CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D* c) {
+  return copy2d(c, nullptr, false, true, "cuMemcpy2D");
+}
+FUNNEL_DRIVER_API CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D* c) {
+  return copy2d(c, nullptr, false, false, "cuMemcpy2DUnaligned");
+}
+FUNNEL_DRIVER_API CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D* c) {
+  return copy2d(c, nullptr, false, true, "cuMemcpy2DUnaligned");
+}
+FUNNEL_DRIVER_API CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D* c, CUstream s) {
+  return copy2d(c, s, true, false, "cuMemcpy2DAsync");
+}
+FUNNEL_DRIVER_API CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D* c, CUstream s) {
+  return copy2d(c, s, true, true, "cuMemcpy2DAsync");
+}
+FUNNEL_DRIVER_API CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D* c) { return copy3d(c, nullptr, false, false, "cuMemcpy3D"); }
+FUNNEL_DRIVER_API CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D* c) {
+  return copy3d(c, nullptr, false, true, "cuMemcpy3D");
+}
+FUNNEL_DRIVER_API CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D* c, CUstream s) {
+  return copy3d(c, s, true, false, "cuMemcpy3DAsync");
+}
+FUNNEL_DRIVER_API CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D* c, CUstream s) {
+  return copy3d(c, s, true, true, "cuMemcpy3DAsync");
+}
+
 FUNNEL_DRIVER_API CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) {
   return memset_n(p, 0, v, n, 1, nullptr, false);
 }
@@ -194,6 +348,23 @@ FUNNEL_DRIVER_API CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned int 
   return funnel::driver::to_cu(funnel::client::pinned_alloc(pp, bytes, flags));
 }
 FUNNEL_DRIVER_API CUresult cuMemAllocHost_v2(void** pp, size_t bytes) { return cuMemHostAlloc(pp, bytes, 0); }
+// The program's own memory, registered: known to the client's tables, as cudaHostRegister does
+// (copies from it stay staged; mapping it into kernels is issue 30).
+FUNNEL_DRIVER_API CUresult cuMemHostRegister_v2(void* p, size_t bytes, unsigned int /*flags*/) {
+  if (p == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  int d = 0;
+  if (CUresult r = funnel::driver::in_context(d); r != CUDA_SUCCESS) return r;
+  return Runtime::get().tables.add_registered(reinterpret_cast<uintptr_t>(p), bytes)
+             ? CUDA_SUCCESS
+             : CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+}
+FUNNEL_DRIVER_API CUresult cuMemHostUnregister(void* p) {
+  int d = 0;
+  if (CUresult r = funnel::driver::in_context(d); r != CUDA_SUCCESS) return r;
+  return Runtime::get().tables.remove_registered(reinterpret_cast<uintptr_t>(p)) ? CUDA_SUCCESS
+                                                                                 : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+}
+
 FUNNEL_DRIVER_API CUresult cuMemFreeHost(void* p) {
   int d = 0;
   if (CUresult r = funnel::driver::in_context(d); r != CUDA_SUCCESS) return r;

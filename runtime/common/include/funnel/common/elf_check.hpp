@@ -1,5 +1,6 @@
-// Inspects an executable before funnel-run starts it: a program linked with the
-// static CUDA runtime carries its own libcudart, which funnel cannot intercept.
+// Inspects an executable before funnel-run starts it: a program linked with the static CUDA
+// runtime carries its own libcudart, which reaches the GPU through the libcuda.so.1 it finds:
+// funnel's client driver serves it, NVIDIA's would open a context of its own.
 #pragma once
 #include <filesystem>
 #include <optional>
@@ -21,7 +22,7 @@ std::optional<ElfInfo> inspect_elf(const std::filesystem::path& file);
 // True when `info` says: device code, but no shared libcudart.
 bool uses_static_cudart(const ElfInfo& info) noexcept;
 
-// The one-line explanation and fix for a statically linked program.
+// The one-line explanation and fix for a statically linked program that would get NVIDIA's driver.
 std::string static_cudart_message(const std::string& program);
 
 }  // namespace funnel

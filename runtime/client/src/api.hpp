@@ -92,5 +92,8 @@ struct StreamRef {
 // entry points, where stream 0 means the calling thread's default stream.
 // Attaches when needed.  cudaErrorInvalidResourceHandle for unknown handles.
 cudaError_t resolve_stream(cudaStream_t s, bool per_thread, StreamRef& out) noexcept;
+// cudaDeviceGetPCIBusId / cuDeviceGetPCIBusId of a valid, attached device: as much of its
+// "0000:00:00.0" as fits in `len` bytes with the terminating 0.
+cudaError_t pci_bus_id(char* out, int len, int device) noexcept;
 
 }  // namespace funnel::client

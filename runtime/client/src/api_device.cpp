@@ -155,14 +155,8 @@ FUNNEL_API cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr a, int 
 
 FUNNEL_API cudaError_t cudaDeviceGetPCIBusId(char* pciBusId, int len, int device) {
   return guarded(__func__, [&] {
-    if (pciBusId == nullptr || len <= 0) return cudaErrorInvalidValue;
     if (cudaError_t e = check_device(device); e != cudaSuccess) return e;
-    const auto& rec = Runtime::get().device(device);
-    const size_t n = strnlen(rec.pci_bus_id, sizeof rec.pci_bus_id);
-    const size_t copy = std::min(n, static_cast<size_t>(len) - 1);
-    std::memcpy(pciBusId, rec.pci_bus_id, copy);
-    pciBusId[copy] = '\0';
-    return cudaSuccess;
+    return pci_bus_id(pciBusId, len, device);
   });
 }
 

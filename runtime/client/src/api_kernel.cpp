@@ -36,67 +36,11 @@ cudaError_t launch(const void* func, const LaunchSpec& l, void** args) {
   return launch_kernel(*k, l, args);
 }
 
-const char* attribute_name(cudaLaunchAttributeID id) {
-  switch (id) {
-    case cudaLaunchAttributeAccessPolicyWindow:
-      return "cudaLaunchAttributeAccessPolicyWindow";
-    case cudaLaunchAttributeSynchronizationPolicy:
-      return "cudaLaunchAttributeSynchronizationPolicy";
-    case cudaLaunchAttributeClusterSchedulingPolicyPreference:
-      return "cudaLaunchAttributeClusterSchedulingPolicyPreference";
-    case cudaLaunchAttributeProgrammaticStreamSerialization:
-      return "cudaLaunchAttributeProgrammaticStreamSerialization";
-    case cudaLaunchAttributeProgrammaticEvent:
-      return "cudaLaunchAttributeProgrammaticEvent";
-    case cudaLaunchAttributeMemSyncDomainMap:
-      return "cudaLaunchAttributeMemSyncDomainMap";
-    case cudaLaunchAttributeMemSyncDomain:
-      return "cudaLaunchAttributeMemSyncDomain";
-    case cudaLaunchAttributePreferredClusterDimension:
-      return "cudaLaunchAttributePreferredClusterDimension";
-    case cudaLaunchAttributeLaunchCompletionEvent:
-      return "cudaLaunchAttributeLaunchCompletionEvent";
-    case cudaLaunchAttributeDeviceUpdatableKernelNode:
-      return "cudaLaunchAttributeDeviceUpdatableKernelNode";
-    case cudaLaunchAttributePreferredSharedMemoryCarveout:
-      return "cudaLaunchAttributePreferredSharedMemoryCarveout";
-    case cudaLaunchAttributeNvlinkUtilCentricScheduling:
-      return "cudaLaunchAttributeNvlinkUtilCentricScheduling";
-    default:
-      return nullptr;
-  }
-}
-
 // The launch configuration of cudaLaunchKernelExC (and cudaOccupancyMaxActiveClusters).
 cudaError_t read_config(const cudaLaunchConfig_t* config, bool per_thread, LaunchSpec& l) {
   if (config == nullptr) return cudaErrorInvalidValue;
-  if (config->numAttrs != 0 && config->attrs == nullptr) return cudaErrorInvalidValue;
   l = LaunchSpec{config->gridDim, config->blockDim, config->dynamicSmemBytes, config->stream, per_thread};
-  for (unsigned i = 0; i < config->numAttrs; ++i) {
-    const cudaLaunchAttribute& a = config->attrs[i];
-    switch (a.id) {
-      case cudaLaunchAttributeIgnore:
-        break;
-      case cudaLaunchAttributeCooperative:
-        if (a.val.cooperative != 0) l.flags |= ipc::kLaunchCooperative;
-        break;
-      case cudaLaunchAttributeClusterDimension:
-        l.cluster[0] = a.val.clusterDim.x, l.cluster[1] = a.val.clusterDim.y, l.cluster[2] = a.val.clusterDim.z;
-        break;
-      case cudaLaunchAttributePriority:
-        l.priority = a.val.priority;
-        break;
-      default: {
-        const char* name = attribute_name(a.id);
-        const std::string what =
-            name != nullptr ? fmt::format("cudaLaunchKernelExC with {}", name)
-                            : fmt::format("cudaLaunchKernelExC with launch attribute {}", static_cast<int>(a.id));
-        report_unsupported(what.c_str());
-        return cudaErrorNotSupported;
-      }
-    }
-  }
-  return cudaSuccess;
+  return apply_launch_attributes(config->attrs, config->numAttrs, "cudaLaunchKernelExC", l);
 }
 
 cudaError_t launch_ex(const cudaLaunchConfig_t* config, const void* func, void** args, bool per_thread) {
@@ -132,52 +76,11 @@ cudaError_t func_attributes(cudaFuncAttributes* attr, const void* func) {
   return cudaSuccess;
 }
 
-// cudaFuncSetAttribute and cudaFuncSetCacheConfig: one-way after local checks.
-cudaError_t func_set(const void* func, uint32_t attribute, int value) {
+cudaError_t set_attribute(const void* func, cudaFuncAttribute attr, int value) {
   const int dev = current_device();
   Kernel* k = nullptr;
   if (cudaError_t e = ready_kernel(func, dev, k); e != cudaSuccess) return e;
-  ipc::FuncSetAttributeCmd c{k->id, attribute, value};
-  const cudaError_t e = to_cuda(Runtime::get().post(Opcode::FuncSetAttribute, dev, 0, &c, sizeof c));
-  forget_limits(*k);  // asked again after the set, which the server handles first (ring order)
-  return e;
-}
-
-cudaError_t set_attribute(const void* func, cudaFuncAttribute attr, int value) {
-  switch (attr) {
-    case cudaFuncAttributeMaxDynamicSharedMemorySize: {
-      if (value < 0) return cudaErrorInvalidValue;
-      Runtime& rt = Runtime::get();
-      if (cudaError_t e = to_cuda(rt.ready()); e != cudaSuccess) return e;
-      const int dev = current_device();
-      if (dev < 0 || dev >= rt.device_count()) return cudaErrorInvalidDevice;
-      static_assert(cudaDevAttrMaxSharedMemoryPerBlockOptin < ipc::kMaxDeviceAttributes);
-      const int optin = rt.device(dev).attributes[cudaDevAttrMaxSharedMemoryPerBlockOptin];
-      if (optin <= 0) break;
-      if (value > optin) return cudaErrorInvalidValue;
-      // The kernel's static shared memory counts against the same opt-in limit.
-      Kernel* k = nullptr;
-      if (cudaError_t e = ready_kernel(func, dev, k); e != cudaSuccess) return e;
-      ipc::FuncAttributes a;
-      if (cudaError_t e = kernel_attributes(*k, dev, a); e != cudaSuccess) return e;
-      if (uint64_t(value) + a.shared_size_bytes > uint64_t(optin)) return cudaErrorInvalidValue;
-      break;
-    }
-    case cudaFuncAttributePreferredSharedMemoryCarveout:
-      if (value < -1 || value > 100) return cudaErrorInvalidValue;
-      break;
-    case cudaFuncAttributeClusterDimMustBeSet:
-    case cudaFuncAttributeRequiredClusterWidth:
-    case cudaFuncAttributeRequiredClusterHeight:
-    case cudaFuncAttributeRequiredClusterDepth:
-    case cudaFuncAttributeNonPortableClusterSizeAllowed:
-    case cudaFuncAttributeClusterSchedulingPolicyPreference:
-      if (value < 0) return cudaErrorInvalidValue;
-      break;
-    default:
-      return cudaErrorInvalidValue;
-  }
-  return func_set(func, static_cast<uint32_t>(attr), value);
+  return set_kernel_attribute(*k, dev, attr, value);
 }
 
 cudaError_t occupancy(int* blocks, const void* func, int block_size, size_t dynamic_shared, unsigned flags) {
@@ -204,17 +107,7 @@ cudaError_t max_active_clusters(int* clusters, const void* func, const cudaLaunc
   const int dev = current_device();
   Kernel* k = nullptr;
   if (cudaError_t e = ready_kernel(func, dev, k); e != cudaSuccess) return e;
-  if (l.shared > UINT32_MAX) return cudaErrorInvalidValue;
-  ipc::LaunchCmd c{};  // no parameters follow (param_bytes 0)
-  c.kernel_id = k->id;
-  c.grid[0] = l.grid.x, c.grid[1] = l.grid.y, c.grid[2] = l.grid.z;
-  c.block[0] = l.block.x, c.block[1] = l.block.y, c.block[2] = l.block.z;
-  c.shared_bytes = static_cast<uint32_t>(l.shared);
-  for (int i = 0; i < 3; ++i) c.cluster[i] = l.cluster[i];
-  Reply r;
-  const cudaError_t e = to_cuda(Runtime::get().ask(Opcode::MaxActiveClusters, dev, &c, sizeof c, {}, &r));
-  if (e == cudaSuccess) *clusters = static_cast<int>(r.value[0]);
-  return e;
+  return kernel_max_active_clusters(*k, dev, l, *clusters);
 }
 
 LaunchSpec spec(dim3 grid, dim3 block, size_t shared, cudaStream_t stream, bool per_thread, uint32_t flags = 0) {
@@ -307,8 +200,10 @@ FUNNEL_API cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute 
 }
 FUNNEL_API cudaError_t cudaFuncSetCacheConfig(const void* func, cudaFuncCache config) {
   return guarded(__func__, [&] {
-    if (config < cudaFuncCachePreferNone || config > cudaFuncCachePreferEqual) return cudaErrorInvalidValue;
-    return func_set(func, ipc::kFuncCacheConfig, config);
+    const int dev = current_device();
+    Kernel* k = nullptr;
+    if (cudaError_t e = ready_kernel(func, dev, k); e != cudaSuccess) return e;
+    return set_kernel_cache_config(*k, dev, config);
   });
 }
 // Deprecated and without effect on Volta and later GPUs: checked, then accepted.

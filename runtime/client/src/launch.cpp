@@ -147,4 +147,129 @@ cudaError_t kernel_available_smem(Kernel& k, int device, int blocks, int block_s
   return e;
 }
 
+namespace {
+
+const char* attribute_name(cudaLaunchAttributeID id) {
+  switch (id) {
+    case cudaLaunchAttributeAccessPolicyWindow:
+      return "cudaLaunchAttributeAccessPolicyWindow";
+    case cudaLaunchAttributeSynchronizationPolicy:
+      return "cudaLaunchAttributeSynchronizationPolicy";
+    case cudaLaunchAttributeClusterSchedulingPolicyPreference:
+      return "cudaLaunchAttributeClusterSchedulingPolicyPreference";
+    case cudaLaunchAttributeProgrammaticStreamSerialization:
+      return "cudaLaunchAttributeProgrammaticStreamSerialization";
+    case cudaLaunchAttributeProgrammaticEvent:
+      return "cudaLaunchAttributeProgrammaticEvent";
+    case cudaLaunchAttributeMemSyncDomainMap:
+      return "cudaLaunchAttributeMemSyncDomainMap";
+    case cudaLaunchAttributeMemSyncDomain:
+      return "cudaLaunchAttributeMemSyncDomain";
+    case cudaLaunchAttributePreferredClusterDimension:
+      return "cudaLaunchAttributePreferredClusterDimension";
+    case cudaLaunchAttributeLaunchCompletionEvent:
+      return "cudaLaunchAttributeLaunchCompletionEvent";
+    case cudaLaunchAttributeDeviceUpdatableKernelNode:
+      return "cudaLaunchAttributeDeviceUpdatableKernelNode";
+    case cudaLaunchAttributePreferredSharedMemoryCarveout:
+      return "cudaLaunchAttributePreferredSharedMemoryCarveout";
+    case cudaLaunchAttributeNvlinkUtilCentricScheduling:
+      return "cudaLaunchAttributeNvlinkUtilCentricScheduling";
+    default:
+      return nullptr;
+  }
+}
+
+// cudaFuncSetAttribute, cudaFuncSetCacheConfig: one-way after the local checks.
+cudaError_t post_attribute(Kernel& k, int dev, uint32_t attribute, int value) {
+  ipc::FuncSetAttributeCmd c{k.id, attribute, value};
+  const cudaError_t e = to_cuda(Runtime::get().post(Opcode::FuncSetAttribute, dev, 0, &c, sizeof c));
+  forget_limits(k);  // asked again after the set, which the server handles first (ring order)
+  return e;
+}
+
+}  // namespace
+
+cudaError_t apply_launch_attributes(const cudaLaunchAttribute* attrs, unsigned n, const char* call, LaunchSpec& l) {
+  if (n != 0 && attrs == nullptr) return cudaErrorInvalidValue;
+  for (unsigned i = 0; i < n; ++i) {
+    const cudaLaunchAttribute& a = attrs[i];
+    switch (a.id) {
+      case cudaLaunchAttributeIgnore:
+        break;
+      case cudaLaunchAttributeCooperative:
+        if (a.val.cooperative != 0) l.flags |= ipc::kLaunchCooperative;
+        break;
+      case cudaLaunchAttributeClusterDimension:
+        l.cluster[0] = a.val.clusterDim.x, l.cluster[1] = a.val.clusterDim.y, l.cluster[2] = a.val.clusterDim.z;
+        break;
+      case cudaLaunchAttributePriority:
+        l.priority = a.val.priority;
+        break;
+      default: {
+        const char* name = attribute_name(a.id);
+        const std::string what =
+            name != nullptr ? fmt::format("{} with {}", call, name)
+                            : fmt::format("{} with launch attribute {}", call, static_cast<int>(a.id));
+        report_unsupported(what.c_str());
+        return cudaErrorNotSupported;
+      }
+    }
+  }
+  return cudaSuccess;
+}
+
+cudaError_t set_kernel_attribute(Kernel& k, int dev, int attr, int value) {
+  switch (static_cast<cudaFuncAttribute>(attr)) {
+    case cudaFuncAttributeMaxDynamicSharedMemorySize: {
+      if (value < 0) return cudaErrorInvalidValue;
+      Runtime& rt = Runtime::get();
+      if (cudaError_t e = to_cuda(rt.ready()); e != cudaSuccess) return e;
+      if (dev < 0 || dev >= rt.device_count()) return cudaErrorInvalidDevice;
+      static_assert(cudaDevAttrMaxSharedMemoryPerBlockOptin < ipc::kMaxDeviceAttributes);
+      const int optin = rt.device(dev).attributes[cudaDevAttrMaxSharedMemoryPerBlockOptin];
+      if (optin <= 0) break;
+      if (value > optin) return cudaErrorInvalidValue;
+      // The kernel's static shared memory counts against the same opt-in limit.
+      ipc::FuncAttributes a;
+      if (cudaError_t e = kernel_attributes(k, dev, a); e != cudaSuccess) return e;
+      if (uint64_t(value) + a.shared_size_bytes > uint64_t(optin)) return cudaErrorInvalidValue;
+      break;
+    }
+    case cudaFuncAttributePreferredSharedMemoryCarveout:
+      if (value < -1 || value > 100) return cudaErrorInvalidValue;
+      break;
+    case cudaFuncAttributeClusterDimMustBeSet:
+    case cudaFuncAttributeRequiredClusterWidth:
+    case cudaFuncAttributeRequiredClusterHeight:
+    case cudaFuncAttributeRequiredClusterDepth:
+    case cudaFuncAttributeNonPortableClusterSizeAllowed:
+    case cudaFuncAttributeClusterSchedulingPolicyPreference:
+      if (value < 0) return cudaErrorInvalidValue;
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return post_attribute(k, dev, static_cast<uint32_t>(attr), value);
+}
+
+
+cudaError_t set_kernel_cache_config(Kernel& k, int dev, int config) {
+  if (config < cudaFuncCachePreferNone || config > cudaFuncCachePreferEqual) return cudaErrorInvalidValue;
+  return post_attribute(k, dev, ipc::kFuncCacheConfig, config);
+}
+
+cudaError_t kernel_max_active_clusters(Kernel& k, int dev, const LaunchSpec& l, int& clusters) {  if (l.shared > UINT32_MAX) return cudaErrorInvalidValue;
+  ipc::LaunchCmd c{};  // no parameters follow (param_bytes 0)
+  c.kernel_id = k.id;
+  c.grid[0] = l.grid.x, c.grid[1] = l.grid.y, c.grid[2] = l.grid.z;
+  c.block[0] = l.block.x, c.block[1] = l.block.y, c.block[2] = l.block.z;
+  c.shared_bytes = static_cast<uint32_t>(l.shared);
+  for (int i = 0; i < 3; ++i) c.cluster[i] = l.cluster[i];
+  Reply r;
+  const cudaError_t e = to_cuda(Runtime::get().ask(Opcode::MaxActiveClusters, dev, &c, sizeof c, {}, &r));
+  if (e == cudaSuccess) clusters = static_cast<int>(r.value[0]);
+  return e;
+}
+
 }  // namespace funnel::client

@@ -38,4 +38,14 @@ cudaError_t kernel_available_smem(Kernel& k, int device, int blocks, int block_s
 // parameter, as cudaLaunchKernel and cuLaunchKernel take them); loads the module first if needed.
 cudaError_t launch_kernel(Kernel& k, const LaunchSpec& l, void** args);
 
+// cudaLaunchKernelExC's and cuLaunchKernelEx's attributes (the same numbers and values) into
+// `l`: cooperative, cluster dimension, priority; others refused naming `call` and the attribute.
+cudaError_t apply_launch_attributes(const cudaLaunchAttribute* attrs, unsigned n, const char* call, LaunchSpec& l);
+// cudaFuncSetAttribute / cuFuncSetAttribute (the same attribute numbers), checked here and sent
+// one-way; cudaFuncSetCacheConfig / cuFuncSetCacheConfig.
+cudaError_t set_kernel_attribute(Kernel& k, int device, int attr, int value);
+cudaError_t set_kernel_cache_config(Kernel& k, int device, int config);
+// cudaOccupancyMaxActiveClusters / cuOccupancyMaxActiveClusters for a ready kernel.
+cudaError_t kernel_max_active_clusters(Kernel& k, int device, const LaunchSpec& l, int& clusters);
+
 }  // namespace funnel::client

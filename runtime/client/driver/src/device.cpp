@@ -153,6 +153,11 @@ FUNNEL_DRIVER_API CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute a
   return CUDA_SUCCESS;
 }
 
+FUNNEL_DRIVER_API CUresult cuDeviceGetPCIBusId(char* id, int len, CUdevice d) {
+  if (CUresult r = check_device(d); r != CUDA_SUCCESS) return r;
+  return to_cu(funnel::client::pci_bus_id(id, len, d));
+}
+
 FUNNEL_DRIVER_API CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice d) {
   if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = check_device(d); r != CUDA_SUCCESS) return r;

@@ -30,6 +30,14 @@ namespace {
 
 using Uuid = std::array<uint8_t, 16>;
 
+// 16 bytes from 32 hex digits, in order (a table id as the tracer prints it).
+consteval Uuid hex16(const char (&hex)[33]) {
+  auto digit = [](char c) { return static_cast<uint8_t>(c <= '9' ? c - '0' : c - 'a' + 10); };
+  Uuid id{};
+  for (size_t i = 0; i < 16; ++i) id[i] = static_cast<uint8_t>(digit(hex[2 * i]) << 4 | digit(hex[2 * i + 1]));
+  return id;
+}
+
 std::string text(const CUuuid* id) {
   char b[40];
   for (int i = 0; i < 16; ++i) std::snprintf(b + 2 * i, 3, "%02x", static_cast<unsigned char>(id->bytes[i]));
@@ -56,8 +64,7 @@ CUresult rt_success() { return CUDA_SUCCESS; }
 
 // ---- INTEGRITY_CHECK ----------------------------------------------------------------------------
 
-constexpr Uuid kIntegrityKey = {0x14, 0x6a, 0xdd, 0xae, 0x53, 0xa9, 0xa7, 0x52,
-                                0xaa, 0x08, 0x41, 0x36, 0x0b, 0xf5, 0x5a, 0x9f};
+constexpr Uuid kIntegrityKey = hex16("146addae53a9a752aa0841360bf55a9f");
 
 const void* const* cudart_interface_table() noexcept;
 const void* const* integrity_table() noexcept;
@@ -84,7 +91,8 @@ static_assert(sizeof(IntegrityInput) == 48 && sizeof(IntegrityDevice) == 28);
 
 CUresult integrity_check(unsigned int runtime_version, uint64_t seconds, uint64_t (*result)[2]) {
   if (result == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  // Runtimes of a version ending in 0 or 1 accept fixed answers.
+  // The runtime asks three times, with its version + 0, 1 and 2 (13000, 13001, 13002 for CUDA
+  // 13.0's): the first two expect fixed answers, the third the hash.
   if (runtime_version % 10 < 2) {
     (*result)[0] = runtime_version % 10 == 0 ? 0x3341181c03cb675cULL : 0x1841181c03cb675cULL;
     (*result)[1] = 0x8ed383aa1f4cd1e8ULL;
@@ -207,31 +215,40 @@ struct Table {
 };
 const Table kTables[] = {
     {"CUDART_INTERFACE",
-     {0x6b, 0xd5, 0xfb, 0x6c, 0x5b, 0xf4, 0xe7, 0x4a, 0x89, 0x87, 0xd9, 0x39, 0x12, 0xfd, 0x9d, 0xf9},
+     hex16("6bd5fb6c5bf4e74a8987d93912fd9df9"),
      kCudartInterface},
     {"INTEGRITY_CHECK",
-     {0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2},
+     hex16("d4082055bde6704b8d34ba123c66e1f2"),
      kIntegrity},
     {"CONTEXT_LOCAL_STORAGE",
-     {0xc6, 0x93, 0x33, 0x6e, 0x11, 0x21, 0xdf, 0x11, 0xa8, 0xc3, 0x68, 0xf3, 0x55, 0xd8, 0x95, 0x93},
+     hex16("c693336e1121df11a8c368f355d89593"),
      kContextStorage},
     {"CONTEXT_CHECKS",
-     {0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0x43, 0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d, 0xfa, 0x7e},
+     hex16("263e88607cd2614392f6bbd5006dfa7e"),
      kContextChecks},
     {"TOOLS_TLS",
-     {0x42, 0xd8, 0x5a, 0x81, 0x23, 0xf6, 0xcb, 0x47, 0x82, 0x98, 0xf6, 0xe7, 0x8a, 0x3a, 0xec, 0xdc},
+     hex16("42d85a8123f6cb478298f6e78a3aecdc"),
      kToolsTls},
     {"TOOLS_RUNTIME_CALLBACK_HOOKS",
-     {0xa0, 0x94, 0x79, 0x8c, 0x2e, 0x74, 0x2e, 0x74, 0x93, 0xf2, 0x08, 0x00, 0x20, 0x0c, 0x0a, 0x66},
+     hex16("a094798c2e742e7493f20800200c0a66"),
      kToolsHooks},
+};
+
+// Tables the runtimes ask for and cope without, measured (doc/design/driver-client.md): refused
+// without a notice, since every program that carries the runtime asks for them.
+//   f8cff951...: every runtime asks, none calls a slot; static-runtime programs run without it.
+//   da9151d3...: NVRTC asks; its programs compile and run without it.
+const Uuid kOptionalTables[] = {
+    hex16("f8cff95121468b4eb9e2fb469e7c0dd9"),
+    hex16("da9151d33ae6cc41a5c04f26d533e328"),
 };
 
 }  // namespace
 
 }  // namespace funnel::driver
 
-// A table funnel does not know is refused, naming its id once on stderr: the runtimes traced
-// cope with that for the ones they only may use (doc/design/driver-surface.md).
+// A table funnel does not serve is refused, naming its id once on stderr, unless it is one the
+// runtimes are measured to cope without (kOptionalTables).
 FUNNEL_DRIVER_API CUresult cuGetExportTable(const void** table, const CUuuid* id) {
   if (table == nullptr || id == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *table = nullptr;
@@ -241,6 +258,8 @@ FUNNEL_DRIVER_API CUresult cuGetExportTable(const void** table, const CUuuid* id
       return CUDA_SUCCESS;
     }
   }
+  for (const auto& optional : funnel::driver::kOptionalTables)
+    if (std::memcmp(optional.data(), id->bytes, 16) == 0) return CUDA_ERROR_NOT_SUPPORTED;
   return static_cast<CUresult>(
       funnel::driver::not_supported(("cuGetExportTable(" + funnel::driver::text(id) + ")").c_str()));
 }

@@ -2,6 +2,7 @@
 // kept by content on the server) and launches (the same checks and Launch records as the runtime
 // front's). A CUmodule is the core's Module, a CUfunction its Kernel; handles are checked
 // against the ones this front gave out.
+#include <cstddef>
 #include <cstdlib>
 #include <mutex>
 #include <string_view>
@@ -119,6 +120,137 @@ FUNNEL_DRIVER_API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsign
                                                unsigned by, unsigned bz, unsigned shared, CUstream s, void** params,
                                                void** extra) {
   return launch(f, gx, gy, gz, bx, by, bz, shared, s, params, extra, true);
+}
+
+// cuLaunchKernelEx: the configuration's attributes are cudaLaunchKernelExC's (the same numbers
+// and value layout), read by the core.
+namespace {
+static_assert(sizeof(CUlaunchAttribute) == sizeof(cudaLaunchAttribute) &&
+              offsetof(CUlaunchAttribute, value) == offsetof(cudaLaunchAttribute, val));
+static_assert(CU_LAUNCH_ATTRIBUTE_COOPERATIVE == static_cast<int>(cudaLaunchAttributeCooperative) &&
+              CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION == static_cast<int>(cudaLaunchAttributeClusterDimension) &&
+              CU_LAUNCH_ATTRIBUTE_PRIORITY == static_cast<int>(cudaLaunchAttributePriority));
+
+CUresult read_config(const CUlaunchConfig* c, bool per_thread, funnel::client::LaunchSpec& l) {
+  if (c == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  l = funnel::client::LaunchSpec{};
+  l.grid = dim3(c->gridDimX, c->gridDimY, c->gridDimZ);
+  l.block = dim3(c->blockDimX, c->blockDimY, c->blockDimZ);
+  l.shared = c->sharedMemBytes;
+  l.stream = reinterpret_cast<cudaStream_t>(c->hStream);
+  l.per_thread = per_thread;
+  return funnel::driver::to_cu(funnel::client::apply_launch_attributes(
+      reinterpret_cast<const cudaLaunchAttribute*>(c->attrs), c->numAttrs, "cuLaunchKernelEx", l));
+}
+
+CUresult launch_ex(const CUlaunchConfig* c, CUfunction f, void** params, void** extra, bool per_thread) {
+  Kernel* k = function_of(f);
+  if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (extra != nullptr) return funnel::driver::not_supported_detail("cuLaunchKernelEx with extra parameters", 0);
+  int d = 0;
+  if (CUresult r = funnel::driver::current(d); r != CUDA_SUCCESS) return r;
+  funnel::client::LaunchSpec l;
+  if (CUresult r = read_config(c, per_thread, l); r != CUDA_SUCCESS) return r;
+  return funnel::driver::to_cu(funnel::client::launch_kernel(*k, l, params));
+}
+
+// A kernel's device for the calls that take one: ready on it (module loaded).
+CUresult ready_on(Kernel* k, int d) {
+  if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (CUresult r = funnel::driver::ready(); r != CUDA_SUCCESS) return r;
+  if (d < 0 || d >= Runtime::get().device_count()) return CUDA_ERROR_INVALID_DEVICE;
+  return funnel::driver::to_cu(funnel::client::kernel_ready(*k, Runtime::get(), d));
+}
+
+CUresult current_kernel(CUfunction f, Kernel*& k, int& d) {
+  k = function_of(f);
+  if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (CUresult r = funnel::driver::current(d); r != CUDA_SUCCESS) return r;
+  return ready_on(k, d);
+}
+
+}  // namespace
+
+FUNNEL_DRIVER_API CUresult cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** params, void** extra) {
+  return launch_ex(c, f, params, extra, false);
+}
+FUNNEL_DRIVER_API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* c, CUfunction f, void** params, void** extra) {
+  return launch_ex(c, f, params, extra, true);
+}
+// A cooperative launch is a launch with the cooperative attribute.
+FUNNEL_DRIVER_API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                                     unsigned by, unsigned bz, unsigned shared, CUstream s,
+                                                     void** params) {
+  CUlaunchAttribute coop{};
+  coop.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+  coop.value.cooperative = 1;
+  const CUlaunchConfig c{gx, gy, gz, bx, by, bz, shared, s, &coop, 1};
+  return launch_ex(&c, f, params, nullptr, false);
+}
+FUNNEL_DRIVER_API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                                          unsigned bx, unsigned by, unsigned bz, unsigned shared,
+                                                          CUstream s, void** params) {
+  CUlaunchAttribute coop{};
+  coop.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+  coop.value.cooperative = 1;
+  const CUlaunchConfig c{gx, gy, gz, bx, by, bz, shared, s, &coop, 1};
+  return launch_ex(&c, f, params, nullptr, true);
+}
+
+// Function attributes set: the runtime's checks and command (CUfunction_attribute and
+// cudaFuncAttribute number them alike).
+FUNNEL_DRIVER_API CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int value) {
+  Kernel* k = nullptr;
+  int d = 0;
+  if (CUresult r = current_kernel(f, k, d); r != CUDA_SUCCESS) return r;
+  return funnel::driver::to_cu(funnel::client::set_kernel_attribute(*k, d, a, value));
+}
+FUNNEL_DRIVER_API CUresult cuKernelSetAttribute(CUfunction_attribute a, int value, CUkernel kernel, CUdevice d) {
+  Kernel* k = function_of(reinterpret_cast<CUfunction>(kernel));
+  if (CUresult r = ready_on(k, d); r != CUDA_SUCCESS) return r;
+  return funnel::driver::to_cu(funnel::client::set_kernel_attribute(*k, d, a, value));
+}
+FUNNEL_DRIVER_API CUresult cuFuncSetCacheConfig(CUfunction f, CUfunc_cache config) {
+  Kernel* k = nullptr;
+  int d = 0;
+  if (CUresult r = current_kernel(f, k, d); r != CUDA_SUCCESS) return r;
+  return funnel::driver::to_cu(funnel::client::set_kernel_cache_config(*k, d, config));
+}
+FUNNEL_DRIVER_API CUresult cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice d) {
+  Kernel* k = function_of(reinterpret_cast<CUfunction>(kernel));
+  if (CUresult r = ready_on(k, d); r != CUDA_SUCCESS) return r;
+  return funnel::driver::to_cu(funnel::client::set_kernel_cache_config(*k, d, config));
+}
+// Deprecated and without effect since Volta: checked, then accepted (as cudaFuncSetSharedMemConfig).
+FUNNEL_DRIVER_API CUresult cuFuncSetSharedMemConfig(CUfunction f, CUsharedconfig config) {
+  if (config < CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE || config > CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE)
+    return CUDA_ERROR_INVALID_VALUE;
+  Kernel* k = nullptr;
+  int d = 0;
+  return current_kernel(f, k, d);
+}
+// Where a kernel's parameter lies in its parameter buffer, from the layout the server read.
+FUNNEL_DRIVER_API CUresult cuFuncGetParamInfo(CUfunction f, size_t index, size_t* offset, size_t* size) {
+  Kernel* k = nullptr;
+  int d = 0;
+  if (CUresult r = current_kernel(f, k, d); r != CUDA_SUCCESS) return r;
+  if (index >= k->layout.size()) return CUDA_ERROR_INVALID_VALUE;
+  if (offset != nullptr) *offset = funnel::ipc::param_offset(k->layout[index]);
+  if (size != nullptr) *size = funnel::ipc::param_size(k->layout[index]);
+  return CUDA_SUCCESS;
+}
+FUNNEL_DRIVER_API CUresult cuKernelGetParamInfo(CUkernel kernel, size_t index, size_t* offset, size_t* size) {
+  return cuFuncGetParamInfo(reinterpret_cast<CUfunction>(kernel), index, offset, size);
+}
+
+FUNNEL_DRIVER_API CUresult cuOccupancyMaxActiveClusters(int* clusters, CUfunction f, const CUlaunchConfig* c) {
+  if (clusters == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Kernel* k = nullptr;
+  int d = 0;
+  if (CUresult r = current_kernel(f, k, d); r != CUDA_SUCCESS) return r;
+  funnel::client::LaunchSpec l;
+  if (CUresult r = read_config(c, false, l); r != CUDA_SUCCESS) return r;
+  return funnel::driver::to_cu(funnel::client::kernel_max_active_clusters(*k, d, l, *clusters));
 }
 
 // ---- globals, libraries and kernels, function attributes --------------------------------------

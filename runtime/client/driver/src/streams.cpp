@@ -71,3 +71,18 @@ FUNNEL_DRIVER_API CUresult cuLaunchHostFunc_ptsz(CUstream s, CUhostFn fn, void* 
   if (CUresult r = funnel::driver::current(d); r != CUDA_SUCCESS) return r;
   return funnel::driver::to_cu(funnel::client::launch_host_func(rt(s), fn, data, true));
 }
+
+// A stream callback gets its stream and the stream's status: the runtime's callback, whose
+// parameters are the same types under their runtime names.
+FUNNEL_DRIVER_API CUresult cuStreamAddCallback(CUstream s, CUstreamCallback cb, void* data, unsigned int flags) {
+  int d = 0;
+  if (CUresult r = funnel::driver::current(d); r != CUDA_SUCCESS) return r;
+  return funnel::driver::to_cu(
+      funnel::client::add_callback(rt(s), reinterpret_cast<cudaStreamCallback_t>(cb), data, flags, false));
+}
+FUNNEL_DRIVER_API CUresult cuStreamAddCallback_ptsz(CUstream s, CUstreamCallback cb, void* data, unsigned int flags) {
+  int d = 0;
+  if (CUresult r = funnel::driver::current(d); r != CUDA_SUCCESS) return r;
+  return funnel::driver::to_cu(
+      funnel::client::add_callback(rt(s), reinterpret_cast<cudaStreamCallback_t>(cb), data, flags, true));
+}

@@ -92,6 +92,10 @@ struct StreamRef {
 // entry points, where stream 0 means the calling thread's default stream.
 // Attaches when needed.  cudaErrorInvalidResourceHandle for unknown handles.
 cudaError_t resolve_stream(cudaStream_t s, bool per_thread, StreamRef& out) noexcept;
+// cudaStreamIsCapturing / cudaStreamGetCaptureInfo and the driver's: a valid stream is never
+// capturing, as funnel refuses to begin a capture (cudaStreamBeginCapture is not supported yet,
+// issue 30); *status gets cudaStreamCaptureStatusNone.
+cudaError_t capture_status(cudaStream_t s, bool per_thread, cudaStreamCaptureStatus* status) noexcept;
 // cudaDeviceGetPCIBusId / cuDeviceGetPCIBusId of a valid, attached device: as much of its
 // "0000:00:00.0" as fits in `len` bytes with the terminating 0.
 cudaError_t pci_bus_id(char* out, int len, int device) noexcept;

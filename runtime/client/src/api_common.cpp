@@ -76,4 +76,12 @@ cudaError_t pci_bus_id(char* out, int len, int device) noexcept {
   return cudaSuccess;
 }
 
+cudaError_t capture_status(cudaStream_t s, bool per_thread, cudaStreamCaptureStatus* status) noexcept {
+  if (status == nullptr) return cudaErrorInvalidValue;
+  StreamRef ref;
+  if (cudaError_t e = resolve_stream(s, per_thread, ref); e != cudaSuccess) return e;
+  *status = cudaStreamCaptureStatusNone;
+  return cudaSuccess;
+}
+
 }  // namespace funnel::client

@@ -259,6 +259,15 @@ FUNNEL_DRIVER_API CUresult cuCtxGetDevice(CUdevice* device) {
   return CUDA_SUCCESS;
 }
 
+// A context's unique id: funnel's contexts are one per device, numbered from 1.
+FUNNEL_DRIVER_API CUresult cuCtxGetId(CUcontext ctx, unsigned long long* id) {
+  if (id == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  int d = 0;
+  if (CUresult r = device_of(ctx, d); r != CUDA_SUCCESS) return r;
+  *id = static_cast<unsigned long long>(d) + 1;
+  return CUDA_SUCCESS;
+}
+
 // CUDA 13's forms that name the context (null: the current one).
 FUNNEL_DRIVER_API CUresult cuCtxGetDevice_v2(CUdevice* device, CUcontext ctx) {
   if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -280,7 +289,15 @@ FUNNEL_DRIVER_API CUresult cuCtxGetLimit(size_t* value, CUlimit limit) {
   int d = 0;
   if (CUresult r = current(d); r != CUDA_SUCCESS) return r;
   static_assert(CU_LIMIT_STACK_SIZE == static_cast<int>(cudaLimitStackSize) &&
+                CU_LIMIT_PRINTF_FIFO_SIZE == static_cast<int>(cudaLimitPrintfFifoSize) &&
                 CU_LIMIT_MALLOC_HEAP_SIZE == static_cast<int>(cudaLimitMallocHeapSize));
+  // funnel's contexts are never CUDA-in-graphics contexts (cuBLAS asks before every GEMM).
+  if (limit == CU_LIMIT_CIG_ENABLED || limit == CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED) {
+    *value = 0;
+    return CUDA_SUCCESS;
+  }
+  if (limit != CU_LIMIT_STACK_SIZE && limit != CU_LIMIT_PRINTF_FIFO_SIZE && limit != CU_LIMIT_MALLOC_HEAP_SIZE)
+    return not_supported_detail("cuCtxGetLimit", static_cast<int>(limit));
   funnel::ipc::LimitCmd c{static_cast<uint32_t>(limit), 0, 0};
   funnel::client::Reply reply;
   if (CUresult r = to_cu(Runtime::get().call(funnel::ipc::Opcode::GetLimit, d, 0, &c, sizeof c, &reply));

@@ -168,6 +168,23 @@ CUresult context_check(CUcontext, unsigned int* kind, const void** detail) {
   return CUDA_SUCCESS;
 }
 unsigned int no_value() { return 0; }
+// TOOLS_TLS slot 2: the calling thread's current context.  cuBLASLt keys its kernel registry by
+// it (and by the context's id, below): an answer without a context makes every GEMM candidate
+// unusable (CUBLAS_STATUS_NOT_SUPPORTED).
+CUresult current_context(CUcontext* ctx) {
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return cuCtxGetCurrent(ctx);
+}
+// 21318c60... (the tools' context table; cuBLAS, cuBLASLt, cuFFT, cuSOLVER, cuDNN, PyTorch ask for
+// it): slot 4 is a context's unique id, as cuCtxGetId; the driver's table has 94 slots, only
+// these first ones are given, the others loud.
+CUresult context_id(CUcontext ctx, unsigned long long* id) { return cuCtxGetId(ctx, id); }
+template <int Slot>
+CUresult slot_not_served() {
+  char what[96];
+  std::snprintf(what, sizeof what, "cuGetExportTable(21318c60971432488ca641ff7324c8f2) slot %d", Slot);
+  return static_cast<CUresult>(not_supported(what));
+}
 uintptr_t zero0() { return 0; }
 uintptr_t zero1(const void*) { return 0; }
 uintptr_t zero2(const void*, const void*) { return 0; }
@@ -201,7 +218,9 @@ const void* const kCudartInterface[] = {size_word(13),
 const void* const kIntegrity[] = {size_word(3), word(integrity_check), nullptr};
 const void* const kContextStorage[] = {word(storage_put), word(storage_delete), word(storage_get), nullptr};
 const void* const kContextChecks[] = {size_word(4), nullptr, word(context_check), word(no_value)};
-const void* const kToolsTls[] = {size_word(4), word(zero0), word(zero1), word(zero1)};
+const void* const kToolsTls[] = {size_word(4), word(zero0), word(current_context), word(zero1)};
+const void* const kContextIdentity[] = {size_word(5), word(slot_not_served<1>), word(slot_not_served<2>),
+                                        word(slot_not_served<3>), word(context_id)};
 const void* const kToolsHooks[] = {size_word(7),  word(zero2), word(hook_buffer<1024>), word(zero2),
                                    word(zero2),   word(zero2), word(hook_buffer<14>)};
 
@@ -229,6 +248,7 @@ const Table kTables[] = {
     {"TOOLS_TLS",
      hex16("42d85a8123f6cb478298f6e78a3aecdc"),
      kToolsTls},
+    {"CONTEXT_IDENTITY", hex16("21318c60971432488ca641ff7324c8f2"), kContextIdentity},
     {"TOOLS_RUNTIME_CALLBACK_HOOKS",
      hex16("a094798c2e742e7493f20800200c0a66"),
      kToolsHooks},

@@ -86,3 +86,53 @@ FUNNEL_DRIVER_API CUresult cuStreamAddCallback_ptsz(CUstream s, CUstreamCallback
   return funnel::driver::to_cu(
       funnel::client::add_callback(rt(s), reinterpret_cast<cudaStreamCallback_t>(cb), data, flags, true));
 }
+
+// No stream is ever capturing (funnel does not begin captures yet, issue 30): cuBLAS and
+// cuSOLVER ask before their work.
+namespace {
+CUresult capture_info(CUstream s, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
+                      const CUgraphNode** deps, const CUgraphEdgeData** edges, size_t* count, bool per_thread) {
+  cudaStreamCaptureStatus st{};
+  if (CUresult r = funnel::driver::to_cu(funnel::client::capture_status(rt(s), per_thread, status ? &st : nullptr));
+      r != CUDA_SUCCESS)
+    return r;
+  *status = static_cast<CUstreamCaptureStatus>(st);
+  if (id != nullptr) *id = 0;
+  if (graph != nullptr) *graph = nullptr;
+  if (deps != nullptr) *deps = nullptr;
+  if (edges != nullptr) *edges = nullptr;
+  if (count != nullptr) *count = 0;
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+FUNNEL_DRIVER_API CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus* status) {
+  return capture_info(s, status, nullptr, nullptr, nullptr, nullptr, nullptr, false);
+}
+FUNNEL_DRIVER_API CUresult cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus* status) {
+  return capture_info(s, status, nullptr, nullptr, nullptr, nullptr, nullptr, true);
+}
+FUNNEL_DRIVER_API CUresult cuStreamGetCaptureInfo(CUstream s, CUstreamCaptureStatus* status, cuuint64_t* id) {
+  return capture_info(s, status, id, nullptr, nullptr, nullptr, nullptr, false);
+}
+FUNNEL_DRIVER_API CUresult cuStreamGetCaptureInfo_ptsz(CUstream s, CUstreamCaptureStatus* status, cuuint64_t* id) {
+  return capture_info(s, status, id, nullptr, nullptr, nullptr, nullptr, true);
+}
+FUNNEL_DRIVER_API CUresult cuStreamGetCaptureInfo_v2(CUstream s, CUstreamCaptureStatus* status, cuuint64_t* id,
+                                                     CUgraph* graph, const CUgraphNode** deps, size_t* count) {
+  return capture_info(s, status, id, graph, deps, nullptr, count, false);
+}
+FUNNEL_DRIVER_API CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream s, CUstreamCaptureStatus* status, cuuint64_t* id,
+                                                          CUgraph* graph, const CUgraphNode** deps, size_t* count) {
+  return capture_info(s, status, id, graph, deps, nullptr, count, true);
+}
+FUNNEL_DRIVER_API CUresult cuStreamGetCaptureInfo_v3(CUstream s, CUstreamCaptureStatus* status, cuuint64_t* id,
+                                                     CUgraph* graph, const CUgraphNode** deps,
+                                                     const CUgraphEdgeData** edges, size_t* count) {
+  return capture_info(s, status, id, graph, deps, edges, count, false);
+}
+FUNNEL_DRIVER_API CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream s, CUstreamCaptureStatus* status, cuuint64_t* id,
+                                                          CUgraph* graph, const CUgraphNode** deps,
+                                                          const CUgraphEdgeData** edges, size_t* count) {
+  return capture_info(s, status, id, graph, deps, edges, count, true);
+}

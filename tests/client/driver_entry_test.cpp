@@ -171,7 +171,16 @@ TEST(ClientDriver, ExportTablesTheRuntimeNeeds) {
   const auto* checks = table({0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0x43, 0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d, 0xfa, 0x7e});
   const auto* tls = table({0x42, 0xd8, 0x5a, 0x81, 0x23, 0xf6, 0xcb, 0x47, 0x82, 0x98, 0xf6, 0xe7, 0x8a, 0x3a, 0xec, 0xdc});
   const auto* hooks = table({0xa0, 0x94, 0x79, 0x8c, 0x2e, 0x74, 0x2e, 0x74, 0x93, 0xf2, 0x08, 0x00, 0x20, 0x0c, 0x0a, 0x66});
-  ASSERT_TRUE(cudart && integrity && storage && checks && tls && hooks);
+  const auto* contexts = table({0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2});
+  ASSERT_TRUE(cudart && integrity && storage && checks && tls && hooks && contexts);
+  // The tools' context table: as long as the driver's, every slot a function; slot 4 is
+  // cuCtxGetId, the others say so when called.
+  EXPECT_EQ(size_of(contexts), 95 * sizeof(void*));
+  for (int slot = 1; slot < 95; ++slot) EXPECT_NE(contexts[slot], nullptr) << slot;
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(reinterpret_cast<CUresult (*)()>(contexts[16])(), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(),
+            "funnel: cuGetExportTable(21318c60971432488ca641ff7324c8f2) slot 16 is not supported yet\n");
   EXPECT_EQ(size_of(cudart), 13 * sizeof(void*));
   EXPECT_EQ(size_of(integrity), 3 * sizeof(void*));
   EXPECT_EQ(size_of(checks), 4 * sizeof(void*));

@@ -176,13 +176,12 @@ CUresult current_context(CUcontext* ctx) {
   return cuCtxGetCurrent(ctx);
 }
 // 21318c60... (the tools' context table; cuBLAS, cuBLASLt, cuFFT, cuSOLVER, cuDNN, PyTorch ask for
-// it): slot 4 is a context's unique id, as cuCtxGetId; the driver's table has 94 slots, only
-// these first ones are given, the others loud.
+// it): slot 4 is a context's unique id, as cuCtxGetId.
 CUresult context_id(CUcontext ctx, unsigned long long* id) { return cuCtxGetId(ctx, id); }
-template <int Slot>
+template <size_t Slot>
 CUresult slot_not_served() {
   char what[96];
-  std::snprintf(what, sizeof what, "cuGetExportTable(21318c60971432488ca641ff7324c8f2) slot %d", Slot);
+  std::snprintf(what, sizeof what, "cuGetExportTable(21318c60971432488ca641ff7324c8f2) slot %zu", Slot);
   return static_cast<CUresult>(not_supported(what));
 }
 uintptr_t zero0() { return 0; }
@@ -219,8 +218,15 @@ const void* const kIntegrity[] = {size_word(3), word(integrity_check), nullptr};
 const void* const kContextStorage[] = {word(storage_put), word(storage_delete), word(storage_get), nullptr};
 const void* const kContextChecks[] = {size_word(4), nullptr, word(context_check), word(no_value)};
 const void* const kToolsTls[] = {size_word(4), word(zero0), word(current_context), word(zero1)};
-const void* const kContextIdentity[] = {size_word(5), word(slot_not_served<1>), word(slot_not_served<2>),
-                                        word(slot_not_served<3>), word(context_id)};
+// As long as the driver's (95 words: the size and 94 slots; libraries call slots past the ones
+// known without looking at the size): slot 4 served, every other slot a loud stub.
+constexpr size_t kContextIdentityWords = 95;
+template <size_t... I>
+constexpr std::array<const void*, kContextIdentityWords> context_identity(std::index_sequence<I...>) {
+  return {size_word(kContextIdentityWords), (I + 1 == 4 ? word(context_id) : word(slot_not_served<I + 1>))...};
+}
+const std::array<const void*, kContextIdentityWords> kContextIdentity =
+    context_identity(std::make_index_sequence<kContextIdentityWords - 1>{});
 const void* const kToolsHooks[] = {size_word(7),  word(zero2), word(hook_buffer<1024>), word(zero2),
                                    word(zero2),   word(zero2), word(hook_buffer<14>)};
 
@@ -248,7 +254,7 @@ const Table kTables[] = {
     {"TOOLS_TLS",
      hex16("42d85a8123f6cb478298f6e78a3aecdc"),
      kToolsTls},
-    {"CONTEXT_IDENTITY", hex16("21318c60971432488ca641ff7324c8f2"), kContextIdentity},
+    {"CONTEXT_IDENTITY", hex16("21318c60971432488ca641ff7324c8f2"), kContextIdentity.data()},
     {"TOOLS_RUNTIME_CALLBACK_HOOKS",
      hex16("a094798c2e742e7493f20800200c0a66"),
      kToolsHooks},

@@ -12,13 +12,15 @@
 # 4e. tests/gpu/many.sh: 128 clients attached at once, each runs a kernel; client 129 refused
 # 4f. tests/gpu/reliability.sh: GPU busy time against event time; the kill storm on the GPU; the
 #     soak (SOAK_SECONDS, default 300, with --quick too; 0 leaves it out)
+# 4g. tests/gpu/libs.sh: tests/programs/libs (cuBLAS ... cuDNN, NVRTC, driver-API, static runtime,
+#     PyTorch) natively and through funnel's client driver; no client opens the GPU itself
 # 5. (not with --quick) bench/membench.sh: membench natively and through funnel, ratio table
 # Logs: "${OUT:-$PWD/gpu-out}"/<step>/<file>.  Summary table last; exit 1 if anything failed.
 # Environment: JOBS (build parallelism), TIMEOUT (seconds per program run, default 120),
 #   NVCC_FLAGS (extra nvcc flags), FUNNEL_RUN_OPTS (replace the funnel-run options).
 set -u -o pipefail
 
-usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
 QUICK=0
 for a in "$@"; do
   case "$a" in
@@ -282,6 +284,8 @@ step_script placement placement.sh "placement"
 step_script many many.sh "128 clients on one GPU"
 # ---- 4f. issue 6: GPU busy time per client, and the client-kill storm on the GPU ---------
 step_script reliability reliability.sh "GPU busy accounting and the kill storm"
+# ---- 4g. issue 29: NVIDIA's libraries and driver-API programs through funnel's client driver --
+step_script libs libs.sh "NVIDIA libraries, driver-API, NVRTC and static-runtime programs"
 
 # ---- 5. benchmark ---------------------------------------------------------------------
 if [[ $QUICK == 1 ]]; then

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# NVIDIA's libraries and other programs that use the CUDA driver through funnel's client driver
+# (issue 29; called by tests/gpu/run.sh, runs alone as well):
+#   tests/gpu/libs.sh BUILD_DIR OUT_DIR
+# Builds tests/programs/libs (cuBLAS, cuBLASLt, cuFFT, cuRAND, cuSOLVER, cuSPARSE, cuDNN, NVRTC, a
+# driver-API program, a static-runtime program, a program mixing both APIs) and runs each, and
+# tests/programs/libs/torch_ops.py where python3 has PyTorch, natively and through funnel-run:
+# the same output, and the client never opens the GPU itself (/dev/nvidia* in its maps or
+# descriptors, watched while it runs, and funnel's own warning at its exit).  Programs listed in
+# libs_pending.txt are SKIPped with their reason while they fail, and FAIL once they pass.
+# Prints "RESULT libs name PASS|FAIL|SKIP detail" lines; exit 1 if any failed.
+set -u -o pipefail
+# shellcheck source=tests/gpu/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+gpu_step "$1" "$2"
+TIMEOUT=${TIMEOUT:-120}
+progs=$OUT_DIR/bin
+bash "$ROOT/tests/programs/libs/build.sh" "$progs" sm_90 >"$OUT_DIR/build.log" 2>&1 ||
+  result libs build FAIL "some programs did not build (libs/build.log)"
+names=()
+[[ -f $progs/programs.txt ]] && mapfile -t names <"$progs/programs.txt"
+python3 -c 'import torch' 2>/dev/null && names+=(torch)
+pending() { awk -v n="$1" '$1 == n { $1 = ""; sub(/^ /, ""); print }' "$ROOT/tests/gpu/libs_pending.txt"; }
+export FUNNEL_BACKEND=cuda FUNNEL_LOG_DIR=$OUT_DIR/logs
+for name in "${names[@]}"; do
+  cmd=("$progs/$name")
+  [[ $name == torch ]] && cmd=(python3 "$ROOT/tests/programs/libs/torch_ops.py")
+  LD_LIBRARY_PATH=/usr/local/cuda/lib64 timeout "$TIMEOUT" "${cmd[@]}" >"$OUT_DIR/$name.native.out" 2>"$OUT_DIR/$name.native.err"
+  nrc=$?
+  export FUNNEL_RUN_DIR=/dev/shm/funnel-gpu-libs-$$-$name
+  timeout "$TIMEOUT" "$BIN/funnel-run" "${cmd[@]}" >"$OUT_DIR/$name.out" 2>"$OUT_DIR/$name.err" &
+  pid=$!
+  : >"$OUT_DIR/$name.gpufiles"
+  while kill -0 "$pid" 2>/dev/null; do
+    {
+      grep -o '/dev/nvidia[^ ]*' "/proc/$pid/maps"
+      for fd in "/proc/$pid"/fd/*; do readlink "$fd"; done | grep '^/dev/nvidia'
+    } >>"$OUT_DIR/$name.gpufiles" 2>/dev/null
+    sleep 0.05
+  done
+  wait "$pid"
+  frc=$?
+  timeout 20 "$BIN/funnelctl" shutdown >/dev/null 2>&1
+  gpu_files=$(sort -u "$OUT_DIR/$name.gpufiles" | tr '\n' ' ')
+  why=""
+  if [[ $nrc -ne 0 ]]; then
+    result libs "$name" FAIL "exit $nrc natively ($name.native.err)"
+    continue
+  elif [[ -n $gpu_files ]] || grep -q "opened the GPU itself" "$OUT_DIR/$name.err"; then
+    why="the client opened the GPU itself: ${gpu_files:-see $name.err}"
+  elif [[ $frc -ne 0 ]]; then
+    why="exit $frc through funnel: $(grep -m1 -E 'funnel:|ERROR|FAIL|Error' "$OUT_DIR/$name.err" "$OUT_DIR/$name.out" | head -c 200)"
+  elif ! diff <(grep -v '^# ' "$OUT_DIR/$name.native.out") <(grep -v '^# ' "$OUT_DIR/$name.out") >"$OUT_DIR/$name.diff"; then
+    why="stdout differs from native ($name.diff)"
+  fi
+  reason=$(pending "$name")
+  if [[ -z $why ]]; then
+    if [[ -n $reason ]]; then
+      result libs "$name" FAIL "passes now: remove it from tests/gpu/libs_pending.txt"
+    else
+      result libs "$name" PASS "output identical to native, no GPU file opened by the client"
+    fi
+  elif [[ -n $reason ]]; then
+    result libs "$name" SKIP "not served yet: $reason ($why)"
+  else
+    result libs "$name" FAIL "$why"
+  fi
+done
+[[ ${#names[@]} -gt 0 ]] || result libs programs FAIL "no program was built (libs/build.log)"
+exit "$FAILED"

@@ -259,83 +259,40 @@ FUNNEL_DRIVER_API CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D* c, CUstr
   return copy3d(c, s, true, true, "cuMemcpy3DAsync");
 }
 
-FUNNEL_DRIVER_API CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) {
-  return memset_n(p, 0, v, n, 1, nullptr, false);
-}
-FUNNEL_DRIVER_API CUresult cuMemsetD8_v2_ptds(CUdeviceptr p, unsigned char v, size_t n) {
-  return memset_n(p, 0, v, n, 1, nullptr, true);
-}
-FUNNEL_DRIVER_API CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, CUstream s) {
-  return memset_n(p, 0, v, n, 1, s, false);
-}
-FUNNEL_DRIVER_API CUresult cuMemsetD8Async_ptsz(CUdeviceptr p, unsigned char v, size_t n, CUstream s) {
-  return memset_n(p, 0, v, n, 1, s, true);
-}
-FUNNEL_DRIVER_API CUresult cuMemsetD2D8_v2(CUdeviceptr p, size_t pitch, unsigned char v, size_t w, size_t h) {
-  return memset_n(p, pitch, v, w, h, nullptr, false);
-}
-FUNNEL_DRIVER_API CUresult cuMemsetD2D8_v2_ptds(CUdeviceptr p, size_t pitch, unsigned char v, size_t w, size_t h) {
-  return memset_n(p, pitch, v, w, h, nullptr, true);
-}
-FUNNEL_DRIVER_API CUresult cuMemsetD2D8Async(CUdeviceptr p, size_t pitch, unsigned char v, size_t w, size_t h, CUstream s) {
-  return memset_n(p, pitch, v, w, h, s, false);
-}
-FUNNEL_DRIVER_API CUresult cuMemsetD2D8Async_ptsz(CUdeviceptr p, size_t pitch, unsigned char v, size_t w, size_t h,
-                                                      CUstream s) {
-  return memset_n(p, pitch, v, w, h, s, true);
-}
+// The eight entry points of one element width: 1-D and 2-D, sync and async, each also in its
+// per-thread-default-stream form.
+#define FUNNEL_MEMSET_ENTRY_POINTS(bits, T)                                                                      \
+  FUNNEL_DRIVER_API CUresult cuMemsetD##bits##_v2(CUdeviceptr p, T v, size_t n) {                               \
+    return memset_n(p, 0, v, n, 1, nullptr, false);                                                            \
+  }                                                                                                            \
+  FUNNEL_DRIVER_API CUresult cuMemsetD##bits##_v2_ptds(CUdeviceptr p, T v, size_t n) {                          \
+    return memset_n(p, 0, v, n, 1, nullptr, true);                                                             \
+  }                                                                                                            \
+  FUNNEL_DRIVER_API CUresult cuMemsetD##bits##Async(CUdeviceptr p, T v, size_t n, CUstream s) {                 \
+    return memset_n(p, 0, v, n, 1, s, false);                                                                  \
+  }                                                                                                            \
+  FUNNEL_DRIVER_API CUresult cuMemsetD##bits##Async_ptsz(CUdeviceptr p, T v, size_t n, CUstream s) {            \
+    return memset_n(p, 0, v, n, 1, s, true);                                                                   \
+  }                                                                                                            \
+  FUNNEL_DRIVER_API CUresult cuMemsetD2D##bits##_v2(CUdeviceptr p, size_t pitch, T v, size_t w, size_t h) {     \
+    return memset_n(p, pitch, v, w, h, nullptr, false);                                                        \
+  }                                                                                                            \
+  FUNNEL_DRIVER_API CUresult cuMemsetD2D##bits##_v2_ptds(CUdeviceptr p, size_t pitch, T v, size_t w, size_t h) { \
+    return memset_n(p, pitch, v, w, h, nullptr, true);                                                         \
+  }                                                                                                            \
+  FUNNEL_DRIVER_API CUresult cuMemsetD2D##bits##Async(CUdeviceptr p, size_t pitch, T v, size_t w, size_t h,     \
+                                                      CUstream s) {                                            \
+    return memset_n(p, pitch, v, w, h, s, false);                                                              \
+  }                                                                                                            \
+  FUNNEL_DRIVER_API CUresult cuMemsetD2D##bits##Async_ptsz(CUdeviceptr p, size_t pitch, T v, size_t w,          \
+                                                           size_t h, CUstream s) {                             \
+    return memset_n(p, pitch, v, w, h, s, true);                                                               \
+  }
 
-FUNNEL_DRIVER_API CUresult cuMemsetD16_v2(CUdeviceptr p, unsigned short v, size_t n) {
-  return memset_n(p, 0, v, n, 1, nullptr, false);
-}
-FUNNEL_DRIVER_API CUresult cuMemsetD16_v2_ptds(CUdeviceptr p, unsigned short v, size_t n) {
-  return memset_n(p, 0, v, n, 1, nullptr, true);
-}
-FUNNEL_DRIVER_API CUresult cuMemsetD16Async(CUdeviceptr p, unsigned short v, size_t n, CUstream s) {
-  return memset_n(p, 0, v, n, 1, s, false);
-}
-FUNNEL_DRIVER_API CUresult cuMemsetD16Async_ptsz(CUdeviceptr p, unsigned short v, size_t n, CUstream s) {
-  return memset_n(p, 0, v, n, 1, s, true);
-}
-FUNNEL_DRIVER_API CUresult cuMemsetD2D16_v2(CUdeviceptr p, size_t pitch, unsigned short v, size_t w, size_t h) {
-  return memset_n(p, pitch, v, w, h, nullptr, false);
-}
-FUNNEL_DRIVER_API CUresult cuMemsetD2D16_v2_ptds(CUdeviceptr p, size_t pitch, unsigned short v, size_t w, size_t h) {
-  return memset_n(p, pitch, v, w, h, nullptr, true);
-}
-FUNNEL_DRIVER_API CUresult cuMemsetD2D16Async(CUdeviceptr p, size_t pitch, unsigned short v, size_t w, size_t h, CUstream s) {
-  return memset_n(p, pitch, v, w, h, s, false);
-}
-FUNNEL_DRIVER_API CUresult cuMemsetD2D16Async_ptsz(CUdeviceptr p, size_t pitch, unsigned short v, size_t w, size_t h,
-                                                      CUstream s) {
-  return memset_n(p, pitch, v, w, h, s, true);
-}
-
-FUNNEL_DRIVER_API CUresult cuMemsetD32_v2(CUdeviceptr p, unsigned int v, size_t n) {
-  return memset_n(p, 0, v, n, 1, nullptr, false);
-}
-FUNNEL_DRIVER_API CUresult cuMemsetD32_v2_ptds(CUdeviceptr p, unsigned int v, size_t n) {
-  return memset_n(p, 0, v, n, 1, nullptr, true);
-}
-FUNNEL_DRIVER_API CUresult cuMemsetD32Async(CUdeviceptr p, unsigned int v, size_t n, CUstream s) {
-  return memset_n(p, 0, v, n, 1, s, false);
-}
-FUNNEL_DRIVER_API CUresult cuMemsetD32Async_ptsz(CUdeviceptr p, unsigned int v, size_t n, CUstream s) {
-  return memset_n(p, 0, v, n, 1, s, true);
-}
-FUNNEL_DRIVER_API CUresult cuMemsetD2D32_v2(CUdeviceptr p, size_t pitch, unsigned int v, size_t w, size_t h) {
-  return memset_n(p, pitch, v, w, h, nullptr, false);
-}
-FUNNEL_DRIVER_API CUresult cuMemsetD2D32_v2_ptds(CUdeviceptr p, size_t pitch, unsigned int v, size_t w, size_t h) {
-  return memset_n(p, pitch, v, w, h, nullptr, true);
-}
-FUNNEL_DRIVER_API CUresult cuMemsetD2D32Async(CUdeviceptr p, size_t pitch, unsigned int v, size_t w, size_t h, CUstream s) {
-  return memset_n(p, pitch, v, w, h, s, false);
-}
-FUNNEL_DRIVER_API CUresult cuMemsetD2D32Async_ptsz(CUdeviceptr p, size_t pitch, unsigned int v, size_t w, size_t h,
-                                                      CUstream s) {
-  return memset_n(p, pitch, v, w, h, s, true);
-}
+FUNNEL_MEMSET_ENTRY_POINTS(8, unsigned char)
+FUNNEL_MEMSET_ENTRY_POINTS(16, unsigned short)
+FUNNEL_MEMSET_ENTRY_POINTS(32, unsigned int)
+#undef FUNNEL_MEMSET_ENTRY_POINTS
 
 // ---- pinned host memory and what a pointer is ------------------------------------------------
 

@@ -1,8 +1,8 @@
 // funnel-run [--backend cuda|sim] [--run-dir DIR] [--mpi-hooks auto|1|0] [--] prog args...
 //
 // Checks the program (a static CUDA runtime needs funnel's client driver), puts the client
-// runtime in front of the real libcudart (LD_PRELOAD + LD_LIBRARY_PATH) and execs the
-// program.  Under an MPI launcher (FUNNEL_MPI_HOOKS) it preloads the MPI hooks as well,
+// runtime in front of the real libcudart (LD_PRELOAD + LD_LIBRARY_PATH) and the client driver
+// in front of NVIDIA's libcuda.so.1 (FUNNEL_CLIENT_DRIVER) and execs the program.  Under an MPI launcher (FUNNEL_MPI_HOOKS) it preloads the MPI hooks as well,
 // so that the program's MPI_Init starts the node's funnel-server and its MPI_Finalize
 // stops it, as for a program linked with funnel::mpi (doc/mpi.md); otherwise it makes
 // sure the job's server runs first (so the program's first CUDA call is fast).
@@ -105,7 +105,8 @@ std::string appended(const char* var, const std::string& item, bool front) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"funnel-run: run a CUDA program (built with `nvcc -cudart shared`) on the job's funnel-server"};
+  CLI::App app{"funnel-run: run a CUDA program (any CUDA runtime, the driver API, NVIDIA's libraries) on the job's "
+               "funnel-server"};
   std::string backend, run_dir, mpi_hooks;
   std::vector<std::string> command;
   app.add_option("--backend", backend, "backend of a server that gets started: cuda or sim (FUNNEL_BACKEND)");

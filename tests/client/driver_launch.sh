@@ -21,10 +21,13 @@ launches = [json.loads(l) for l in open(log)]
 want = struct.pack("<Qfi", ptr, 2.5, 512).hex()
 got = sorted((l["grid"][0], l["block"][0]) for l in launches if l["kernel"] == "scale" and l["params"] == want
              and l["grid"][1:] == [1, 1] and l["block"][1:] == [1, 1])
-# cuModuleGetFunction's function <<<4, 128>>>, then cuLibraryGetKernel's, through
+# cuModuleGetFunction's function <<<4, 128>>>, with its parameters in one buffer (`extra`)
+# <<<5, 16>>> and through cuLaunchKernelEx <<<6, 8>>>, then cuLibraryGetKernel's, through
 # cuKernelGetFunction <<<2, 64>>> and as the CUkernel itself <<<3, 32>>>.
-if got != [(2, 64), (3, 32), (4, 128)] or len(launches) != 3:
-    print(f"FAIL: launches {launches}, want scale <<<4,128>>>, <<<2,64>>>, <<<3,32>>> with params {want}")
+if got != [(2, 64), (3, 32), (4, 128), (5, 16), (6, 8)] or len(launches) != 5:
+    print(f"FAIL: launches {launches}, want scale <<<4,128>>>, <<<5,16>>>, <<<6,8>>>, <<<2,64>>>, <<<3,32>>> "
+          f"with params {want}")
     sys.exit(1)
-print(f"PASS: the server launched scale<<<4, 128>>>, <<<2, 64>>> and <<<3, 32>>> with the parameters the program passed ({want})")
+print(f"PASS: the server launched scale<<<4, 128>>>, <<<5, 16>>>, <<<6, 8>>>, <<<2, 64>>> and <<<3, 32>>> with the "
+      f"parameters the program passed ({want})")
 PY

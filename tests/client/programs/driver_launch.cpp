@@ -5,6 +5,7 @@
 #include <cuda.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <vector>
@@ -39,6 +40,22 @@ int main(int argc, char** argv) {
   void* params[] = {&p, &s, &count};
   CHECK(cuLaunchKernel(f, 4, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr), CUDA_SUCCESS);
   CHECK(cuLaunchKernel(f, 0, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr), CUDA_ERROR_INVALID_VALUE);
+  // The same parameters packed in one buffer at their offsets (pointer 0, float 8, int 12):
+  // cuLaunchKernel's `extra`, and cuLaunchKernelEx's.
+  unsigned char packed[16] = {};
+  std::memcpy(packed, &p, 8);
+  std::memcpy(packed + 8, &s, 4);
+  std::memcpy(packed + 12, &count, 4);
+  size_t packed_size = sizeof packed, short_size = 12;
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &packed_size,
+                   CU_LAUNCH_PARAM_END};
+  void* short_extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &short_size,
+                         CU_LAUNCH_PARAM_END};
+  CHECK(cuLaunchKernel(f, 5, 1, 1, 16, 1, 1, 0, nullptr, nullptr, extra), CUDA_SUCCESS);
+  CUlaunchConfig config{6, 1, 1, 8, 1, 1, 0, nullptr, nullptr, 0};
+  CHECK(cuLaunchKernelEx(&config, f, nullptr, extra), CUDA_SUCCESS);
+  CHECK(cuLaunchKernel(f, 5, 1, 1, 16, 1, 1, 0, nullptr, params, extra), CUDA_ERROR_INVALID_VALUE);
+  CHECK(cuLaunchKernel(f, 5, 1, 1, 16, 1, 1, 0, nullptr, nullptr, short_extra), CUDA_ERROR_INVALID_VALUE);
   CHECK(cuLaunchKernel(reinterpret_cast<CUfunction>(&count), 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr),
         CUDA_ERROR_INVALID_HANDLE);
   CHECK(cuCtxSynchronize(), CUDA_SUCCESS);

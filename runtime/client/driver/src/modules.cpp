@@ -8,6 +8,7 @@
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "front.hpp"
 #include "launch.hpp"
@@ -51,13 +52,47 @@ CUresult load(CUmodule* module, const void* image) {
   return CUDA_SUCCESS;
 }
 
+// The kernel's parameters as one pointer each: `params` itself, or, from cuLaunchKernel's `extra`
+// ({CU_LAUNCH_PARAM_BUFFER_POINTER, buffer, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END}:
+// the parameters packed at their offsets), pointers into that buffer (in `storage`), checked
+// against the kernel's parameter layout.  Both, or neither for a kernel with parameters, is an
+// invalid value, as the driver says.
+CUresult parameters(Kernel& k, int d, void** params, void** extra, std::vector<void*>& storage, void**& out) {
+  out = params;
+  if (extra == nullptr) return CUDA_SUCCESS;
+  if (params != nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const std::byte* buffer = nullptr;
+  const size_t* size = nullptr;
+  for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+    if (i >= 16) return CUDA_ERROR_INVALID_VALUE;  // a list without its end
+    if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+      buffer = static_cast<const std::byte*>(extra[i + 1]);
+    else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
+      size = static_cast<const size_t*>(extra[i + 1]);
+    else
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (buffer == nullptr || size == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = funnel::driver::to_cu(funnel::client::kernel_ready(k, Runtime::get(), d)); r != CUDA_SUCCESS)
+    return r;
+  storage.clear();
+  for (const auto& p : k.layout) {
+    const size_t at = funnel::ipc::param_offset(p);
+    if (at + funnel::ipc::param_size(p) > *size) return CUDA_ERROR_INVALID_VALUE;
+    storage.push_back(const_cast<std::byte*>(buffer + at));
+  }
+  out = storage.data();
+  return CUDA_SUCCESS;
+}
+
 CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                 unsigned shared, CUstream s, void** params, void** extra, bool per_thread) {
   Kernel* k = function_of(f);
   if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  if (extra != nullptr) return funnel::driver::not_supported_detail("cuLaunchKernel with extra parameters", 0);
   int d = 0;
   if (CUresult r = funnel::driver::current(d); r != CUDA_SUCCESS) return r;
+  std::vector<void*> storage;
+  if (CUresult r = parameters(*k, d, params, extra, storage, params); r != CUDA_SUCCESS) return r;
   funnel::client::LaunchSpec l;
   l.grid = dim3(gx, gy, gz);
   l.block = dim3(bx, by, bz);
@@ -146,11 +181,12 @@ CUresult read_config(const CUlaunchConfig* c, bool per_thread, funnel::client::L
 CUresult launch_ex(const CUlaunchConfig* c, CUfunction f, void** params, void** extra, bool per_thread) {
   Kernel* k = function_of(f);
   if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  if (extra != nullptr) return funnel::driver::not_supported_detail("cuLaunchKernelEx with extra parameters", 0);
   int d = 0;
   if (CUresult r = funnel::driver::current(d); r != CUDA_SUCCESS) return r;
   funnel::client::LaunchSpec l;
   if (CUresult r = read_config(c, per_thread, l); r != CUDA_SUCCESS) return r;
+  std::vector<void*> storage;
+  if (CUresult r = parameters(*k, d, params, extra, storage, params); r != CUDA_SUCCESS) return r;
   return funnel::driver::to_cu(funnel::client::launch_kernel(*k, l, params));
 }
 

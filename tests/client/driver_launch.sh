@@ -10,7 +10,7 @@ sim_env "$bin" "$preload"
 timeout 60 "$bin/funnel-run" "$prog" "$module" >"$dir/out" 2>"$dir/err"
 rc=$?
 cat "$dir/out"
-if [ "$rc" -ne 0 ] || ! grep -qx "done" "$dir/out"; then
+if [ "$rc" -ne 0 ] || ! grep -qx "done" "$dir/out" || grep -q "FAIL" "$dir/out"; then
   echo "FAIL: the program exited $rc; stderr:"; cat "$dir/err"; exit 1
 fi
 ptr=$(sed -n 's/^launched with pointer 0x\([0-9a-f]*\)$/\1/p' "$dir/out")

@@ -79,6 +79,24 @@ int main(int argc, char** argv) {
   CHECK(cuOccupancyAvailableDynamicSMemPerBlock(&smem, f, 1, 128), CUDA_SUCCESS);
   CHECK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f, 0, 0), CUDA_ERROR_INVALID_VALUE);
   std::printf("occupancy: %s\n", per_sm >= 1 && per_sm <= 32 && smem > 0 ? "ok" : "FAIL");
+  // Attributes set, parameter layout, clusters.
+  CHECK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 1024), CUDA_SUCCESS);
+  CHECK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, -1), CUDA_ERROR_INVALID_VALUE);
+  CHECK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 101), CUDA_ERROR_INVALID_VALUE);
+  CHECK(cuFuncSetCacheConfig(f, CU_FUNC_CACHE_PREFER_SHARED), CUDA_SUCCESS);
+  int dyn = 0;
+  CHECK(cuFuncGetAttribute(&dyn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f), CUDA_SUCCESS);
+  size_t offset = 0, psize = 0;
+  CHECK(cuFuncGetParamInfo(f, 2, &offset, &psize), CUDA_SUCCESS);
+  CHECK(cuFuncGetParamInfo(f, 3, &offset, &psize), CUDA_ERROR_INVALID_VALUE);
+  CUlaunchAttribute cluster{};
+  cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  cluster.value.clusterDim.x = 2, cluster.value.clusterDim.y = 1, cluster.value.clusterDim.z = 1;
+  CUlaunchConfig cc{8, 1, 1, 128, 1, 1, 0, nullptr, &cluster, 1};
+  int clusters = 0;
+  CHECK(cuOccupancyMaxActiveClusters(&clusters, f, &cc), CUDA_SUCCESS);
+  std::printf("cuFuncSetAttribute, cuFuncGetParamInfo, cuOccupancyMaxActiveClusters: %s\n",
+              dyn == 1024 && offset == 12 && psize == 4 && clusters > 0 ? "ok" : "FAIL");
   CUmoduleLoadingMode mode{};
   size_t stack = 0;
   int least = 1, greatest = 1;

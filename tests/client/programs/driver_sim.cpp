@@ -253,6 +253,82 @@ int main() {
     std::printf("cudaGetDriverEntryPoint gives funnel's driver functions: %s\n", entry ? "ok" : "FAIL");
   }
 
+  // Unified, 2-D and 3-D copies, pitched and stream-ordered allocations, registered host memory,
+  // context ids, the PCI id, capture status, stream callbacks, limits.
+  {
+    bool more = true;
+    std::vector<uint8_t> src(4096), dst(4096, 0);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 13 + 1);
+    CUdeviceptr lin = 0, pitched = 0;
+    size_t pitch = 0;
+    CHECK(cuMemAlloc(&lin, 4096), CUDA_SUCCESS);
+    CHECK(cuMemcpy(lin, reinterpret_cast<CUdeviceptr>(src.data()), 4096), CUDA_SUCCESS);  // unified: H2D
+    CHECK(cuMemcpy(reinterpret_cast<CUdeviceptr>(dst.data()), lin, 4096), CUDA_SUCCESS);  // and D2H
+    more = more && dst == src;
+    CHECK(cuMemAllocPitch(&pitched, &pitch, 100, 8, 4), CUDA_SUCCESS);
+    more = more && pitch >= 100 && pitch % 512 == 0;
+    CUDA_MEMCPY2D up{};
+    up.srcMemoryType = CU_MEMORYTYPE_HOST, up.srcHost = src.data(), up.srcPitch = 128;
+    up.dstMemoryType = CU_MEMORYTYPE_DEVICE, up.dstDevice = pitched, up.dstPitch = pitch;
+    up.WidthInBytes = 100, up.Height = 8;
+    CHECK(cuMemcpy2D(&up), CUDA_SUCCESS);
+    CUDA_MEMCPY3D down{};  // the 8 rows as 2 slices of 4, back to a packed host buffer, on a stream
+    down.srcMemoryType = CU_MEMORYTYPE_DEVICE, down.srcDevice = pitched, down.srcPitch = pitch, down.srcHeight = 4;
+    down.dstMemoryType = CU_MEMORYTYPE_HOST, down.dstHost = dst.data(), down.dstPitch = 100, down.dstHeight = 4;
+    down.WidthInBytes = 100, down.Height = 4, down.Depth = 2;
+    std::fill(dst.begin(), dst.end(), 0);
+    CUstream cs = nullptr;
+    CHECK(cuStreamCreate(&cs, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    CHECK(cuMemcpy3DAsync(&down, cs), CUDA_SUCCESS);
+    CHECK(cuStreamSynchronize(cs), CUDA_SUCCESS);
+    for (size_t r = 0; r < 8; ++r) more = more && std::memcmp(&dst[r * 100], &src[r * 128], 100) == 0;
+    up.srcMemoryType = CU_MEMORYTYPE_ARRAY;
+    CHECK(cuMemcpy2D(&up), CUDA_ERROR_NOT_SUPPORTED);  // arrays: expected.stderr
+    // Stream-ordered allocation, used and freed on the stream.
+    CUdeviceptr async = 0;
+    CHECK(cuMemAllocAsync(&async, 4096, cs), CUDA_SUCCESS);
+    CHECK(cuMemsetD8Async(async, 0x7e, 4096, cs), CUDA_SUCCESS);
+    CHECK(cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(dst.data()), async, 4096, cs), CUDA_SUCCESS);
+    CHECK(cuMemFreeAsync(async, cs), CUDA_SUCCESS);
+    int callbacks = 0;
+    CHECK(cuStreamAddCallback(
+              cs, [](CUstream, CUresult status, void* p) { *static_cast<int*>(p) += status == CUDA_SUCCESS; },
+              &callbacks, 0),
+          CUDA_SUCCESS);
+    CHECK(cuStreamSynchronize(cs), CUDA_SUCCESS);
+    more = more && dst[0] == 0x7e && dst[4095] == 0x7e && callbacks == 1;
+    // The program's own memory registered: a copy source; twice is an error.
+    std::vector<uint8_t> own(8192, 0x3c);
+    CHECK(cuMemHostRegister(own.data(), own.size(), 0), CUDA_SUCCESS);
+    CHECK(cuMemHostRegister(own.data(), own.size(), 0), CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+    CHECK(cuMemcpyHtoD(lin, own.data(), 4096), CUDA_SUCCESS);
+    CHECK(cuMemcpyDtoH(dst.data(), lin, 4096), CUDA_SUCCESS);
+    CHECK(cuMemHostUnregister(own.data()), CUDA_SUCCESS);
+    CHECK(cuMemHostUnregister(own.data()), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+    more = more && dst[0] == 0x3c && dst[4095] == 0x3c;
+    // Contexts, the PCI id, capture status, limits.
+    unsigned long long id = 0;
+    CUdevice cur_dev = -1;
+    CHECK(cuCtxGetId(nullptr, &id), CUDA_SUCCESS);
+    CHECK(cuCtxGetDevice_v2(&cur_dev, nullptr), CUDA_SUCCESS);
+    char bus[32] = {}, rt_bus[32] = {};
+    CHECK(cuDeviceGetPCIBusId(bus, sizeof bus, dev), CUDA_SUCCESS);
+    CHECK(cudaDeviceGetPCIBusId(rt_bus, sizeof rt_bus, 0), cudaSuccess);
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    CHECK(cuStreamIsCapturing(cs, &capture), CUDA_SUCCESS);
+    size_t cig = 7;
+    CHECK(cuCtxGetLimit(&cig, CU_LIMIT_CIG_ENABLED), CUDA_SUCCESS);
+    CHECK(cuCtxGetLimit(&cig, CU_LIMIT_SHMEM_SIZE), CUDA_ERROR_NOT_SUPPORTED);  // expected.stderr
+    more = more && id == 1 && cur_dev == dev && std::strcmp(bus, rt_bus) == 0 && bus[0] != 0 &&
+           capture == CU_STREAM_CAPTURE_STATUS_NONE && cig == 0;
+    CHECK(cuStreamDestroy(cs), CUDA_SUCCESS);
+    CHECK(cuMemFree(pitched), CUDA_SUCCESS);
+    CHECK(cuMemFree(lin), CUDA_SUCCESS);
+    CHECK(cuMemFree(0), CUDA_SUCCESS);  // as cudaFree(nullptr)
+    std::printf("unified, 2-D and 3-D copies, pitched and async allocations, registered memory, contexts: %s\n",
+                more ? "ok" : "FAIL");
+  }
+
   // Not served: refused, loudly and once (expected.stderr).
   CHECK(cuDeviceGetNvSciSyncAttributes(nullptr, dev, 0), CUDA_ERROR_NOT_SUPPORTED);
   CHECK(cuDeviceGetNvSciSyncAttributes(nullptr, dev, 0), CUDA_ERROR_NOT_SUPPORTED);

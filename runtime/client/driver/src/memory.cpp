@@ -1,5 +1,7 @@
 // Memory of the driver front: allocations and copies through the client core, the same tables
 // and copy paths as the runtime front's (a cuMemAlloc'd pointer is a cudaMalloc'd one).
+#include <string>
+
 #include "copy_engine.hpp"
 #include "device_memory.hpp"
 #include "front.hpp"
@@ -27,7 +29,8 @@ CUresult copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, CUstrea
 // and unified memory; arrays are refused (issue 30).
 CUresult side(CUmemorytype type, const void* host_ptr, CUdeviceptr dev, CUarray array, size_t x, size_t y, size_t z,
               size_t pitch, size_t height, const char* call, char*& at) {
-  if (array != nullptr || type == CU_MEMORYTYPE_ARRAY) return funnel::driver::not_supported_detail(call, CU_MEMORYTYPE_ARRAY);
+  if (array != nullptr || type == CU_MEMORYTYPE_ARRAY)
+    return static_cast<CUresult>(funnel::driver::not_supported((std::string(call) + " with a CUDA array").c_str()));
   const char* base = nullptr;
   switch (type) {
     case CU_MEMORYTYPE_HOST: base = static_cast<const char*>(host_ptr); break;

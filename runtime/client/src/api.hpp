@@ -96,6 +96,11 @@ cudaError_t resolve_stream(cudaStream_t s, bool per_thread, StreamRef& out) noex
 // capturing, as funnel refuses to begin a capture (cudaStreamBeginCapture is not supported yet,
 // issue 30); *status gets cudaStreamCaptureStatusNone.
 cudaError_t capture_status(cudaStream_t s, bool per_thread, cudaStreamCaptureStatus* status) noexcept;
+// cudaStreamGetCaptureInfo / cuStreamGetCaptureInfo: capture_status, and every other output
+// that is asked for empty (no id, graph or dependencies).
+cudaError_t capture_info(cudaStream_t s, bool per_thread, cudaStreamCaptureStatus* status, unsigned long long* id,
+                         cudaGraph_t* graph, const cudaGraphNode_t** deps, const void** edges,
+                         size_t* count) noexcept;
 // cudaDeviceGetPCIBusId / cuDeviceGetPCIBusId of a valid, attached device: as much of its
 // "0000:00:00.0" as fits in `len` bytes with the terminating 0.
 cudaError_t pci_bus_id(char* out, int len, int device) noexcept;

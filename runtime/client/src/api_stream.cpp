@@ -80,19 +80,6 @@ FUNNEL_API cudaError_t cudaStreamGetDevice_ptsz(cudaStream_t s, int* device) {
 
 // No stream is ever capturing: funnel does not begin captures yet (issue 30).  Libraries ask
 // before their work (cuBLAS, cuSOLVER, PyTorch) and go on uncaptured.
-namespace {
-cudaError_t capture_info(cudaStream_t s, cudaStreamCaptureStatus* status, unsigned long long* id, cudaGraph_t* graph,
-                         const cudaGraphNode_t** deps, const cudaGraphEdgeData** edges, size_t* count,
-                         bool per_thread) {
-  if (cudaError_t e = capture_status(s, per_thread, status); e != cudaSuccess) return e;
-  if (id != nullptr) *id = 0;
-  if (graph != nullptr) *graph = nullptr;
-  if (deps != nullptr) *deps = nullptr;
-  if (edges != nullptr) *edges = nullptr;
-  if (count != nullptr) *count = 0;
-  return cudaSuccess;
-}
-}  // namespace
 
 FUNNEL_API cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* status) {
   return guarded(__func__, [&] { return capture_status(s, false, status); });
@@ -103,11 +90,11 @@ FUNNEL_API cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t s, cudaStreamCapt
 FUNNEL_API cudaError_t cudaStreamGetCaptureInfo(cudaStream_t s, cudaStreamCaptureStatus* status, unsigned long long* id,
                                                 cudaGraph_t* graph, const cudaGraphNode_t** deps,
                                                 const cudaGraphEdgeData** edges, size_t* count) {
-  return guarded(__func__, [&] { return capture_info(s, status, id, graph, deps, edges, count, false); });
+  return guarded(__func__, [&] { return capture_info(s, false, status, id, graph, deps, reinterpret_cast<const void**>(edges), count); });
 }
 FUNNEL_API cudaError_t cudaStreamGetCaptureInfo_ptsz(cudaStream_t s, cudaStreamCaptureStatus* status,
                                                      unsigned long long* id, cudaGraph_t* graph,
                                                      const cudaGraphNode_t** deps, const cudaGraphEdgeData** edges,
                                                      size_t* count) {
-  return guarded(__func__, [&] { return capture_info(s, status, id, graph, deps, edges, count, true); });
+  return guarded(__func__, [&] { return capture_info(s, true, status, id, graph, deps, reinterpret_cast<const void**>(edges), count); });
 }

@@ -92,17 +92,13 @@ FUNNEL_DRIVER_API CUresult cuStreamAddCallback_ptsz(CUstream s, CUstreamCallback
 namespace {
 CUresult capture_info(CUstream s, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
                       const CUgraphNode** deps, const CUgraphEdgeData** edges, size_t* count, bool per_thread) {
+  static_assert(sizeof(cuuint64_t) == sizeof(unsigned long long));
   cudaStreamCaptureStatus st{};
-  if (CUresult r = funnel::driver::to_cu(funnel::client::capture_status(rt(s), per_thread, status ? &st : nullptr));
-      r != CUDA_SUCCESS)
-    return r;
-  *status = static_cast<CUstreamCaptureStatus>(st);
-  if (id != nullptr) *id = 0;
-  if (graph != nullptr) *graph = nullptr;
-  if (deps != nullptr) *deps = nullptr;
-  if (edges != nullptr) *edges = nullptr;
-  if (count != nullptr) *count = 0;
-  return CUDA_SUCCESS;
+  const CUresult r = funnel::driver::to_cu(funnel::client::capture_info(
+      rt(s), per_thread, status ? &st : nullptr, reinterpret_cast<unsigned long long*>(id), graph, deps,
+      reinterpret_cast<const void**>(edges), count));
+  if (r == CUDA_SUCCESS) *status = static_cast<CUstreamCaptureStatus>(st);
+  return r;
 }
 }  // namespace
 

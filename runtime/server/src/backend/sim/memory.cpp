@@ -75,9 +75,26 @@ Status SimBackend::mem_free(int device, DeviceAddress address) {
   return Status::Success;
 }
 
+// Host memory is usable at once; handing it out early keeps stream order trivially.  Mapped
+// where the kernel puts this process's mappings (the top of the address space), not from the
+// heap: a pooled allocation cannot be moved when it lies on memory of the client (the client
+// cannot choose its address, as on a GPU), and an ASan-built client's heap is where an
+// ASan-built server's heap is.
 Status SimBackend::mem_alloc_async(BackendStream& s, uint64_t size, DeviceAddress& out) {
-  // Host memory is usable at once; handing it out early keeps stream order trivially.
-  return mem_alloc(s.device(), size, out);
+  const int device = s.device();
+  if (Status st = usable(device); st != Status::Success) return st;
+  reap();
+  if (size == 0 || size > (uint64_t{1} << 48)) return size == 0 ? Status::InvalidValue : Status::MemoryAllocation;
+  const uint64_t rounded = (size + kAlign - 1) / kAlign * kAlign;
+  std::lock_guard lk(m_);
+  auto& used = used_[static_cast<size_t>(device)];
+  if (rounded > options_.memory_bytes - used) return Status::MemoryAllocation;
+  void* p = ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return Status::MemoryAllocation;
+  used += rounded;
+  out = reinterpret_cast<uint64_t>(p);
+  allocs_[out] = {device, rounded, true};
+  return Status::Success;
 }
 
 // Stream-ordered, and after the work that other streams of the device queued before it:

@@ -85,21 +85,44 @@ CUresult parameters(Kernel& k, int d, void** params, void** extra, std::vector<v
   return CUDA_SUCCESS;
 }
 
-CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                unsigned shared, CUstream s, void** params, void** extra, bool per_thread) {
+// cuLaunchKernelEx: the configuration's attributes are cudaLaunchKernelExC's (the same numbers
+// and value layout), read by the core.
+static_assert(sizeof(CUlaunchAttribute) == sizeof(cudaLaunchAttribute) &&
+              offsetof(CUlaunchAttribute, value) == offsetof(cudaLaunchAttribute, val));
+static_assert(CU_LAUNCH_ATTRIBUTE_COOPERATIVE == static_cast<int>(cudaLaunchAttributeCooperative) &&
+              CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION == static_cast<int>(cudaLaunchAttributeClusterDimension) &&
+              CU_LAUNCH_ATTRIBUTE_PRIORITY == static_cast<int>(cudaLaunchAttributePriority));
+
+CUresult read_config(const CUlaunchConfig* c, bool per_thread, funnel::client::LaunchSpec& l) {
+  if (c == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  l = funnel::client::LaunchSpec{};
+  l.grid = dim3(c->gridDimX, c->gridDimY, c->gridDimZ);
+  l.block = dim3(c->blockDimX, c->blockDimY, c->blockDimZ);
+  l.shared = c->sharedMemBytes;
+  l.stream = reinterpret_cast<cudaStream_t>(c->hStream);
+  l.per_thread = per_thread;
+  return funnel::driver::to_cu(funnel::client::apply_launch_attributes(
+      reinterpret_cast<const cudaLaunchAttribute*>(c->attrs), c->numAttrs, "cuLaunchKernelEx", l));
+}
+
+CUresult launch_ex(const CUlaunchConfig* c, CUfunction f, void** params, void** extra, bool per_thread) {
   Kernel* k = function_of(f);
   if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   int d = 0;
   if (CUresult r = funnel::driver::current(d); r != CUDA_SUCCESS) return r;
+  funnel::client::LaunchSpec l;
+  if (CUresult r = read_config(c, per_thread, l); r != CUDA_SUCCESS) return r;
   std::vector<void*> storage;
   if (CUresult r = parameters(*k, d, params, extra, storage, params); r != CUDA_SUCCESS) return r;
-  funnel::client::LaunchSpec l;
-  l.grid = dim3(gx, gy, gz);
-  l.block = dim3(bx, by, bz);
-  l.shared = shared;
-  l.stream = reinterpret_cast<cudaStream_t>(s);
-  l.per_thread = per_thread;
   return funnel::driver::to_cu(funnel::client::launch_kernel(*k, l, params));
+}
+
+// cuLaunchKernel and the cooperative launch: cuLaunchKernelEx's with the configuration in arguments.
+CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                unsigned shared, CUstream s, void** params, void** extra, bool per_thread,
+                CUlaunchAttribute* attrs = nullptr, unsigned attr_count = 0) {
+  const CUlaunchConfig c{gx, gy, gz, bx, by, bz, shared, s, attrs, attr_count};
+  return launch_ex(&c, f, params, extra, per_thread);
 }
 
 }  // namespace
@@ -157,38 +180,7 @@ FUNNEL_DRIVER_API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsign
   return launch(f, gx, gy, gz, bx, by, bz, shared, s, params, extra, true);
 }
 
-// cuLaunchKernelEx: the configuration's attributes are cudaLaunchKernelExC's (the same numbers
-// and value layout), read by the core.
 namespace {
-static_assert(sizeof(CUlaunchAttribute) == sizeof(cudaLaunchAttribute) &&
-              offsetof(CUlaunchAttribute, value) == offsetof(cudaLaunchAttribute, val));
-static_assert(CU_LAUNCH_ATTRIBUTE_COOPERATIVE == static_cast<int>(cudaLaunchAttributeCooperative) &&
-              CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION == static_cast<int>(cudaLaunchAttributeClusterDimension) &&
-              CU_LAUNCH_ATTRIBUTE_PRIORITY == static_cast<int>(cudaLaunchAttributePriority));
-
-CUresult read_config(const CUlaunchConfig* c, bool per_thread, funnel::client::LaunchSpec& l) {
-  if (c == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  l = funnel::client::LaunchSpec{};
-  l.grid = dim3(c->gridDimX, c->gridDimY, c->gridDimZ);
-  l.block = dim3(c->blockDimX, c->blockDimY, c->blockDimZ);
-  l.shared = c->sharedMemBytes;
-  l.stream = reinterpret_cast<cudaStream_t>(c->hStream);
-  l.per_thread = per_thread;
-  return funnel::driver::to_cu(funnel::client::apply_launch_attributes(
-      reinterpret_cast<const cudaLaunchAttribute*>(c->attrs), c->numAttrs, "cuLaunchKernelEx", l));
-}
-
-CUresult launch_ex(const CUlaunchConfig* c, CUfunction f, void** params, void** extra, bool per_thread) {
-  Kernel* k = function_of(f);
-  if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  int d = 0;
-  if (CUresult r = funnel::driver::current(d); r != CUDA_SUCCESS) return r;
-  funnel::client::LaunchSpec l;
-  if (CUresult r = read_config(c, per_thread, l); r != CUDA_SUCCESS) return r;
-  std::vector<void*> storage;
-  if (CUresult r = parameters(*k, d, params, extra, storage, params); r != CUDA_SUCCESS) return r;
-  return funnel::driver::to_cu(funnel::client::launch_kernel(*k, l, params));
-}
 
 // A kernel's device for the calls that take one: ready on it (module loaded).
 CUresult ready_on(Kernel* k, int d) {
@@ -220,8 +212,7 @@ FUNNEL_DRIVER_API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, 
   CUlaunchAttribute coop{};
   coop.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
   coop.value.cooperative = 1;
-  const CUlaunchConfig c{gx, gy, gz, bx, by, bz, shared, s, &coop, 1};
-  return launch_ex(&c, f, params, nullptr, false);
+  return launch(f, gx, gy, gz, bx, by, bz, shared, s, params, nullptr, false, &coop, 1);
 }
 FUNNEL_DRIVER_API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                                           unsigned bx, unsigned by, unsigned bz, unsigned shared,
@@ -229,8 +220,7 @@ FUNNEL_DRIVER_API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned
   CUlaunchAttribute coop{};
   coop.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
   coop.value.cooperative = 1;
-  const CUlaunchConfig c{gx, gy, gz, bx, by, bz, shared, s, &coop, 1};
-  return launch_ex(&c, f, params, nullptr, true);
+  return launch(f, gx, gy, gz, bx, by, bz, shared, s, params, nullptr, true, &coop, 1);
 }
 
 // Function attributes set: the runtime's checks and command (CUfunction_attribute and

@@ -27,7 +27,7 @@ Status SimBackend::mem_get_info(int device, uint64_t& free_bytes, uint64_t& tota
   return Status::Success;
 }
 
-Status SimBackend::mem_alloc(int device, uint64_t size, DeviceAddress& out) {
+Status SimBackend::allocate(int device, uint64_t size, bool mapped, DeviceAddress& out) {
   if (Status st = usable(device); st != Status::Success) return st;
   reap();
   if (size == 0 || size > (uint64_t{1} << 48)) return size == 0 ? Status::InvalidValue : Status::MemoryAllocation;
@@ -35,12 +35,22 @@ Status SimBackend::mem_alloc(int device, uint64_t size, DeviceAddress& out) {
   std::lock_guard lk(m_);
   auto& used = used_[static_cast<size_t>(device)];
   if (rounded > options_.memory_bytes - used) return Status::MemoryAllocation;
-  void* p = std::aligned_alloc(kAlign, rounded);
-  if (p == nullptr) return Status::MemoryAllocation;
+  void* p = nullptr;
+  if (mapped) {
+    p = ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return Status::MemoryAllocation;
+  } else {
+    p = std::aligned_alloc(kAlign, rounded);
+    if (p == nullptr) return Status::MemoryAllocation;
+  }
   used += rounded;
   out = reinterpret_cast<uint64_t>(p);
-  allocs_[out] = {device, rounded};
+  allocs_[out] = {device, rounded, mapped};
   return Status::Success;
+}
+
+Status SimBackend::mem_alloc(int device, uint64_t size, DeviceAddress& out) {
+  return allocate(device, size, false, out);
 }
 
 // As the cuda backend's virtual memory path: exactly `at`, 2 MiB granules, or AlreadyMapped.
@@ -81,20 +91,7 @@ Status SimBackend::mem_free(int device, DeviceAddress address) {
 // cannot choose its address, as on a GPU), and an ASan-built client's heap is where an
 // ASan-built server's heap is.
 Status SimBackend::mem_alloc_async(BackendStream& s, uint64_t size, DeviceAddress& out) {
-  const int device = s.device();
-  if (Status st = usable(device); st != Status::Success) return st;
-  reap();
-  if (size == 0 || size > (uint64_t{1} << 48)) return size == 0 ? Status::InvalidValue : Status::MemoryAllocation;
-  const uint64_t rounded = (size + kAlign - 1) / kAlign * kAlign;
-  std::lock_guard lk(m_);
-  auto& used = used_[static_cast<size_t>(device)];
-  if (rounded > options_.memory_bytes - used) return Status::MemoryAllocation;
-  void* p = ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return Status::MemoryAllocation;
-  used += rounded;
-  out = reinterpret_cast<uint64_t>(p);
-  allocs_[out] = {device, rounded, true};
-  return Status::Success;
+  return allocate(s.device(), size, true, out);
 }
 
 // Stream-ordered, and after the work that other streams of the device queued before it:

@@ -33,7 +33,7 @@ namespace funnel::server::sim {
 struct Allocation {
   int device;
   uint64_t size;
-  bool placed = false;  // by mem_alloc_at: an mmap at a fixed address, not the heap
+  bool placed = false;  // mapped (mem_alloc_at, mem_alloc_async), not from the heap: munmap it
 };
 
 // Frees an allocation's host memory (memory.cpp).
@@ -116,6 +116,8 @@ class SimBackend final : public Backend {
   // memory.cpp
   void reap_locked();
   void reap();
+  // mem_alloc and mem_alloc_async: from the heap, or mapped (the top of the address space).
+  Status allocate(int device, uint64_t size, bool mapped, DeviceAddress& out);
   // streams.cpp
   Status store_late(BackendStream& s, std::atomic<uint32_t>& word, uint32_t value);
   // kernels.cpp

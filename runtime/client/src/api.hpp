@@ -4,6 +4,8 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cstring>
 #include <exception>
 
 #include "log.hpp"
@@ -101,8 +103,16 @@ cudaError_t capture_status(cudaStream_t s, bool per_thread, cudaStreamCaptureSta
 cudaError_t capture_info(cudaStream_t s, bool per_thread, cudaStreamCaptureStatus* status, unsigned long long* id,
                          cudaGraph_t* graph, const cudaGraphNode_t** deps, const void** edges,
                          size_t* count) noexcept;
-// cudaDeviceGetPCIBusId / cuDeviceGetPCIBusId of a valid, attached device: as much of its
-// "0000:00:00.0" as fits in `len` bytes with the terminating 0.
-cudaError_t pci_bus_id(char* out, int len, int device) noexcept;
+// A text field of a fixed-size record (a device's name, its PCI bus id) into a caller's buffer
+// of `len` bytes: as much as fits with the terminating 0 (cudaDeviceGetPCIBusId, cuDeviceGetName,
+// cuDeviceGetPCIBusId).
+template <size_t N>
+cudaError_t copy_text(char* out, int len, const char (&field)[N]) noexcept {
+  if (out == nullptr || len <= 0) return cudaErrorInvalidValue;
+  const size_t n = std::min(strnlen(field, N), static_cast<size_t>(len) - 1);
+  std::memcpy(out, field, n);
+  out[n] = '\0';
+  return cudaSuccess;
+}
 
 }  // namespace funnel::client

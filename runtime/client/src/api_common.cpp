@@ -66,16 +66,6 @@ int stub_unsupported(const char* name) noexcept {
   return record(cudaErrorNotSupported);
 }
 
-cudaError_t pci_bus_id(char* out, int len, int device) noexcept {
-  if (out == nullptr || len <= 0) return cudaErrorInvalidValue;
-  const auto& rec = Runtime::get().device(device);
-  const size_t n = strnlen(rec.pci_bus_id, sizeof rec.pci_bus_id);
-  const size_t copy = std::min(n, static_cast<size_t>(len) - 1);
-  std::memcpy(out, rec.pci_bus_id, copy);
-  out[copy] = '\0';
-  return cudaSuccess;
-}
-
 cudaError_t capture_status(cudaStream_t s, bool per_thread, cudaStreamCaptureStatus* status) noexcept {
   if (status == nullptr) return cudaErrorInvalidValue;
   StreamRef ref;

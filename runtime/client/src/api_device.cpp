@@ -156,7 +156,7 @@ FUNNEL_API cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr a, int 
 FUNNEL_API cudaError_t cudaDeviceGetPCIBusId(char* pciBusId, int len, int device) {
   return guarded(__func__, [&] {
     if (cudaError_t e = check_device(device); e != cudaSuccess) return e;
-    return pci_bus_id(pciBusId, len, device);
+    return copy_text(pciBusId, len, Runtime::get().device(device).pci_bus_id);
   });
 }
 

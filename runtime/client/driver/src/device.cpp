@@ -131,11 +131,7 @@ FUNNEL_DRIVER_API CUresult cuDeviceGet(CUdevice* device, int ordinal) {
 FUNNEL_DRIVER_API CUresult cuDeviceGetName(char* name, int len, CUdevice d) {
   if (name == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = check_device(d); r != CUDA_SUCCESS) return r;
-  const auto& rec = Runtime::get().device(d);
-  const size_t n = std::min(strnlen(rec.name, sizeof rec.name), static_cast<size_t>(len) - 1);
-  std::memcpy(name, rec.name, n);
-  name[n] = '\0';
-  return CUDA_SUCCESS;
+  return to_cu(funnel::client::copy_text(name, len, Runtime::get().device(d).name));
 }
 
 FUNNEL_DRIVER_API CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice d) {
@@ -155,7 +151,7 @@ FUNNEL_DRIVER_API CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute a
 
 FUNNEL_DRIVER_API CUresult cuDeviceGetPCIBusId(char* id, int len, CUdevice d) {
   if (CUresult r = check_device(d); r != CUDA_SUCCESS) return r;
-  return to_cu(funnel::client::pci_bus_id(id, len, d));
+  return to_cu(funnel::client::copy_text(id, len, Runtime::get().device(d).pci_bus_id));
 }
 
 FUNNEL_DRIVER_API CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice d) {

@@ -346,6 +346,19 @@ uint64_t image_size(const void* image) {
   return n < ipc::kMaxModuleBytes && n > 0 ? n + 1 : 0;
 }
 
+// The kernel or variable of a module's list named `name`, made the first time it is asked for.
+template <typename T>
+T& named(Module& m, std::vector<std::unique_ptr<T>>& list, const char* name) {
+  std::lock_guard lk(m.mu);
+  for (const auto& have : list)
+    if (have->name == name) return *have;
+  auto made = std::make_unique<T>();
+  made->module = &m;
+  made->name = name;
+  list.push_back(std::move(made));
+  return *list.back();
+}
+
 }  // namespace
 
 Status load_image_module(const void* image, Runtime& rt, int device, Module*& out) noexcept {
@@ -368,21 +381,9 @@ Status image_kernel(Module& m, const char* name, Runtime& rt, int device, Kernel
   out = nullptr;
   if (name == nullptr) return Status::InvalidValue;
   try {
-    Kernel* k = nullptr;
-    {
-      std::lock_guard lk(m.mu);
-      for (const auto& have : m.kernels)
-        if (have->name == name) k = have.get();
-      if (k == nullptr) {
-        auto made = std::make_unique<Kernel>();
-        made->module = &m;
-        made->name = name;
-        k = made.get();
-        m.kernels.push_back(std::move(made));
-      }
-    }
-    if (Status s = kernel_ready(*k, rt, device); s != Status::Success) return s;
-    out = k;
+    Kernel& k = named(m, m.kernels, name);
+    if (Status s = kernel_ready(k, rt, device); s != Status::Success) return s;
+    out = &k;
     return Status::Success;
   } catch (const std::bad_alloc&) {
     return Status::MemoryAllocation;
@@ -392,21 +393,9 @@ Status image_kernel(Module& m, const char* name, Runtime& rt, int device, Kernel
 Status image_global(Module& m, const char* name, Runtime& rt, int device, uint64_t& address, uint64_t& size) noexcept {
   if (name == nullptr) return Status::InvalidValue;
   try {
-    Variable* v = nullptr;
-    {
-      std::lock_guard lk(m.mu);
-      for (const auto& have : m.variables)
-        if (have->name == name) v = have.get();
-      if (v == nullptr) {
-        auto made = std::make_unique<Variable>();
-        made->module = &m;
-        made->name = name;
-        v = made.get();
-        m.variables.push_back(std::move(made));
-      }
-    }
-    if (Status s = variable_address(*v, rt, device, address); s != Status::Success) return s;
-    size = v->size;
+    Variable& v = named(m, m.variables, name);
+    if (Status s = variable_address(v, rt, device, address); s != Status::Success) return s;
+    size = v.size;
     return Status::Success;
   } catch (const std::bad_alloc&) {
     return Status::MemoryAllocation;

@@ -233,31 +233,19 @@ const void* const kToolsHooks[] = {size_word(7),  word(zero2), word(hook_buffer<
 const void* const* cudart_interface_table() noexcept { return kCudartInterface; }
 const void* const* integrity_table() noexcept { return kIntegrity; }
 
+// The tables served, by id (names as public projects use them).
 struct Table {
-  const char* name;
   Uuid id;
   const void* const* words;
 };
 const Table kTables[] = {
-    {"CUDART_INTERFACE",
-     hex16("6bd5fb6c5bf4e74a8987d93912fd9df9"),
-     kCudartInterface},
-    {"INTEGRITY_CHECK",
-     hex16("d4082055bde6704b8d34ba123c66e1f2"),
-     kIntegrity},
-    {"CONTEXT_LOCAL_STORAGE",
-     hex16("c693336e1121df11a8c368f355d89593"),
-     kContextStorage},
-    {"CONTEXT_CHECKS",
-     hex16("263e88607cd2614392f6bbd5006dfa7e"),
-     kContextChecks},
-    {"TOOLS_TLS",
-     hex16("42d85a8123f6cb478298f6e78a3aecdc"),
-     kToolsTls},
-    {"CONTEXT_IDENTITY", hex16("21318c60971432488ca641ff7324c8f2"), kContextIdentity.data()},
-    {"TOOLS_RUNTIME_CALLBACK_HOOKS",
-     hex16("a094798c2e742e7493f20800200c0a66"),
-     kToolsHooks},
+    {hex16("6bd5fb6c5bf4e74a8987d93912fd9df9"), kCudartInterface},         // CUDART_INTERFACE
+    {hex16("d4082055bde6704b8d34ba123c66e1f2"), kIntegrity},               // INTEGRITY_CHECK
+    {hex16("c693336e1121df11a8c368f355d89593"), kContextStorage},          // CONTEXT_LOCAL_STORAGE
+    {hex16("263e88607cd2614392f6bbd5006dfa7e"), kContextChecks},           // CONTEXT_CHECKS
+    {hex16("42d85a8123f6cb478298f6e78a3aecdc"), kToolsTls},                // TOOLS_TLS
+    {hex16("21318c60971432488ca641ff7324c8f2"), kContextIdentity.data()},  // the tools' context table
+    {hex16("a094798c2e742e7493f20800200c0a66"), kToolsHooks},              // TOOLS_RUNTIME_CALLBACK_HOOKS
 };
 
 // Tables the runtimes ask for and cope without, measured (doc/design/driver-client.md): refused

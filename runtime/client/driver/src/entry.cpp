@@ -7,9 +7,6 @@
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 
-#include <cstdio>
-#include <string>
-
 #include "driver.hpp"
 
 #define FUNNEL_DRIVER_API extern "C" __attribute__((visibility("default")))

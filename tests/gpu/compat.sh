@@ -140,6 +140,8 @@ compare() {  # phase name how native_rc funnel_rc funnel_out diff_file
     why="stdout differs $how: $dfile"
   elif [[ $nrc != "$frc" ]]; then
     why="exit code native $nrc, $how $frc"
+  elif grep -qs "opened the GPU itself" "${fout%.out}.err"; then
+    why="the client opened the GPU itself $how (funnel's exit warning in ${fout%.out}.err)"
   fi
   if [[ -z $why ]]; then
     rm -f "$dfile"

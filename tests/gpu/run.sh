@@ -177,6 +177,9 @@ compare() {  # step label name native_rc funnel_rc funnel_out diff_file
     result "$step" "$label" FAIL "stdout differs from native: $(realpath --relative-to="$OUT_DIR" "$dfile")"
   elif [[ $nrc != "$frc" ]]; then
     result "$step" "$label" FAIL "exit code native $nrc, funnel $frc"
+  elif grep -qs "opened the GPU itself" "${fout%.out}.err"; then
+    # funnel's exit warning: /dev/nvidia* open or mapped in the client (a context of its own).
+    result "$step" "$label" FAIL "the client opened the GPU itself: $(realpath --relative-to="$OUT_DIR" "${fout%.out}.err")"
   else
     rm -f "$dfile"
     result "$step" "$label" PASS "exit $frc, output identical"

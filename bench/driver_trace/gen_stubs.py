@@ -7,8 +7,9 @@ Reads the functions LIBCUDA exports (nm -D), writes OUT_S: one exported trampoli
 (but the three that trace.cpp writes in C++) and DYNAMIC anonymous ones (default 8192) for the
 functions handed out by cuGetProcAddress and the export tables' slots; and OUT_INC: the names, in
 trampoline order, for trace.cpp. Every trampoline puts its number in r11 and jumps to
-funnel_trace_common, which saves the argument registers, asks funnel_trace_enter(number) for the
-real function (counting the call) and jumps to it with the registers as they came.
+funnel_trace_common, which saves the argument registers, asks funnel_trace_enter(number, saved
+registers) for the real function (counting the call; the saved registers, from r11 up to rdi, let
+it log the integer arguments) and jumps to it with the registers as they came.
 """
 import subprocess
 import sys
@@ -46,6 +47,7 @@ def main():
          "  subq $128, %rsp"]
     s += [f"  movdqu %xmm{i}, {16 * i}(%rsp)" for i in range(8)]
     s += ["  movl %r11d, %edi",
+          "  leaq 128(%rsp), %rsi",
           "  call funnel_trace_enter",
           "  movq %rax, %r10"]
     s += [f"  movdqu {16 * i}(%rsp), %xmm{i}" for i in range(8)]

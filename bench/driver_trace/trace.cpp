@@ -8,8 +8,13 @@
 // Use: put the folder holding this libcuda.so.1 first in LD_LIBRARY_PATH (or LD_PRELOAD it),
 // FUNNEL_TRACE_REAL_DRIVER names the real driver (default: the usual places), FUNNEL_TRACE_OUT
 // the folder for driver-trace-PID.json (default: the working directory), FUNNEL_TRACE_VERBOSE=1
-// prints each function's first call on stderr, FUNNEL_TRACE_TABLES (below) picks the export
+// prints each function's first call on stderr (2: every call, with its integer arguments), FUNNEL_TRACE_TABLES (below) picks the export
 // tables whose slots are traced. bench/driver_trace/run.sh runs programs under it.
+// To learn what an export table's slot does: FUNNEL_TRACE_ARGS=N prints the integer arguments
+// (and the first words they point to) of the first N calls of every traced slot;
+// FUNNEL_TRACE_SPY=ID:SLOT,ID:SLOT,NAME (ID: the table id or its first 8 digits; NAME: a function
+// looked up with cuGetProcAddress, found once per lookup) also calls those through a function that prints the words behind each argument before and after the call
+// and the result (it assumes at most six integer arguments: use it on slots known to take few).
 //
 // How: exported functions and the functions handed out are trampolines (gen_stubs.py) that put
 // their number in r11 and jump to funnel_trace_common, which asks funnel_trace_enter for the real
@@ -20,6 +25,8 @@
 #include <link.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <cinttypes>
 #include <cstdint>
@@ -31,6 +38,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -198,17 +206,99 @@ size_t readable(uintptr_t p, size_t want) {
 }
 
 // FUNNEL_TRACE_TABLES: which export tables get their slots traced: "all" (the default), "none",
-// "only:ID,ID" or "except:ID,ID" (the runtime's integrity check fails where some are traced).
+// "only:ID,ID" or "except:ID,ID" (an ID or its first 8 or more digits; the runtime's integrity check fails where some are traced).
 bool wrap_table(const std::string& id) {
   static const std::string policy = [] {
     const char* v = std::getenv("FUNNEL_TRACE_TABLES");
     return std::string(v != nullptr && *v != '\0' ? v : "all");
   }();
   if (policy == "none") return false;
-  if (policy.rfind("except:", 0) == 0) return policy.find(id) == std::string::npos;
-  if (policy.rfind("only:", 0) == 0) return policy.find(id) != std::string::npos;
+  // Listed: an entry of the list is the id or its beginning (at least 8 digits).
+  const auto listed = [&](size_t from) {
+    for (size_t b = from; b < policy.size();) {
+      const size_t e = std::min(policy.find(',', b), policy.size());
+      if (e - b >= 8 && id.compare(0, e - b, policy, b, e - b) == 0) return true;
+      b = e + 1;
+    }
+    return false;
+  };
+  if (policy.rfind("except:", 0) == 0) return !listed(7);
+  if (policy.rfind("only:", 0) == 0) return listed(5);
   return true;
 }
+
+// Prints up to `words` words at p, if readable, and returns them.
+std::vector<uintptr_t> dump(const char* what, uintptr_t p, size_t words) {
+  std::vector<uintptr_t> v;
+  if (p < 4096) return v;
+  const size_t n = readable(p, words * sizeof(uintptr_t)) / sizeof(uintptr_t);
+  if (n == 0) return v;
+  v.assign(reinterpret_cast<const uintptr_t*>(p), reinterpret_cast<const uintptr_t*>(p) + n);
+  std::string line;
+  char b[24];
+  for (uintptr_t w : v) {
+    std::snprintf(b, sizeof b, " %" PRIxPTR, w);
+    line += b;
+  }
+  std::fprintf(stderr, "driver-trace:     %s %#" PRIxPTR ":%s\n", what, p, line.c_str());
+  return v;
+}
+
+unsigned env_count(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? static_cast<unsigned>(std::strtoul(v, nullptr, 10)) : 0;
+}
+
+// FUNNEL_TRACE_SPY: the slots called through a spy (below).
+// A function looked up by name is spied when FUNNEL_TRACE_SPY lists its name (slot ~0U).
+bool spied(const std::string& id, unsigned slot) {
+  static const std::string spec = [] {
+    const char* v = std::getenv("FUNNEL_TRACE_SPY");
+    return "," + std::string(v != nullptr ? v : "") + ",";
+  }();
+  if (slot == ~0U) return spec.find("," + id + ",") != std::string::npos;
+  for (const std::string& key : {id + ":" + std::to_string(slot), id.substr(0, 8) + ":" + std::to_string(slot)})
+    if (spec.find("," + key + ",") != std::string::npos) return true;
+  return false;
+}
+
+constexpr unsigned kSpies = 32;
+struct Spy {
+  std::string name;
+  uintptr_t (*real)(uintptr_t, uintptr_t, uintptr_t, uintptr_t, uintptr_t, uintptr_t) = nullptr;
+  std::atomic<unsigned> calls{0};
+};
+Spy g_spy[kSpies];
+unsigned g_spies = 0;
+
+template <unsigned K>
+uintptr_t spy(uintptr_t a0, uintptr_t a1, uintptr_t a2, uintptr_t a3, uintptr_t a4, uintptr_t a5) {
+  Spy& sp = g_spy[K];
+  static const unsigned limit = env_count("FUNNEL_TRACE_SPY_CALLS") != 0 ? env_count("FUNNEL_TRACE_SPY_CALLS") : 6;
+  const unsigned n = ++sp.calls;
+  if (n > limit) return sp.real(a0, a1, a2, a3, a4, a5);
+  const uintptr_t a[6] = {a0, a1, a2, a3, a4, a5};
+  std::fprintf(stderr, "driver-trace: spy %s call %u: %" PRIxPTR " %" PRIxPTR " %" PRIxPTR " %" PRIxPTR " %" PRIxPTR
+               " %" PRIxPTR "\n", sp.name.c_str(), n, a0, a1, a2, a3, a4, a5);
+  std::vector<uintptr_t> before[6];
+  for (int i = 0; i < 6; ++i) before[i] = dump(("before a" + std::to_string(i)).c_str(), a[i], 8);
+  const uintptr_t r = sp.real(a0, a1, a2, a3, a4, a5);
+  std::fprintf(stderr, "driver-trace: spy %s call %u returned %#" PRIxPTR "\n", sp.name.c_str(), n, r);
+  for (int i = 0; i < 6; ++i) {
+    if (before[i].empty()) continue;
+    const std::vector<uintptr_t> after = dump(("after  a" + std::to_string(i)).c_str(), a[i], before[i].size());
+    for (size_t w = 0; w < after.size() && w < 4; ++w)
+      if (after[w] != before[i][w]) dump(("  new *a" + std::to_string(i) + "[" + std::to_string(w) + "]").c_str(), after[w], 16);
+  }
+  return r;
+}
+
+template <unsigned... K>
+constexpr auto spy_functions(std::integer_sequence<unsigned, K...>) {
+  return std::array<uintptr_t (*)(uintptr_t, uintptr_t, uintptr_t, uintptr_t, uintptr_t, uintptr_t), sizeof...(K)>{
+      &spy<K>...};
+}
+constexpr auto kSpyFunctions = spy_functions(std::make_integer_sequence<unsigned, kSpies>{});
 
 void write_report();
 
@@ -318,6 +408,11 @@ CUresult after_lookup(const char* symbol, void** pfn, int version, uint64_t flag
   if (r == 0 && pfn != nullptr && *pfn != nullptr && symbol != nullptr) {
     if (void* ours = ours_for(*pfn); ours != nullptr) {
       *pfn = ours;
+    } else if (spied(symbol, ~0U) && g_spies < kSpies) {
+      Spy& sp = g_spy[g_spies];
+      sp.name = symbol;
+      sp.real = reinterpret_cast<decltype(sp.real)>(*pfn);
+      *pfn = reinterpret_cast<void*>(kSpyFunctions[g_spies++]);
     } else {
       if (const int t = trampoline(symbol, -1, *pfn); t >= 0) {
         l.dynamic.insert(static_cast<unsigned>(t));
@@ -332,7 +427,9 @@ CUresult after_lookup(const char* symbol, void** pfn, int version, uint64_t flag
 
 extern "C" {
 
-__attribute__((visibility("hidden"))) void* funnel_trace_enter(unsigned i) {
+// saved: the argument registers funnel_trace_common pushed, r11 first: r11, rax, r9, r8, rcx,
+// rdx, rsi, rdi.
+__attribute__((visibility("hidden"))) void* funnel_trace_enter(unsigned i, const uintptr_t* saved) {
   if (i >= kExportedCount + kDynamic) return reinterpret_cast<void*>(&missing_function);
   g_calls[i].fetch_add(1, std::memory_order_relaxed);
   void* f = g_target[i].load(std::memory_order_acquire);
@@ -341,11 +438,19 @@ __attribute__((visibility("hidden"))) void* funnel_trace_enter(unsigned i) {
     g_target[i].store(f, std::memory_order_release);
   }
   if (f == nullptr) return reinterpret_cast<void*>(&missing_function);
-  static const bool verbose = [] {
-    const char* v = std::getenv("FUNNEL_TRACE_VERBOSE");
-    return v != nullptr && *v == '1';
-  }();
-  if (verbose && g_calls[i].load(std::memory_order_relaxed) == 1) {
+  static const unsigned verbose = env_count("FUNNEL_TRACE_VERBOSE");
+  if (verbose >= 2) {
+    const char* name = i < kExportedCount ? kExported[i] : nullptr;
+    std::string dyn;
+    if (name == nullptr) {
+      std::lock_guard lk(state().mu);
+      const Dynamic& d = state().dynamic[i - kExportedCount];
+      dyn = d.slot >= 0 ? d.name.substr(0, 14) + " slot " + std::to_string(d.slot) : d.name;
+      name = dyn.c_str();
+    }
+    std::fprintf(stderr, "driver-trace: call %s(%" PRIxPTR ", %" PRIxPTR ", %" PRIxPTR ", %" PRIxPTR ", %" PRIxPTR
+                 ", %" PRIxPTR ")\n", name, saved[7], saved[6], saved[5], saved[4], saved[3], saved[2]);
+  } else if (verbose == 1 && g_calls[i].load(std::memory_order_relaxed) == 1) {
     if (i < kExportedCount) {
       std::fprintf(stderr, "driver-trace: %s\n", kExported[i]);
     } else {
@@ -353,6 +458,21 @@ __attribute__((visibility("hidden"))) void* funnel_trace_enter(unsigned i) {
       const Dynamic& d = state().dynamic[i - kExportedCount];
       std::fprintf(stderr, "driver-trace: %s%s%s\n", d.name.c_str(), d.slot >= 0 ? " slot " : "",
                    d.slot >= 0 ? std::to_string(d.slot).c_str() : "");
+    }
+  }
+  static const unsigned args = env_count("FUNNEL_TRACE_ARGS");
+  if (args != 0 && i >= kExportedCount && g_calls[i].load(std::memory_order_relaxed) <= args) {
+    std::string name;
+    {
+      std::lock_guard lk(state().mu);
+      const Dynamic& d = state().dynamic[i - kExportedCount];
+      if (d.slot >= 0) name = d.name + " slot " + std::to_string(d.slot);
+    }
+    if (!name.empty()) {
+      const uintptr_t a[6] = {saved[7], saved[6], saved[5], saved[4], saved[3], saved[2]};
+      std::fprintf(stderr, "driver-trace: %s call %" PRIu64 ": %" PRIxPTR " %" PRIxPTR " %" PRIxPTR " %" PRIxPTR
+                   " %" PRIxPTR " %" PRIxPTR "\n", name.c_str(), g_calls[i].load(), a[0], a[1], a[2], a[3], a[4], a[5]);
+      for (int k = 0; k < 6; ++k) dump(("a" + std::to_string(k)).c_str(), a[k], 4);
     }
   }
   return f;
@@ -394,6 +514,13 @@ __attribute__((visibility("default"))) CUresult cuGetExportTable(const void** ta
     t.proxy.assign(words, words + t.words);
     for (unsigned i = 0; i < t.words; ++i) {
       if (!in_driver_code(words[i])) continue;
+      if (spied(key, i) && g_spies < kSpies) {
+        Spy& sp = g_spy[g_spies];
+        sp.name = key.substr(0, 8) + ":" + std::to_string(i);
+        sp.real = reinterpret_cast<decltype(sp.real)>(words[i]);
+        t.proxy[i] = reinterpret_cast<uintptr_t>(kSpyFunctions[g_spies++]);
+        continue;
+      }
       const int d = trampoline("table " + key, static_cast<int>(i), reinterpret_cast<void*>(words[i]));
       if (d < 0) continue;
       t.proxy[i] = reinterpret_cast<uintptr_t>(funnel_trace_dyn_table[d]);

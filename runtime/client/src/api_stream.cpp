@@ -71,6 +71,12 @@ FUNNEL_API cudaError_t cudaStreamGetFlags(cudaStream_t s, unsigned int* flags) {
 FUNNEL_API cudaError_t cudaStreamGetFlags_ptsz(cudaStream_t s, unsigned int* flags) {
   return guarded(__func__, [&] { return stream_field(s, flags, kFlags); });
 }
+FUNNEL_API cudaError_t cudaStreamGetId(cudaStream_t s, unsigned long long* id) {
+  return guarded(__func__, [&] { return stream_unique_id(s, false, id); });
+}
+FUNNEL_API cudaError_t cudaStreamGetId_ptsz(cudaStream_t s, unsigned long long* id) {
+  return guarded(__func__, [&] { return stream_unique_id(s, true, id); });
+}
 FUNNEL_API cudaError_t cudaStreamGetDevice(cudaStream_t s, int* device) {
   return guarded(__func__, [&] { return stream_field(s, device, kDevice); });
 }

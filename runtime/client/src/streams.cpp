@@ -63,6 +63,14 @@ cudaError_t stream_record(cudaStream_t stream, StreamObj& out) {
   return cudaSuccess;
 }
 
+cudaError_t stream_unique_id(cudaStream_t stream, bool ptds, unsigned long long* id) {
+  if (id == nullptr) return cudaErrorInvalidValue;
+  StreamRef ref;
+  if (cudaError_t e = resolve_stream(stream, ptds, ref); e != cudaSuccess) return e;
+  *id = ref.id != 0 ? ref.id : (1ULL << 63) + static_cast<unsigned>(ref.device);
+  return cudaSuccess;
+}
+
 cudaError_t destroy_stream(cudaStream_t stream) {
   if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread)
     return cudaErrorInvalidResourceHandle;

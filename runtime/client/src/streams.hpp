@@ -16,5 +16,9 @@ cudaError_t stream_wait_event(cudaStream_t stream, cudaEvent_t event, unsigned f
 // What the client recorded of a stream at its creation (the default streams: blocking, of the
 // current device, priority 0).
 cudaError_t stream_record(cudaStream_t stream, StreamObj& out);
+// cudaStreamGetId / cuStreamGetId: a stream's id, unique in the process and never reused: a
+// created or per-thread stream's own (nonzero) id; the legacy default stream of each device one
+// above every id funnel hands out (2^63 + device).
+cudaError_t stream_unique_id(cudaStream_t stream, bool ptds, unsigned long long* id);
 
 }  // namespace funnel::client

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "driver_check.h"
@@ -112,6 +113,45 @@ int main() {
   CHECK(cuMemcpyDtoHAsync(back.data(), reinterpret_cast<CUdeviceptr>(r), n, CU_STREAM_PER_THREAD), CUDA_SUCCESS);
   CHECK(cuStreamSynchronize(CU_STREAM_PER_THREAD), CUDA_SUCCESS);
   std::printf("the per-thread default stream: %s\n", all(back, 0x44) ? "ok" : "FAIL");
+
+  // Stream ids: one per stream, the same through both fronts and through the tools' context
+  // table (slot 51: a stream's object, slot 39: that object's id), which cuBLAS and cuSOLVER use
+  // to key their per-stream state.
+  {
+    unsigned long long id_ds = 0, id_rt = 0, id_legacy = 0, id_null = 0, id_ptds = 0, id_other = 0;
+    CHECK(cuStreamGetId(ds, &id_ds), CUDA_SUCCESS);
+    CHECK(cudaStreamGetId(reinterpret_cast<cudaStream_t>(ds), &id_rt), cudaSuccess);
+    CHECK(cuStreamGetId(CU_STREAM_LEGACY, &id_legacy), CUDA_SUCCESS);
+    CHECK(cuStreamGetId(nullptr, &id_null), CUDA_SUCCESS);
+    CHECK(cuStreamGetId(CU_STREAM_PER_THREAD, &id_ptds), CUDA_SUCCESS);
+    CHECK(cuStreamGetId(ds, nullptr), CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuStreamGetId(reinterpret_cast<CUstream>(&id_ds), &id_other), CUDA_ERROR_INVALID_HANDLE);
+    const bool ids_ok = id_ds != 0 && id_ds == id_rt && id_legacy == id_null && id_legacy != id_ds &&
+                        id_ptds != id_ds && id_ptds != id_legacy;
+    CUuuid tid{};
+    const unsigned char raw[16] = {0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48,
+                                   0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2};
+    std::memcpy(tid.bytes, raw, 16);
+    const void* table = nullptr;
+    CHECK(cuGetExportTable(&table, &tid), CUDA_SUCCESS);
+    using Object = CUresult (*)(CUcontext, CUstream, const void**);
+    using ObjectId = CUresult (*)(CUcontext, const void*, unsigned long long*);
+    auto object = reinterpret_cast<Object>(static_cast<void* const*>(const_cast<void*>(table))[51]);
+    auto object_id = reinterpret_cast<ObjectId>(static_cast<void* const*>(const_cast<void*>(table))[39]);
+    bool tools_ok = true;
+    for (auto [stream, want] : {std::pair<CUstream, unsigned long long>{ds, id_ds}, {nullptr, id_legacy},
+                                {CU_STREAM_LEGACY, id_legacy}, {CU_STREAM_PER_THREAD, id_ptds}}) {
+      const void* obj = nullptr;
+      unsigned long long got = 0;
+      CHECK(object(ctx, stream, &obj), CUDA_SUCCESS);
+      CHECK(object_id(ctx, obj, &got), CUDA_SUCCESS);
+      tools_ok = tools_ok && obj != nullptr && got == want;
+    }
+    const void* obj = nullptr;
+    CHECK(object(ctx, reinterpret_cast<CUstream>(&id_ds), &obj), CUDA_ERROR_INVALID_HANDLE);
+    std::printf("stream ids: %s; through the tools' context table: %s\n", ids_ok ? "ok" : "FAIL",
+                tools_ok ? "ok" : "FAIL");
+  }
 
   // Events: timed ones around driver work, one ordering two streams, handles across the fronts.
   CUevent start = nullptr, stop = nullptr, mark = nullptr;

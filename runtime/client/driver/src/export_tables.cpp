@@ -176,8 +176,48 @@ CUresult current_context(CUcontext* ctx) {
   return cuCtxGetCurrent(ctx);
 }
 // 21318c60... (the tools' context table; cuBLAS, cuBLASLt, cuFFT, cuSOLVER, cuDNN, PyTorch ask for
-// it): slot 4 is a context's unique id, as cuCtxGetId.
+// it): slot 4 is a context's unique id, as cuCtxGetId (context, &id).
 CUresult context_id(CUcontext ctx, unsigned long long* id) { return cuCtxGetId(ctx, id); }
+// Slots 51 and 39 (measured on the H100 with the driver tracer's spy: cuBLAS and cuSOLVER call
+// them before their work on a stream, to key their per-stream state): slot 51 (ctx, stream,
+// &object) gives the driver's object for a stream (null: the legacy default stream), slot 39
+// (ctx, object, &id) that object's unique id, 64 bits (NVIDIA's driver answered 13 for a
+// created stream and 7 for the legacy one: the stream ids cuStreamGetId gives).  funnel's object
+// is the stream's own handle (a created stream's is the client's record of it), or one of the
+// two words below for the default streams; its id is cuStreamGetId's.
+const CUstream kDefaultStreamObjects[2] = {CU_STREAM_LEGACY, CU_STREAM_PER_THREAD};
+// The context named must be the calling thread's current one (so that the default streams are
+// that context's); it always was in the programs traced.
+CUresult check_current_context(CUcontext ctx, int slot) {
+  CUcontext current = nullptr;
+  if (CUresult r = cuCtxGetCurrent(&current); r != CUDA_SUCCESS) return r;
+  if (current == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (ctx != nullptr && ctx != current)
+    return not_supported_detail("cuGetExportTable(21318c60971432488ca641ff7324c8f2) with a context not current, slot",
+                                slot);
+  return CUDA_SUCCESS;
+}
+CUresult stream_object(CUcontext ctx, CUstream stream, const void** object) {
+  if (object == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = check_current_context(ctx, 51); r != CUDA_SUCCESS) return r;
+  unsigned long long id = 0;
+  if (CUresult r = cuStreamGetId(stream, &id); r != CUDA_SUCCESS) return r;  // a valid stream
+  if (stream == nullptr || stream == CU_STREAM_LEGACY)
+    *object = &kDefaultStreamObjects[0];
+  else if (stream == CU_STREAM_PER_THREAD)
+    *object = &kDefaultStreamObjects[1];
+  else
+    *object = stream;
+  return CUDA_SUCCESS;
+}
+CUresult stream_object_id(CUcontext ctx, const void* object, unsigned long long* id) {
+  if (object == nullptr || id == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = check_current_context(ctx, 39); r != CUDA_SUCCESS) return r;
+  CUstream stream = static_cast<CUstream>(const_cast<void*>(object));
+  if (object == &kDefaultStreamObjects[0] || object == &kDefaultStreamObjects[1])
+    stream = *static_cast<const CUstream*>(object);
+  return cuStreamGetId(stream, id);
+}
 template <size_t Slot>
 CUresult slot_not_served() {
   char what[96];
@@ -219,11 +259,18 @@ const void* const kContextStorage[] = {word(storage_put), word(storage_delete), 
 const void* const kContextChecks[] = {size_word(4), nullptr, word(context_check), word(no_value)};
 const void* const kToolsTls[] = {size_word(4), word(zero0), word(current_context), word(zero1)};
 // As long as the driver's (95 words: the size and 94 slots; libraries call slots past the ones
-// known without looking at the size): slot 4 served, every other slot a loud stub.
+// known without looking at the size): slots 4, 39 and 51 served, every other slot a loud stub.
 constexpr size_t kContextIdentityWords = 95;
+template <size_t Slot>
+const void* context_slot() {
+  if constexpr (Slot == 4) return word(context_id);
+  if constexpr (Slot == 39) return word(stream_object_id);
+  if constexpr (Slot == 51) return word(stream_object);
+  return word(slot_not_served<Slot>);
+}
 template <size_t... I>
-constexpr std::array<const void*, kContextIdentityWords> context_identity(std::index_sequence<I...>) {
-  return {size_word(kContextIdentityWords), (I + 1 == 4 ? word(context_id) : word(slot_not_served<I + 1>))...};
+std::array<const void*, kContextIdentityWords> context_identity(std::index_sequence<I...>) {
+  return {size_word(kContextIdentityWords), context_slot<I + 1>()...};
 }
 const std::array<const void*, kContextIdentityWords> kContextIdentity =
     context_identity(std::make_index_sequence<kContextIdentityWords - 1>{});

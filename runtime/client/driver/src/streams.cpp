@@ -61,6 +61,18 @@ FUNNEL_DRIVER_API CUresult cuStreamGetFlags(CUstream s, unsigned int* flags) {
 }
 FUNNEL_DRIVER_API CUresult cuStreamGetFlags_ptsz(CUstream s, unsigned int* flags) { return cuStreamGetFlags(s, flags); }
 
+// A stream's id, unique in the process (the core's stream_unique_id).
+FUNNEL_DRIVER_API CUresult cuStreamGetId(CUstream s, unsigned long long* id) {
+  int d = 0;
+  if (CUresult r = funnel::driver::current(d); r != CUDA_SUCCESS) return r;
+  return funnel::driver::to_cu(funnel::client::stream_unique_id(rt(s), false, id));
+}
+FUNNEL_DRIVER_API CUresult cuStreamGetId_ptsz(CUstream s, unsigned long long* id) {
+  int d = 0;
+  if (CUresult r = funnel::driver::current(d); r != CUDA_SUCCESS) return r;
+  return funnel::driver::to_cu(funnel::client::stream_unique_id(rt(s), true, id));
+}
+
 FUNNEL_DRIVER_API CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void* data) {
   int d = 0;
   if (CUresult r = funnel::driver::current(d); r != CUDA_SUCCESS) return r;

@@ -428,3 +428,37 @@ TEST(Fatbin, ModuleFormatOfEachKindOfImage) {
             fb::ModuleFormat::unknown);
   EXPECT_EQ(fb::module_format({}), fb::ModuleFormat::unknown);
 }
+
+// The kernel names of an image, whatever its format (cuModuleEnumerateFunctions and the tools'
+// module table list them): the same names from the fat binary, each cubin and the PTX.
+TEST(Fatbin, KernelNamesOfEachKindOfImage) {
+  std::vector<std::string> expected;
+  for (const auto& [name, layout] : expected_kernels()) expected.push_back(name);
+  std::sort(expected.begin(), expected.end());
+  auto sorted = [](std::vector<std::string> v) {
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  for (const char* mode : {"default", "none"}) {
+    SCOPED_TRACE(mode);
+    const auto section = fatbin_section(mode);
+    const auto names = fb::kernel_names(section);
+    EXPECT_EQ(sorted(names), expected) << "each name once";
+    for (const auto& im : fb::parse_fatbin(section)) {
+      if (im.compressed() && !fb::can_decompress(im.compression)) continue;
+      std::vector<std::byte> payload = fb::decompressed_payload(im);
+      if (im.kind == fb::ImageKind::ptx) {
+        while (!payload.empty() && payload.back() == std::byte{0}) payload.pop_back();
+        payload.push_back(std::byte{0});
+      }
+      EXPECT_EQ(sorted(fb::kernel_names(payload)), expected) << (im.kind == fb::ImageKind::ptx ? "ptx" : "cubin");
+    }
+  }
+  const std::string ptx = ".version 9.0\n.target sm_90\n.visible .entry first(\n.param .u64 p)\n{ ret; }\n"
+                          ".entry\tsecond\n()\n{ ret; }\n.func not_an_entry()\n{ ret; }\n";
+  EXPECT_EQ(fb::entries_of_ptx(ptx), (std::vector<std::string>{"first", "second"}));
+  EXPECT_EQ(fb::kernel_names(std::as_bytes(std::span(ptx.data(), ptx.size() + 1))),
+            (std::vector<std::string>{"first", "second"}));
+  const std::string junk = "\x01\x02 not a module";
+  EXPECT_THROW(fb::kernel_names(std::as_bytes(std::span(junk.data(), junk.size() + 1))), fb::Error);
+}

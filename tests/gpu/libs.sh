@@ -7,7 +7,8 @@
 # tests/programs/libs/torch_ops.py where python3 has PyTorch, natively and through funnel-run:
 # the same output, and the client never opens the GPU itself (/dev/nvidia* in its maps or
 # descriptors, watched while it runs, and funnel's own warning at its exit).  Programs listed in
-# libs_pending.txt are SKIPped with their reason while they fail, and FAIL once they pass.
+# libs_pending.txt are SKIPped with their reason while they fail, and FAIL once they pass.  Then
+# eight of the programs that passed run at once through one funnel-server.
 # Prints "RESULT libs name PASS|FAIL|SKIP detail" lines; exit 1 if any failed.
 set -u -o pipefail
 # shellcheck source=tests/gpu/lib.sh
@@ -67,4 +68,51 @@ for name in "${names[@]}"; do
   fi
 done
 [[ ${#names[@]} -gt 0 ]] || result libs programs FAIL "no program was built (libs/build.log)"
+
+# Eight at once through one funnel-server: the programs that passed alone (not PyTorch, which
+# takes seconds to import), round robin; each prints what it printed natively.
+passed=()
+for name in "${names[@]}"; do
+  [[ $name != torch && -z $(pending "$name") && -s $OUT_DIR/$name.out ]] &&
+    diff -q <(grep -v '^# ' "$OUT_DIR/$name.native.out") <(grep -v '^# ' "$OUT_DIR/$name.out") >/dev/null &&
+    passed+=("$name")
+done
+if [[ ${#passed[@]} -gt 0 ]]; then
+  run_dir=/dev/shm/funnel-gpu-libs-$$-eight
+  rm -rf "$run_dir"
+  "$BIN/funnel-server" --backend cuda --foreground --run-dir "$run_dir" >"$OUT_DIR/eight-server.log" 2>&1 &
+  server=$!
+  for _ in $(seq 300); do
+    [[ -S $run_dir/server.sock ]] && break
+    kill -0 "$server" 2>/dev/null || break
+    sleep 0.1
+  done
+  pids=() ran=()
+  for i in 0 1 2 3 4 5 6 7; do
+    name=${passed[$((i % ${#passed[@]}))]}
+    ran+=("$name")
+    FUNNEL_RUN_DIR=$run_dir timeout "$TIMEOUT" "$BIN/funnel-run" "$progs/$name" >"$OUT_DIR/eight-$i-$name.out" \
+      2>"$OUT_DIR/eight-$i-$name.err" &
+    pids+=($!)
+  done
+  bad=()
+  for i in 0 1 2 3 4 5 6 7; do
+    wait "${pids[$i]}"
+    rc=$?
+    name=${ran[$i]}
+    if [[ $rc -ne 0 ]] || grep -q "opened the GPU itself" "$OUT_DIR/eight-$i-$name.err" ||
+      ! diff -q <(grep -v '^# ' "$OUT_DIR/$name.native.out") <(grep -v '^# ' "$OUT_DIR/eight-$i-$name.out") >/dev/null; then
+      bad+=("$i:$name(exit $rc)")
+    fi
+  done
+
+  FUNNEL_RUN_DIR=$run_dir timeout 20 "$BIN/funnelctl" shutdown >/dev/null 2>&1
+  wait "$server" 2>/dev/null
+  if [[ ${#bad[@]} -eq 0 ]]; then
+    result libs eight-at-once PASS "8 clients (${ran[*]}) through one funnel-server, each output identical to native"
+  else
+    result libs eight-at-once FAIL "${bad[*]} (libs/eight-*)"
+  fi
+
+fi
 exit "$FAILED"

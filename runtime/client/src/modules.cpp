@@ -390,6 +390,18 @@ Status image_kernel(Module& m, const char* name, Runtime& rt, int device, Kernel
   }
 }
 
+Status image_kernel_names(const Module& m, std::vector<std::string>& out) noexcept {
+  try {
+    out = fatbin::kernel_names(m.image);
+    return Status::Success;
+  } catch (const fatbin::Error& e) {
+    log_error(fmt::format("funnel: cannot list the kernels of a module: {}", e.what()));
+    return Status::InvalidKernelImage;
+  } catch (const std::bad_alloc&) {
+    return Status::MemoryAllocation;
+  }
+}
+
 Status image_global(Module& m, const char* name, Runtime& rt, int device, uint64_t& address, uint64_t& size) noexcept {
   if (name == nullptr) return Status::InvalidValue;
   try {

@@ -74,6 +74,10 @@ Status load_image_module(const void* image, Runtime& rt, int device, Module*& ou
 // The module's kernel `name`, looked up on the server at once (cuModuleGetFunction): the
 // Kernel is the CUfunction handle, the same one for the same name.
 Status image_kernel(Module& m, const char* name, Runtime& rt, int device, Kernel*& out) noexcept;
+// The names of the module's kernels, as its image declares them (cuModuleGetFunctionCount,
+// cuModuleEnumerateFunctions): each once.  InvalidKernelImage, with a line on stderr naming the
+// reason, when the image cannot be read here (e.g. a compression this machine cannot decode).
+Status image_kernel_names(const Module& m, std::vector<std::string>& out) noexcept;
 // The module's variable `name` (cuModuleGetGlobal, cuLibraryGetGlobal): its device address and
 // size, entered in the tables as device memory.
 Status image_global(Module& m, const char* name, Runtime& rt, int device, uint64_t& address, uint64_t& size) noexcept;

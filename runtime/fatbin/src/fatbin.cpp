@@ -1,5 +1,7 @@
 // Fat binary container: the __cudaRegisterFatBinary wrapper, fatbin headers and
 // entry headers (doc/design/fatbin.md has the layouts).
+#include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -163,6 +165,63 @@ FatbinKernels kernels_of_fatbin(std::span<const std::byte> bytes) {
     }
   }
   return result;
+}
+
+std::vector<std::string> entries_of_ptx(std::string_view ptx) {
+  std::vector<std::string> names;
+  constexpr std::string_view kEntry = ".entry";
+  auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+  auto name_char = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '$' || c == '.' || c == '%';
+  };
+  for (size_t at = ptx.find(kEntry); at != std::string_view::npos; at = ptx.find(kEntry, at + kEntry.size())) {
+    const size_t after = at + kEntry.size();
+    if ((at > 0 && !blank(ptx[at - 1])) || after >= ptx.size() || !blank(ptx[after])) continue;
+    size_t b = after;
+    while (b < ptx.size() && blank(ptx[b])) ++b;
+    size_t e = b;
+    while (e < ptx.size() && name_char(ptx[e])) ++e;
+    if (e > b) names.emplace_back(ptx.substr(b, e - b));
+  }
+  return names;
+}
+
+std::vector<std::string> kernel_names(std::span<const std::byte> image) {
+  std::vector<std::string> names;
+  auto add = [&](std::string name) {
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(std::move(name));
+  };
+  auto add_ptx = [&](std::span<const std::byte> text) {
+    for (auto& n : entries_of_ptx(std::string_view(reinterpret_cast<const char*>(text.data()), text.size())))
+      add(std::move(n));
+  };
+  switch (module_format(image)) {
+    case ModuleFormat::cubin:
+      for (auto& k : kernels_of_cubin(image)) add(std::move(k.name));
+      return names;
+    case ModuleFormat::ptx:
+      add_ptx(image);
+      return names;
+    case ModuleFormat::unknown:
+      throw Error("module image: neither a fat binary, an ELF cubin nor PTX text");
+    case ModuleFormat::fatbin:
+      break;
+  }
+  uint32_t magic = 0;
+  std::memcpy(&magic, image.data(), sizeof magic);
+  if (magic == kWrapperMagic) throw Error("module image: a fat binary wrapper (pass the fat binary it points at)");
+  for (const auto& entry : parse_fatbin(image)) {
+    if (entry.compressed() && !can_decompress(entry.compression))
+      throw Error("fatbin: an entry for sm_" + std::to_string(entry.sm_arch) + " is " +
+                  (entry.compression == Compression::lz4 ? "lz4" : "zstd") + "-compressed, which this machine cannot decode");
+    const std::vector<std::byte> inflated = entry.compressed() ? decompressed_payload(entry) : std::vector<std::byte>{};
+    const std::span<const std::byte> payload = entry.compressed() ? std::span<const std::byte>(inflated) : entry.payload;
+    if (entry.kind == ImageKind::cubin)
+      for (auto& k : kernels_of_cubin(payload)) add(std::move(k.name));
+    else
+      add_ptx(payload);
+  }
+  return names;
 }
 
 std::vector<FatbinImage> parse_fatbin(const void* fatbin_or_wrapper, size_t max_bytes) {

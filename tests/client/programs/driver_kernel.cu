@@ -5,3 +5,9 @@ extern "C" __global__ void scale(float* p, float s, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) p[i] *= s * factor;
 }
+
+// A second kernel, for the enumeration of a module's functions.
+extern "C" __global__ void fill(float* p, float v, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) p[i] = v;
+}

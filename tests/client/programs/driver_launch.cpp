@@ -4,6 +4,7 @@
 // pointer it passed, so that the test can find the launch in the sim backend's launch log.
 #include <cuda.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -117,6 +118,32 @@ int main(int argc, char** argv) {
   CHECK(cuLaunchKernel(reinterpret_cast<CUfunction>(k), 3, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr), CUDA_SUCCESS);
   CHECK(cuCtxSynchronize(), CUDA_SUCCESS);
   CHECK(cuLibraryUnload(lib), CUDA_SUCCESS);
+
+  // The module's functions enumerated: through the driver API and through the tools' module
+  // table (slot 7 calls back once per function; cuFFT finds its kernels so).
+  {
+    CUfunction fill = nullptr;
+    CHECK(cuModuleGetFunction(&fill, m, "fill"), CUDA_SUCCESS);
+    unsigned count = 0;
+    CHECK(cuModuleGetFunctionCount(&count, m), CUDA_SUCCESS);
+    CUfunction all[4] = {};
+    CHECK(cuModuleEnumerateFunctions(all, 4, m), CUDA_SUCCESS);
+    CUfunction one[1] = {};
+    CHECK(cuModuleEnumerateFunctions(one, 1, m), CUDA_SUCCESS);
+    const bool listed = count == 2 && ((all[0] == f && all[1] == fill) || (all[0] == fill && all[1] == f)) &&
+                        one[0] == all[0] && all[2] == nullptr;
+    void* const* table = export_table("6e163fbeb958444d835ce182aff1991e");
+    using Each = uintptr_t (*)(CUcontext, CUmodule, void (*)(void*, CUfunction), void*);
+    auto each = reinterpret_cast<Each>(table[7]);
+    std::vector<CUfunction> seen;
+    const uintptr_t visited = each(ctx, m, [](void* user, CUfunction fn) {
+      static_cast<std::vector<CUfunction>*>(user)->push_back(fn);
+    }, &seen);
+    const bool by_table = visited == 2 && seen.size() == 2 && seen[0] == all[0] && seen[1] == all[1] &&
+                          each(ctx, reinterpret_cast<CUmodule>(&seen), [](void*, CUfunction) {}, nullptr) == 0;
+    std::printf("functions enumerated: %s; through the tools' module table: %s\n", listed ? "ok" : "FAIL",
+                by_table ? "ok" : "FAIL");
+  }
 
   const char junk[] = "\x01\x02\x03 not a module";
   CUmodule bad = nullptr;

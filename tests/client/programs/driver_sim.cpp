@@ -128,16 +128,11 @@ int main() {
     CHECK(cuStreamGetId(reinterpret_cast<CUstream>(&id_ds), &id_other), CUDA_ERROR_INVALID_HANDLE);
     const bool ids_ok = id_ds != 0 && id_ds == id_rt && id_legacy == id_null && id_legacy != id_ds &&
                         id_ptds != id_ds && id_ptds != id_legacy;
-    CUuuid tid{};
-    const unsigned char raw[16] = {0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48,
-                                   0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2};
-    std::memcpy(tid.bytes, raw, 16);
-    const void* table = nullptr;
-    CHECK(cuGetExportTable(&table, &tid), CUDA_SUCCESS);
+    void* const* table = export_table("21318c60971432488ca641ff7324c8f2");
     using Object = CUresult (*)(CUcontext, CUstream, const void**);
     using ObjectId = CUresult (*)(CUcontext, const void*, unsigned long long*);
-    auto object = reinterpret_cast<Object>(static_cast<void* const*>(const_cast<void*>(table))[51]);
-    auto object_id = reinterpret_cast<ObjectId>(static_cast<void* const*>(const_cast<void*>(table))[39]);
+    auto object = reinterpret_cast<Object>(table[51]);
+    auto object_id = reinterpret_cast<ObjectId>(table[39]);
     bool tools_ok = true;
     for (auto [stream, want] : {std::pair<CUstream, unsigned long long>{ds, id_ds}, {nullptr, id_legacy},
                                 {CU_STREAM_LEGACY, id_legacy}, {CU_STREAM_PER_THREAD, id_ptds}}) {

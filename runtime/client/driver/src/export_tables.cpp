@@ -20,6 +20,7 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "md2.hpp"
 #include "front.hpp"
@@ -193,8 +194,7 @@ CUresult check_current_context(CUcontext ctx, int slot) {
   if (CUresult r = cuCtxGetCurrent(&current); r != CUDA_SUCCESS) return r;
   if (current == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   if (ctx != nullptr && ctx != current)
-    return not_supported_detail("cuGetExportTable(21318c60971432488ca641ff7324c8f2) with a context not current, slot",
-                                slot);
+    return not_supported_detail("cuGetExportTable(21318c60... or 6e163fbe...) with a context not current, slot", slot);
   return CUDA_SUCCESS;
 }
 CUresult stream_object(CUcontext ctx, CUstream stream, const void** object) {
@@ -218,10 +218,31 @@ CUresult stream_object_id(CUcontext ctx, const void* object, unsigned long long*
     stream = *static_cast<const CUstream*>(object);
   return cuStreamGetId(stream, id);
 }
-template <size_t Slot>
+// 6e163fbe... (public notes: the tools' module table; cuFFT, PyTorch and CuPy ask for it) slot 7
+// (ctx, module, callback, user): calls callback(user, function) for each kernel of the module
+// and returns how many (measured: NVIDIA's driver called it once for each of cuFFT's one-kernel
+// modules and returned 1, not a CUresult; cuFFT finds its kernels so).  0 when the module or
+// the context is not one of ours.
+uintptr_t each_function(CUcontext ctx, CUmodule module, void (*callback)(void*, CUfunction), void* user) {
+  if (callback == nullptr || check_current_context(ctx, 7) != CUDA_SUCCESS) return 0;
+  unsigned n = 0;
+  if (cuModuleGetFunctionCount(&n, module) != CUDA_SUCCESS) return 0;
+  std::vector<CUfunction> functions(n);
+  if (n != 0 && cuModuleEnumerateFunctions(functions.data(), n, module) != CUDA_SUCCESS) return 0;
+  for (CUfunction f : functions) callback(user, f);
+  return n;
+}
+
+// The tools' tables funnel serves in part: each as long as the driver's (libraries call slots
+// past the ones known without reading the size), the slots not served loud stubs.
+enum class Tools { Context, Module };
+constexpr const char* tools_table_id(Tools t) {
+  return t == Tools::Context ? "21318c60971432488ca641ff7324c8f2" : "6e163fbeb958444d835ce182aff1991e";
+}
+template <Tools T, size_t Slot>
 CUresult slot_not_served() {
   char what[96];
-  std::snprintf(what, sizeof what, "cuGetExportTable(21318c60971432488ca641ff7324c8f2) slot %zu", Slot);
+  std::snprintf(what, sizeof what, "cuGetExportTable(%s) slot %zu", tools_table_id(T), Slot);
   return static_cast<CUresult>(not_supported(what));
 }
 uintptr_t zero0() { return 0; }
@@ -258,22 +279,22 @@ const void* const kIntegrity[] = {size_word(3), word(integrity_check), nullptr};
 const void* const kContextStorage[] = {word(storage_put), word(storage_delete), word(storage_get), nullptr};
 const void* const kContextChecks[] = {size_word(4), nullptr, word(context_check), word(no_value)};
 const void* const kToolsTls[] = {size_word(4), word(zero0), word(current_context), word(zero1)};
-// As long as the driver's (95 words: the size and 94 slots; libraries call slots past the ones
-// known without looking at the size): slots 4, 39 and 51 served, every other slot a loud stub.
-constexpr size_t kContextIdentityWords = 95;
-template <size_t Slot>
-const void* context_slot() {
-  if constexpr (Slot == 4) return word(context_id);
-  if constexpr (Slot == 39) return word(stream_object_id);
-  if constexpr (Slot == 51) return word(stream_object);
-  return word(slot_not_served<Slot>);
+// The context table: 95 words (the size and 94 slots), slots 4, 39 and 51 served; the module
+// table: 99 words, slot 7 served (sizes as NVIDIA's driver 580 has them).
+template <Tools T, size_t Slot>
+const void* tools_slot() {
+  if constexpr (T == Tools::Context && Slot == 4) return word(context_id);
+  if constexpr (T == Tools::Context && Slot == 39) return word(stream_object_id);
+  if constexpr (T == Tools::Context && Slot == 51) return word(stream_object);
+  if constexpr (T == Tools::Module && Slot == 7) return word(each_function);
+  return word(slot_not_served<T, Slot>);
 }
-template <size_t... I>
-std::array<const void*, kContextIdentityWords> context_identity(std::index_sequence<I...>) {
-  return {size_word(kContextIdentityWords), context_slot<I + 1>()...};
+template <Tools T, size_t Words, size_t... I>
+std::array<const void*, Words> tools_table(std::index_sequence<I...>) {
+  return {size_word(Words), tools_slot<T, I + 1>()...};
 }
-const std::array<const void*, kContextIdentityWords> kContextIdentity =
-    context_identity(std::make_index_sequence<kContextIdentityWords - 1>{});
+const auto kToolsContext = tools_table<Tools::Context, 95>(std::make_index_sequence<94>{});
+const auto kToolsModule = tools_table<Tools::Module, 99>(std::make_index_sequence<98>{});
 const void* const kToolsHooks[] = {size_word(7),  word(zero2), word(hook_buffer<1024>), word(zero2),
                                    word(zero2),   word(zero2), word(hook_buffer<14>)};
 
@@ -291,7 +312,8 @@ const Table kTables[] = {
     {hex16("c693336e1121df11a8c368f355d89593"), kContextStorage},          // CONTEXT_LOCAL_STORAGE
     {hex16("263e88607cd2614392f6bbd5006dfa7e"), kContextChecks},           // CONTEXT_CHECKS
     {hex16("42d85a8123f6cb478298f6e78a3aecdc"), kToolsTls},                // TOOLS_TLS
-    {hex16("21318c60971432488ca641ff7324c8f2"), kContextIdentity.data()},  // the tools' context table
+    {hex16("21318c60971432488ca641ff7324c8f2"), kToolsContext.data()},     // the tools' context table
+    {hex16("6e163fbeb958444d835ce182aff1991e"), kToolsModule.data()},      // the tools' module table
     {hex16("a094798c2e742e7493f20800200c0a66"), kToolsHooks},              // TOOLS_RUNTIME_CALLBACK_HOOKS
 };
 

@@ -2,9 +2,11 @@
 // kept by content on the server) and launches (the same checks and Launch records as the runtime
 // front's). A CUmodule is the core's Module, a CUfunction its Kernel; handles are checked
 // against the ones this front gave out.
+#include <algorithm>
 #include <cstddef>
 #include <cstdlib>
 #include <mutex>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
@@ -167,6 +169,42 @@ FUNNEL_DRIVER_API CUresult cuModuleGetFunction(CUfunction* f, CUmodule module, c
   std::lock_guard lk(h.mu);
   h.functions.emplace(k, m);
   *f = reinterpret_cast<CUfunction>(k);
+  return CUDA_SUCCESS;
+}
+
+// The module's kernels as functions, in the order its image declares them (each as
+// cuModuleGetFunction finds it).
+static CUresult module_functions(CUmodule module, std::vector<CUfunction>& out) {
+  auto* m = reinterpret_cast<Module*>(module);
+  {
+    Handles& h = handles();
+    std::lock_guard lk(h.mu);
+    if (!h.modules.contains(m)) return CUDA_ERROR_INVALID_HANDLE;
+  }
+  std::vector<std::string> names;
+  if (CUresult r = funnel::driver::to_cu(funnel::client::image_kernel_names(*m, names)); r != CUDA_SUCCESS) return r;
+  out.clear();
+  for (const auto& name : names) {
+    CUfunction f = nullptr;
+    if (CUresult r = cuModuleGetFunction(&f, module, name.c_str()); r != CUDA_SUCCESS) return r;
+    out.push_back(f);
+  }
+  return CUDA_SUCCESS;
+}
+
+FUNNEL_DRIVER_API CUresult cuModuleGetFunctionCount(unsigned int* count, CUmodule module) {
+  if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<CUfunction> f;
+  if (CUresult r = module_functions(module, f); r != CUDA_SUCCESS) return r;
+  *count = static_cast<unsigned>(f.size());
+  return CUDA_SUCCESS;
+}
+// At most `n` of them, as the driver documents it.
+FUNNEL_DRIVER_API CUresult cuModuleEnumerateFunctions(CUfunction* functions, unsigned int n, CUmodule module) {
+  if (functions == nullptr && n != 0) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<CUfunction> f;
+  if (CUresult r = module_functions(module, f); r != CUDA_SUCCESS) return r;
+  std::copy_n(f.begin(), std::min<size_t>(n, f.size()), functions);
   return CUDA_SUCCESS;
 }
 
@@ -395,6 +433,12 @@ FUNNEL_DRIVER_API CUresult cuLibraryGetModule(CUmodule* module, CUlibrary librar
 }
 FUNNEL_DRIVER_API CUresult cuLibraryGetKernel(CUkernel* kernel, CUlibrary library, const char* name) {
   return cuModuleGetFunction(reinterpret_cast<CUfunction*>(kernel), reinterpret_cast<CUmodule>(library), name);
+}
+FUNNEL_DRIVER_API CUresult cuLibraryGetKernelCount(unsigned int* count, CUlibrary library) {
+  return cuModuleGetFunctionCount(count, reinterpret_cast<CUmodule>(library));
+}
+FUNNEL_DRIVER_API CUresult cuLibraryEnumerateKernels(CUkernel* kernels, unsigned int n, CUlibrary library) {
+  return cuModuleEnumerateFunctions(reinterpret_cast<CUfunction*>(kernels), n, reinterpret_cast<CUmodule>(library));
 }
 FUNNEL_DRIVER_API CUresult cuLibraryGetGlobal(CUdeviceptr* dptr, size_t* bytes, CUlibrary library, const char* name) {
   return global(dptr, bytes, library, name);

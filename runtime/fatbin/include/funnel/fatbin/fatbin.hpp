@@ -10,6 +10,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace funnel::fatbin {
@@ -109,5 +110,14 @@ struct FatbinKernels {
 // whose compression cannot be decoded is listed in `skipped`; malformed input throws.
 FatbinKernels kernels_of_fatbin(const void* fatbin_or_wrapper, size_t max_bytes);
 FatbinKernels kernels_of_fatbin(std::span<const std::byte> bytes);
+
+// The entry functions (kernels) a PTX text declares (".entry NAME"), in order.
+std::vector<std::string> entries_of_ptx(std::string_view ptx);
+// The kernels a module image declares, as cuModuleLoadData takes it (a fat binary, an ELF
+// cubin, or PTX text; not nvcc's wrapper): each name once, in the order first seen.  A
+// fat binary's cubins and PTX are all read: they name the same kernels for different GPUs.
+// Throws Error on malformed input, an unknown format, or an entry this machine cannot
+// decompress (the list would be incomplete).
+std::vector<std::string> kernel_names(std::span<const std::byte> image);
 
 }  // namespace funnel::fatbin

@@ -179,6 +179,31 @@ TEST(Fatbin, ZstdCompressedCubins) {
   expect_layouts(result.kernels, {90, 80});
 }
 
+// -compress-mode=speed: every entry lz4-compressed (NVIDIA's libraries ship such entries: cuFFT).
+TEST(Fatbin, Lz4CompressedEntries) {
+  const auto section = fatbin_section("speed");
+  int lz4_cubins = 0, lz4_ptx = 0;
+  for (const auto& im : fb::parse_fatbin(section)) {
+    if (im.compression != fb::Compression::lz4) continue;
+    ++(im.kind == fb::ImageKind::cubin ? lz4_cubins : lz4_ptx);
+  }
+  ASSERT_EQ(lz4_cubins, 2) << "-compress-mode=speed -Xfatbin=-compress-all should lz4-compress the cubins";
+  EXPECT_EQ(lz4_ptx, 1);
+  if (!fb::can_decompress(fb::Compression::lz4)) GTEST_SKIP() << "liblz4.so.1 is not installed";
+  const auto result = fb::kernels_of_fatbin(section);
+  EXPECT_TRUE(result.skipped.empty());
+  expect_layouts(result.kernels, {90, 80});
+  // A damaged block is refused, never read past.
+  for (const auto& im : fb::parse_fatbin(section)) {
+    if (im.compression != fb::Compression::lz4) continue;
+    std::vector<std::byte> bad(im.payload.begin(), im.payload.end());
+    bad.resize(bad.size() / 3);
+    fb::FatbinImage cut = im;
+    cut.payload = bad;
+    EXPECT_THROW((void)fb::decompressed_payload(cut), fb::Error);
+  }
+}
+
 TEST(Fatbin, WrapperEntryPoint) {
   const auto section = fatbin_section("default");
   struct Wrapper {
@@ -439,7 +464,7 @@ TEST(Fatbin, KernelNamesOfEachKindOfImage) {
     std::sort(v.begin(), v.end());
     return v;
   };
-  for (const char* mode : {"default", "none"}) {
+  for (const char* mode : {"default", "none", "speed"}) {
     SCOPED_TRACE(mode);
     const auto section = fatbin_section(mode);
     const auto names = fb::kernel_names(section);

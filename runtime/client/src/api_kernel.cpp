@@ -162,13 +162,17 @@ FUNNEL_API cudaError_t cudaGetKernel(cudaKernel_t* kernel, const void* entry) {
     return cudaSuccess;
   });
 }
-// The cudaFunction_t is only good for funnel's own runtime calls: driver API calls on it
-// do not go through funnel (doc/not-supported.md).
+// The cudaFunction_t is the kernel's record: a CUfunction of funnel's driver front (cuLaunchKernel,
+// cuFuncGetAttribute, ...), and a handle the runtime's calls take as they take the stub.  Attaches,
+// as CUDA initialises the runtime here.
 FUNNEL_API cudaError_t cudaGetFuncBySymbol(cudaFunction_t* fn, const void* symbol) {
   return guarded(__func__, [&] {
     if (fn == nullptr) return cudaErrorInvalidValue;
-    if (find_kernel(symbol) == nullptr) return cudaErrorInvalidDeviceFunction;
-    *fn = reinterpret_cast<cudaFunction_t>(const_cast<void*>(symbol));
+    Kernel* k = find_kernel(symbol);
+    if (k == nullptr) return cudaErrorInvalidDeviceFunction;
+    // As under CUDA, the runtime is initialised: its context is current for the driver front.
+    if (cudaError_t e = to_cuda(Runtime::get().ready()); e != cudaSuccess) return e;
+    *fn = reinterpret_cast<cudaFunction_t>(k);
     return cudaSuccess;
   });
 }

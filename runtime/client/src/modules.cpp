@@ -189,7 +189,12 @@ void register_kernel(Module* m, const void* host, const char* device_name) noexc
     k->module = m;
     k->host = host;
     k->name = device_name;
+    Kernel* object = k.get();
     enlist(registry().kernels, m->kernels, std::move(k));
+    // The Kernel itself is a handle too: cudaGetFuncBySymbol's cudaFunction_t, which the driver
+    // front takes as a CUfunction.
+    std::unique_lock lk(registry().mu);
+    registry().kernels[object] = object;
   } catch (...) {
   }
 }
@@ -222,8 +227,10 @@ void unregister_module(Module* m) noexcept {
   Registry& r = registry();
   {
     std::unique_lock lk(r.mu);
-    for (const auto& k : m->kernels)
+    for (const auto& k : m->kernels) {
       if (auto it = r.kernels.find(k->host); it != r.kernels.end() && it->second == k.get()) r.kernels.erase(it);
+      r.kernels.erase(k.get());
+    }
     for (const auto& v : m->variables)
       if (auto it = r.variables.find(v->host); it != r.variables.end() && it->second == v.get()) r.variables.erase(it);
   }
@@ -244,6 +251,11 @@ Kernel* find_kernel(const void* func) noexcept {
   std::shared_lock lk(r.mu);
   auto it = r.kernels.find(func);
   return it != r.kernels.end() ? it->second : nullptr;
+}
+
+Kernel* registered_kernel(const void* handle) noexcept {
+  Kernel* k = find_kernel(handle);
+  return k == handle ? k : nullptr;
 }
 
 Variable* find_variable(const void* symbol) noexcept {

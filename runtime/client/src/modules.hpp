@@ -55,9 +55,12 @@ void register_variable(Module* m, const void* host, const char* name, uint64_t s
 void register_managed(Module* m, const void* host, const char* name) noexcept;
 void unregister_module(Module* m) noexcept;
 
-// The registered kernel of a host stub (or of a handle cudaGetKernel gave out);
-// nullptr when unknown.
+// The registered kernel of a host stub (or of a handle cudaGetKernel or cudaGetFuncBySymbol
+// gave out); nullptr when unknown.
 Kernel* find_kernel(const void* func) noexcept;
+// The registered kernel whose record `handle` is (cudaGetFuncBySymbol's cudaFunction_t, which the
+// driver front takes as a CUfunction); nullptr for anything else, a host stub included.
+Kernel* registered_kernel(const void* handle) noexcept;
 Variable* find_variable(const void* symbol) noexcept;
 
 // Loads the kernel's module on the server if needed and learns its parameter layout

@@ -32,11 +32,16 @@ Handles& handles() {
   return *h;
 }
 
+// A function of a module this front loaded, or a kernel the runtime registered (the
+// cudaFunction_t of cudaGetFuncBySymbol).
 Kernel* function_of(CUfunction f) {
   auto* k = reinterpret_cast<Kernel*>(f);
-  Handles& h = handles();
-  std::lock_guard lk(h.mu);
-  return h.functions.contains(k) ? k : nullptr;
+  {
+    Handles& h = handles();
+    std::lock_guard lk(h.mu);
+    if (h.functions.contains(k)) return k;
+  }
+  return funnel::client::registered_kernel(f);
 }
 
 CUresult load(CUmodule* module, const void* image) {
@@ -347,7 +352,7 @@ CUresult global(CUdeviceptr* dptr, size_t* bytes, void* handle, const char* name
 
 CUresult attribute(int* value, CUfunction_attribute a, Kernel* k, int device) {
   if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (CUresult r = ready_on(k, device); r != CUDA_SUCCESS) return r;  // a registered kernel may not be yet
   funnel::ipc::FuncAttributes f;
   if (CUresult r = funnel::driver::to_cu(funnel::client::kernel_attributes(*k, device, f)); r != CUDA_SUCCESS) return r;
   switch (a) {

@@ -222,7 +222,7 @@ if [[ $DO_BUILD == 1 ]]; then
   # BUILD_ALL=1 builds everything, as tests/gpu/run.sh does.
   targets=()
   if [[ ${BUILD_ALL:-0} != 1 ]]; then
-    targets=(--target funnel-server funnel-run funnel_client funnelctl kernelbench membench nbody)
+    targets=(--target funnel-server funnel-run funnel_client funnelctl funnel_driver kernelbench membench nbody gemmbench)
   fi
   if cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFUNNEL_BUILD_CUDA_PROGRAMS=ON \
     -DFUNNEL_BUILD_TESTS=OFF >"$OUT_DIR/build/configure.log" 2>&1 &&

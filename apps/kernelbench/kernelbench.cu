@@ -19,6 +19,11 @@
 //   kernelbench first                          attach + one kernel + exit (start-up)
 //   kernelbench idle --barrier DIR --clients N attach, run one kernel, mark ready, wait for
 //                                              DIR/stop (GPU memory of idle clients)
+//   --api driver                               the launches (cuLaunchKernel on the kernel's
+//                                              cudaGetFuncBySymbol handle), copies
+//                                              (cuMemcpyHtoDAsync/DtoHAsync) and stream
+//                                              synchronisations (cuStreamSynchronize) through
+//                                              the driver API instead of the runtime's
 // Every mode prints one JSON line.  "small" is 4 blocks of 128 threads that spin ~5 us on the
 // GPU's global timer, as the issue describes; "empty" does nothing.
 #include <dirent.h>
@@ -34,6 +39,7 @@
 #include <thread>
 #include <vector>
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include "cuda_check.h"
@@ -69,6 +75,7 @@ struct Args {
   unsigned small_ns = 5000;
   size_t bytes = size_t{384} << 10;
   std::string dir = "h2d";
+  bool driver = false;  // --api driver
 };
 
 Args parse(int argc, char** argv) {
@@ -96,7 +103,14 @@ Args parse(int argc, char** argv) {
     else if (k == "--small-ns") a.small_ns = static_cast<unsigned>(std::atoi(next().c_str()));
     else if (k == "--bytes") a.bytes = std::max<size_t>(1, std::strtoull(next().c_str(), nullptr, 0));
     else if (k == "--dir") a.dir = next();
-    else {
+    else if (k == "--api") {
+      const std::string api = next();
+      if (api != "runtime" && api != "driver") {
+        std::fprintf(stderr, "kernelbench: --api must be runtime or driver\n");
+        std::exit(2);
+      }
+      a.driver = api == "driver";
+    } else {
       std::fprintf(stderr, "kernelbench: unknown option %s\n", k.c_str());
       std::exit(2);
     }
@@ -140,9 +154,43 @@ void barrier(const Args& a) {
   }
 }
 
+#define CU(call)                                                                                  \
+  do {                                                                                            \
+    const CUresult r_ = (call);                                                                   \
+    if (r_ != CUDA_SUCCESS) {                                                                     \
+      std::fprintf(stderr, "kernelbench: %s failed: %d (%s:%d)\n", #call, int(r_), __FILE__, __LINE__); \
+      std::exit(1);                                                                               \
+    }                                                                                             \
+  } while (0)
+
+// The kernels as driver functions (--api driver): the runtime's handles, which are CUfunctions.
+CUfunction driver_function(const void* kernel) {
+  cudaFunction_t f = nullptr;
+  CK(cudaGetFuncBySymbol(&f, kernel));
+  return reinterpret_cast<CUfunction>(f);
+}
+
 void launch(const Args& a, cudaStream_t s, int* sink) {
+  if (a.driver) {
+    static const CUfunction empty = driver_function(reinterpret_cast<const void*>(empty_kernel));
+    static const CUfunction small = driver_function(reinterpret_cast<const void*>(small_kernel));
+    const auto stream = reinterpret_cast<CUstream>(s);
+    if (a.kernel == "empty") {
+      CU(cuLaunchKernel(empty, 1, 1, 1, 1, 1, 1, 0, stream, nullptr, nullptr));
+    } else {
+      unsigned ns = a.small_ns;
+      void* params[] = {&ns, &sink};
+      CU(cuLaunchKernel(small, 4, 1, 1, 128, 1, 1, 0, stream, params, nullptr));
+    }
+    return;
+  }
   if (a.kernel == "empty") empty_kernel<<<1, 1, 0, s>>>();
   else small_kernel<<<4, 128, 0, s>>>(a.small_ns, sink);
+}
+
+void sync(const Args& a, cudaStream_t s) {
+  if (a.driver) CU(cuStreamSynchronize(reinterpret_cast<CUstream>(s)));
+  else CK(cudaStreamSynchronize(s));
 }
 
 }  // namespace
@@ -176,7 +224,7 @@ int main(int argc, char** argv) {
     std::vector<double> t;
     t.reserve(static_cast<size_t>(a.launches));
     for (int i = 0; i < a.launches; ++i) {
-      if (i % 50 == 0) CK(cudaStreamSynchronize(s));
+      if (i % 50 == 0) sync(a, s);
       const auto t0 = Clock::now();
       launch(a, s, sink);
       t.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
@@ -197,7 +245,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < iters; ++i) {
       const auto t0 = Clock::now();
       launch(a, s, sink);
-      CK(cudaStreamSynchronize(s));
+      sync(a, s);
       t.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
     }
     CK(cudaGetLastError());
@@ -226,7 +274,7 @@ int main(int argc, char** argv) {
         c += 64;
       }
       CK(cudaGetLastError());
-      CK(cudaStreamSynchronize(streams[t]));
+      sync(a, streams[t]);
       counts[t] = c;
     };
     std::vector<std::thread> workers;
@@ -267,9 +315,17 @@ int main(int argc, char** argv) {
     if (!h2d)
       for (Lane& l : lanes) std::memset(l.host, 0, a.bytes);  // the copies bring the pattern back
     auto copy = [&](Lane& l) {
-      if (h2d) CK(cudaMemcpyAsync(l.dev, l.host, a.bytes, cudaMemcpyHostToDevice, l.stream));
-      else CK(cudaMemcpyAsync(l.host, l.dev, a.bytes, cudaMemcpyDeviceToHost, l.stream));
-      CK(cudaStreamSynchronize(l.stream));
+      if (a.driver) {
+        const auto stream = reinterpret_cast<CUstream>(l.stream);
+        const auto dev = reinterpret_cast<CUdeviceptr>(l.dev);
+        if (h2d) CU(cuMemcpyHtoDAsync(dev, l.host, a.bytes, stream));
+        else CU(cuMemcpyDtoHAsync(l.host, dev, a.bytes, stream));
+      } else if (h2d) {
+        CK(cudaMemcpyAsync(l.dev, l.host, a.bytes, cudaMemcpyHostToDevice, l.stream));
+      } else {
+        CK(cudaMemcpyAsync(l.host, l.dev, a.bytes, cudaMemcpyDeviceToHost, l.stream));
+      }
+      sync(a, l.stream);
     };
     for (Lane& l : lanes)
       for (int i = 0; i < 10; ++i) copy(l);

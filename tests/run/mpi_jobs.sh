@@ -53,9 +53,10 @@ case $scenario in
     FUNNEL_RUN_DIR=$run_dir timeout 5 "$build/bin/funnelctl" shutdown >/dev/null || fail "cannot stop the server"
     ;;
   linked)
-    mkdir -p "$tmp/funnel/bin" "$tmp/funnel/lib"
+    mkdir -p "$tmp/funnel/bin" "$tmp/funnel/lib/funnel-driver"
     cp "$build/bin/funnel-run" "$tmp/funnel/bin/" &&
-      cp -L "$build/lib/libcudart.so.13" "$build/lib/libfunnel_mpi.so.0" "$tmp/funnel/lib/" || fail "cannot copy funnel"
+      cp -L "$build/lib/libcudart.so.13" "$build/lib/libfunnel_mpi.so.0" "$tmp/funnel/lib/" &&
+      cp -L "$build/lib/funnel-driver/libcuda.so.1" "$tmp/funnel/lib/funnel-driver/" || fail "cannot copy funnel"
     job 2 "$linked" "$tmp/funnel/bin/funnel-run" LD_DEBUG=files LD_DEBUG_OUTPUT="$tmp/ld"
     # The ranks' loader logs (funnel-run's, then the program's after exec: one file a pid).
     ranks=$(grep -l "needed by $linked" "$tmp"/ld.* | wc -l)

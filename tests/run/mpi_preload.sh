@@ -115,9 +115,11 @@ rc=$?
 if [ "$rc" -eq 2 ] && grep -q "FUNNEL_MPI_HOOKS=1 .*libmpich.so.12" "$tmp/out"; then echo "ok: FUNNEL_MPI_HOOKS=1 with another MPI"
 else fail "FUNNEL_MPI_HOOKS=1 with another MPI: rc $rc, output: $(cat "$tmp/out")"; fi
 
-# Hooks missing: a copy of funnel-run beside a lib/ that has the client runtime (and its core) only.
-mkdir -p "$tmp/copy/bin" "$tmp/copy/lib"
-cp "$FR" "$tmp/copy/bin/" && cp -L "$bin/../lib/libcudart.so.13" "$bin/../lib/libfunnel-client.so.0" "$tmp/copy/lib/" || { fail "cannot copy funnel-run"; exit 1; }
+# Hooks missing: a copy of funnel-run beside a lib/ that has the client runtime (and its core)
+# and the client driver only.
+mkdir -p "$tmp/copy/bin" "$tmp/copy/lib/funnel-driver"
+cp "$FR" "$tmp/copy/bin/" && cp -L "$bin/../lib/libcudart.so.13" "$bin/../lib/libfunnel-client.so.0" "$tmp/copy/lib/" &&
+  cp -L "$bin/../lib/funnel-driver/libcuda.so.1" "$tmp/copy/lib/funnel-driver/" || { fail "cannot copy funnel-run"; exit 1; }
 export FUNNEL_SERVER=$bin/funnel-server
 for r in 0 1; do
   OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=$r "$tmp/copy/bin/funnel-run" printenv LD_PRELOAD >"$tmp/out" 2>"$tmp/err"
@@ -129,6 +131,16 @@ FUNNEL_MPI_HOOKS=1 "$tmp/copy/bin/funnel-run" true >"$tmp/out" 2>&1
 rc=$?
 if [ "$rc" -eq 2 ] && grep -q "FUNNEL_MPI_HOOKS=1 .*missing" "$tmp/out"; then echo "ok: FUNNEL_MPI_HOOKS=1 without hooks"
 else fail "FUNNEL_MPI_HOOKS=1 without hooks: rc $rc, output: $(cat "$tmp/out")"; fi
+
+# The client driver missing: refused, naming it (the program's driver calls would reach NVIDIA's
+# driver); with FUNNEL_CLIENT_DRIVER=0 the program runs.
+rm -rf "$tmp/copy/lib/funnel-driver"
+"$tmp/copy/bin/funnel-run" true >"$tmp/out" 2>&1
+rc=$?
+if [ "$rc" -eq 2 ] && grep -q "client driver .*funnel-driver/libcuda.so.1 is missing.*FUNNEL_CLIENT_DRIVER=0" "$tmp/out"; then
+  echo "ok: the client driver missing"
+else fail "the client driver missing: rc $rc, output: $(cat "$tmp/out")"; fi
+FUNNEL_CLIENT_DRIVER=0 "$tmp/copy/bin/funnel-run" true >"$tmp/out" 2>&1 || fail "FUNNEL_CLIENT_DRIVER=0 without the client driver: $(cat "$tmp/out")"
 
 ((fails == 0)) && echo PASS
 exit $((fails != 0))

@@ -194,7 +194,18 @@ int main(int argc, char** argv) {
   // program and every library it opens find funnel's driver, never NVIDIA's (a server this program
   // starts gets neither: server_environment).
   std::string libs = lib.parent_path().string();
-  if (settings.client_driver) libs = (lib.parent_path() / "funnel-driver").string() + ":" + libs;
+  if (settings.client_driver) {
+    const std::string driver = (lib.parent_path() / "funnel-driver").string();
+    if (::access((driver + "/libcuda.so.1").c_str(), R_OK) != 0) {
+      std::fprintf(stderr,
+                   "funnel-run: funnel's client driver %s is missing, so the program's driver calls (and "
+                   "NVIDIA's libraries) would reach NVIDIA's driver: build or install it (target funnel_driver), "
+                   "or set FUNNEL_CLIENT_DRIVER=0 to run shared-runtime programs without it\n",
+                   (driver + "/libcuda.so.1").c_str());
+      return 2;
+    }
+    libs = driver + ":" + libs;
+  }
   ::setenv("LD_LIBRARY_PATH", appended("LD_LIBRARY_PATH", libs, true).c_str(), 1);
   ::setenv("FUNNEL_RUN_DIR", settings.run_dir.c_str(), 1);
   ::setenv("FUNNEL_BACKEND", funnel::to_string(settings.backend), 1);

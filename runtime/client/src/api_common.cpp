@@ -6,12 +6,16 @@
 namespace funnel::client {
 namespace {
 
+thread_local bool t_ptds_gone = false;  // trivially destructible: readable at any time
+
 // The per-thread default streams of this thread (one per device), destroyed when the
-// thread exits.
+// thread exits.  Work on one after that (from an exit handler: the main thread's thread_local
+// objects are destroyed before them) goes to the legacy default stream.
 struct PerThreadStreams {
   Runtime* owner = nullptr;
   std::map<int, uint64_t> ids;
   ~PerThreadStreams() {
+    t_ptds_gone = true;
     if (owner == nullptr || owner != &Runtime::get()) return;  // forked since: not ours to destroy
     for (const auto& [dev, id] : ids) (void)owner->post(Opcode::StreamDestroy, dev, id, nullptr, 0);
   }
@@ -30,6 +34,7 @@ cudaError_t resolve_stream(cudaStream_t s, bool per_thread, StreamRef& out) noex
   Runtime& rt = Runtime::get();
   if (cudaError_t e = to_cuda(rt.ready()); e != cudaSuccess) return e;
   if (s == nullptr) s = per_thread ? cudaStreamPerThread : cudaStreamLegacy;
+  if (s == cudaStreamPerThread && t_ptds_gone) s = cudaStreamLegacy;
   if (s == cudaStreamLegacy) {
     out = {0, t_device};
     return cudaSuccess;

@@ -102,6 +102,15 @@ cudaError_t check_kernel(Kernel& k, const LaunchSpec& l, int device, const ipc::
   return cudaSuccess;
 }
 
+namespace {
+thread_local bool t_params_gone = false;  // trivially destructible: readable at any time
+struct ParamBuffer {
+  std::vector<std::byte> bytes;
+  ~ParamBuffer() { t_params_gone = true; }
+};
+thread_local ParamBuffer t_params;
+}  // namespace
+
 cudaError_t launch_kernel(Kernel& kernel, const LaunchSpec& l, void** args) {
   Kernel* k = &kernel;
   StreamRef s;
@@ -114,7 +123,10 @@ cudaError_t launch_kernel(Kernel& kernel, const LaunchSpec& l, void** args) {
   if (l.shared > UINT32_MAX) return cudaErrorInvalidValue;
   if (cudaError_t e = check_kernel(*k, l, s.device, rt.device(s.device)); e != cudaSuccess) return e;
 
-  thread_local std::vector<std::byte> params;
+  // One parameter buffer per thread; a launch from an exit handler, after the thread's
+  // thread_local objects were destroyed, packs into one of its own.
+  std::vector<std::byte> own;
+  std::vector<std::byte>& params = t_params_gone ? own : t_params.bytes;
   params.resize(k->param_bytes);
   pack_params(k->layout, k->param_bytes, args, params.data());
   ipc::LaunchCmd c{};

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -362,6 +363,28 @@ int main() {
     CHECK(cuMemFree(0), CUDA_SUCCESS);  // as cudaFree(nullptr)
     std::printf("unified, 2-D and 3-D copies, pitched and async allocations, registered memory, contexts: %s\n",
                 more ? "ok" : "FAIL");
+  }
+
+  // Driver calls from an exit handler, after the main thread's thread_local objects are gone (as
+  // cuFFT frees its memory at exit): the context stack, the per-thread default stream and the
+  // launch path still answer.
+  {
+    static CUdeviceptr at_exit = 0;
+    CUcontext keep = nullptr;
+    CHECK(cuDevicePrimaryCtxRetain(&keep, dev), CUDA_SUCCESS);  // still retained at exit
+    CHECK(cuMemAlloc(&at_exit, 4096), CUDA_SUCCESS);
+    CHECK(cuMemsetD8Async(at_exit, 1, 4096, CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+    std::atexit([] {
+      CUcontext c = nullptr;
+      unsigned char back[16] = {};
+      const bool ok = cuCtxGetCurrent(&c) == CUDA_SUCCESS && c != nullptr &&
+                      cuMemsetD8Async(at_exit, 7, 4096, CU_STREAM_PER_THREAD) == CUDA_SUCCESS &&
+                      cuMemcpyDtoH(back, at_exit, sizeof back) == CUDA_SUCCESS && back[15] == 7 &&
+                      cuMemFree(at_exit) == CUDA_SUCCESS;
+      std::printf("driver calls from an exit handler: %s\n", ok ? "ok" : "FAIL");
+      std::fflush(stdout);
+      if (!ok) std::_Exit(1);
+    });
   }
 
   // Not served: refused, loudly and once (expected.stderr).

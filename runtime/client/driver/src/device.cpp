@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "front.hpp"
@@ -23,7 +24,21 @@ struct Context {
 };
 std::array<Context, ipc::kMaxDevices> g_contexts;
 
-thread_local std::vector<Context*> t_stack;  // the context stack: its top is current
+// A thread's context stack: its top is current.  A fixed array, trivially destructible: the
+// main thread's thread_local objects are destroyed at exit before the exit handlers run, and
+// NVIDIA's libraries call the driver from theirs (cuFFT frees its memory so).
+struct ContextStack {
+  static constexpr size_t kDepth = 64;
+  Context* slot[kDepth];
+  size_t depth;
+  bool empty() const noexcept { return depth == 0; }
+  Context*& back() noexcept { return slot[depth - 1]; }
+  bool full() const noexcept { return depth == kDepth; }
+  void push_back(Context* c) noexcept { slot[depth++] = c; }
+  void pop_back() noexcept { --depth; }
+};
+static_assert(std::is_trivially_destructible_v<ContextStack>);
+thread_local ContextStack t_stack{};
 
 Context* from(CUcontext c) noexcept {
   auto* p = reinterpret_cast<Context*>(c);
@@ -211,6 +226,8 @@ FUNNEL_DRIVER_API CUresult cuCtxGetCurrent(CUcontext* ctx) {
 FUNNEL_DRIVER_API CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
   Context* c = from(ctx);
   if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (t_stack.full())
+    return not_supported_detail("cuCtxPushCurrent: contexts pushed deeper than", static_cast<int>(ContextStack::kDepth));
   t_stack.push_back(c);
   current_device() = c->device;
   return CUDA_SUCCESS;

@@ -17,6 +17,10 @@ install(TARGETS ${funnel_export_targets} EXPORT funnelTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(TARGETS funnel-server funnel-run funnelctl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# The client driver, libcuda.so.1, in a folder of its own below lib/ (funnel-run puts it first in
+# a program's library path; its RUNPATH $ORIGIN/.. finds the client core).  Not exported: no
+# program links it by name, every CUDA program finds it as libcuda.so.1.
+install(TARGETS funnel_driver LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/funnel-driver NAMELINK_SKIP)
 install(FILES ${PROJECT_SOURCE_DIR}/runtime/client/include/funnel/funnel.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/funnel)
 

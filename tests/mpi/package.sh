@@ -24,4 +24,10 @@ try() {  # NAME CMAKE_ARGS...
 try build-tree -Dfunnel_DIR="$build"
 cmake --install "$build" --prefix "$tmp/prefix" >"$tmp/install.log" 2>&1 || { echo "FAIL: install"; cat "$tmp/install.log"; exit 1; }
 try install -DCMAKE_PREFIX_PATH="$tmp/prefix"
+# The installed funnel-run finds the installed client driver (it refuses to run without one).
+[ -e "$tmp/prefix/lib/funnel-driver/libcuda.so.1" ] || { echo "FAIL: the client driver was not installed"; exit 1; }
+FUNNEL_BACKEND=sim FUNNEL_RUN_DIR="$tmp/run-installed" "$tmp/prefix/bin/funnel-run" printenv LD_LIBRARY_PATH >"$tmp/ldpath" 2>&1 &&
+  grep -q "^$tmp/prefix/lib/funnel-driver:" "$tmp/ldpath" || { echo "FAIL: installed funnel-run: $(cat "$tmp/ldpath")"; exit 1; }
+FUNNEL_RUN_DIR="$tmp/run-installed" timeout 5 "$tmp/prefix/bin/funnelctl" shutdown >/dev/null 2>&1
+echo "ok (installed client driver)"
 echo PASS

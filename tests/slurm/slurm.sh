@@ -88,9 +88,10 @@ fail() {
 # funnel installed as an admin would (a prefix with bin/, lib/ and libexec/funnel/slurm/),
 # readable by the job's user; the config names no prefix: the scripts find their own.
 prefix=$tmp/prefix
-mkdir -p "$prefix/bin" "$prefix/lib" "$prefix/libexec/funnel/slurm" "$tmp/flog" "$tmp/out"
+mkdir -p "$prefix/bin" "$prefix/lib/funnel-driver" "$prefix/libexec/funnel/slurm" "$tmp/flog" "$tmp/out"
 cp "$build"/bin/funnel-server "$build"/bin/funnelctl "$build"/bin/funnel-run "$prefix/bin/" || fail "no funnel binaries in $build/bin"
-cp -P "$build"/lib/libcudart.so* "$build"/lib/libfunnel_mpi.so* "$prefix/lib/" || fail "no funnel libraries in $build/lib"
+cp -P "$build"/lib/libcudart.so* "$build"/lib/libfunnel-client.so* "$build"/lib/libfunnel_mpi.so* "$prefix/lib/" &&
+  cp -P "$build"/lib/funnel-driver/libcuda.so* "$prefix/lib/funnel-driver/" || fail "no funnel libraries in $build/lib"
 cp "$src"/slurm/funnel-slurm-* "$prefix/libexec/funnel/slurm/"
 cp "$prog" "$prefix/bin/mpi_cuda"
 cp "$gpu_select" "$prefix/bin/gpu_select"

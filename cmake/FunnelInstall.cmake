@@ -9,8 +9,8 @@ set_target_properties(funnel_client PROPERTIES EXPORT_NAME client)
 set_target_properties(funnel_client_core PROPERTIES EXPORT_NAME client_core)
 set(funnel_export_targets funnel_client funnel_client_core)
 if(TARGET funnel_mpi)
-  # The installed hooks find funnel's libcudart.so.13 beside themselves.
-  set_target_properties(funnel_mpi PROPERTIES INSTALL_RPATH "$ORIGIN")
+  # The installed hooks find funnel's libcudart.so.13 beside themselves, its libcuda.so.1 below.
+  set_target_properties(funnel_mpi PROPERTIES INSTALL_RPATH "$ORIGIN:$ORIGIN/funnel-driver")
   list(APPEND funnel_export_targets funnel_mpi)
 endif()
 install(TARGETS ${funnel_export_targets} EXPORT funnelTargets
@@ -18,9 +18,10 @@ install(TARGETS ${funnel_export_targets} EXPORT funnelTargets
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(TARGETS funnel-server funnel-run funnelctl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 # The client driver, libcuda.so.1, in a folder of its own below lib/ (funnel-run puts it first in
-# a program's library path; its RUNPATH $ORIGIN/.. finds the client core).  Not exported: no
-# program links it by name, every CUDA program finds it as libcuda.so.1.
-install(TARGETS funnel_driver LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/funnel-driver NAMELINK_SKIP)
+# a program's library path; its RUNPATH $ORIGIN/.. finds the client core; funnel::mpi needs it).
+set_target_properties(funnel_driver PROPERTIES EXPORT_NAME driver)
+install(TARGETS funnel_driver EXPORT funnelTargets
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/funnel-driver NAMELINK_SKIP)
 install(FILES ${PROJECT_SOURCE_DIR}/runtime/client/include/funnel/funnel.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/funnel)
 

@@ -5,6 +5,7 @@
 // abort:       rank 1 calls MPI_Abort after its round trip
 // kill:        rank 1 SIGKILLs itself after its round trip
 // hold:        round trips and barriers until killed (mpirun is, by the test)
+#include <dlfcn.h>
 #include <mpi.h>
 #include <signal.h>
 #include <unistd.h>
@@ -55,6 +56,14 @@ int main(int argc, char** argv) {
   MPI_Barrier(MPI_COMM_WORLD);
   if (std::strcmp(mode, "hold") == 0) hold(rank);
   failed += round_trip(rank, 2);
+  // With funnel's MPI hooks (linked with funnel::mpi or preloaded), the program's libcuda.so.1 is
+  // funnel's client driver (the hooks' DT_NEEDED), whatever launched it.
+  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (dlopen("libfunnel_mpi.so.0", RTLD_NOW | RTLD_NOLOAD) != nullptr &&
+      (driver == nullptr || dlsym(driver, "funnel_client_driver") == nullptr)) {
+    std::printf("FAIL rank %d: libcuda.so.1 is %s\n", rank, driver == nullptr ? "not loaded" : "not funnel's client driver");
+    ++failed;
+  }
   int ok = failed == 0 ? 1 : 0, all = 0;
   MPI_Reduce(&ok, &all, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
   if (rank == 0) std::printf("%d of %d ranks ok\n", all, size);

@@ -71,6 +71,22 @@ cudaError_t stream_unique_id(cudaStream_t stream, bool ptds, unsigned long long*
   return cudaSuccess;
 }
 
+cudaError_t stream_mem_op(cudaStream_t stream, bool ptds, uint64_t address, uint64_t value, ipc::StreamMemOp op,
+                          uint32_t flags) {
+  StreamRef ref;
+  if (cudaError_t e = resolve_stream(stream, ptds, ref); e != cudaSuccess) return e;
+  Runtime& rt = Runtime::get();
+  const bool wide = op == ipc::StreamMemOp::Write64 || op == ipc::StreamMemOp::Wait64;
+  const bool wait = op == ipc::StreamMemOp::Wait32 || op == ipc::StreamMemOp::Wait64;
+  // Checked here as the server checks them, so that a bad call fails at once, not at a later
+  // synchronisation.
+  const uint32_t allowed = wait ? (0x3u | ipc::kWaitValueFlush) : ipc::kWriteValueNoMemoryBarrier;
+  if ((flags & ~allowed) != 0 || address % (wide ? 8 : 4) != 0) return cudaErrorInvalidValue;
+  if (!rt.tables.device_range(address, wide ? 8 : 4)) return cudaErrorInvalidValue;
+  const ipc::StreamMemOpCmd c{address, value, static_cast<uint32_t>(op), flags};
+  return to_cuda(rt.post(Opcode::StreamMemOp, ref.device, ref.id, &c, sizeof c));
+}
+
 cudaError_t destroy_stream(cudaStream_t stream) {
   if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread)
     return cudaErrorInvalidResourceHandle;

@@ -365,6 +365,56 @@ int main() {
                 more ? "ok" : "FAIL");
   }
 
+  // Stream memory operations on device memory: 32- and 64-bit writes land in stream order; a
+  // wait holds its stream (and the work behind it) until another stream's write meets it.
+  {
+    CUdeviceptr words = 0, buf = 0;
+    CHECK(cuMemAlloc(&words, 64), CUDA_SUCCESS);
+    CHECK(cuMemAlloc(&buf, 256), CUDA_SUCCESS);
+    CHECK(cuMemsetD8(words, 0, 64), CUDA_SUCCESS);
+    CUstream x = nullptr, y = nullptr;
+    CHECK(cuStreamCreate(&x, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    CHECK(cuStreamCreate(&y, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    CHECK(cuStreamWriteValue32(x, words, 0x12345678u, 0), CUDA_SUCCESS);
+    CHECK(cuStreamWriteValue64_v2(x, words + 8, 0x1122334455667788ull, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER),
+          CUDA_SUCCESS);
+    uint64_t got[2] = {};
+    CHECK(cuMemcpyDtoHAsync(got, words, 16, x), CUDA_SUCCESS);
+    CHECK(cuStreamSynchronize(x), CUDA_SUCCESS);
+    const bool writes = (got[0] & 0xffffffffu) == 0x12345678u && got[1] == 0x1122334455667788ull;
+    // x waits for the flag at words + 16 to equal 1, then fills buf; y sets the flag.
+    CHECK(cuStreamWaitValue32_v2(x, words + 16, 1, CU_STREAM_WAIT_VALUE_EQ), CUDA_SUCCESS);
+    CHECK(cuMemsetD8Async(buf, 9, 256, x), CUDA_SUCCESS);
+    const CUresult held = cuStreamQuery(x);
+    CUstreamBatchMemOpParams ops[2] = {};
+    ops[0].operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+    ops[0].writeValue.address = words + 24;
+    ops[0].writeValue.value64 = 5;
+    ops[1].operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    ops[1].writeValue.address = words + 16;
+    ops[1].writeValue.value = 1;
+    CHECK(cuStreamBatchMemOp(y, 2, ops, 0), CUDA_SUCCESS);
+    CHECK(cuStreamWaitValue64(y, words + 24, 4, CU_STREAM_WAIT_VALUE_GEQ), CUDA_SUCCESS);  // met already
+    CHECK(cuStreamSynchronize(x), CUDA_SUCCESS);
+    CHECK(cuStreamSynchronize(y), CUDA_SUCCESS);
+    std::vector<unsigned char> filled(256);
+    CHECK(cuMemcpyDtoH(filled.data(), buf, 256), CUDA_SUCCESS);
+    const bool waited = held == CUDA_ERROR_NOT_READY && all(filled, 9);
+    // Refused at once: a host word, a misaligned one, unknown flags; a batch operation not served.
+    uint32_t host_word = 0;
+    CHECK(cuStreamWriteValue32(x, reinterpret_cast<CUdeviceptr>(&host_word), 1, 0), CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuStreamWriteValue64(x, words + 4, 1, 0), CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuStreamWaitValue32(x, words, 1, 0x100), CUDA_ERROR_INVALID_VALUE);
+    ops[0].operation = CU_STREAM_MEM_OP_BARRIER;
+    CHECK(cuStreamBatchMemOp(y, 1, ops, 0), CUDA_ERROR_NOT_SUPPORTED);  // expected.stderr
+    CHECK(cuStreamDestroy(x), CUDA_SUCCESS);
+    CHECK(cuStreamDestroy(y), CUDA_SUCCESS);
+    CHECK(cuMemFree(words), CUDA_SUCCESS);
+    CHECK(cuMemFree(buf), CUDA_SUCCESS);
+    std::printf("stream memory operations: writes %s, a wait held its stream until the write %s\n",
+                writes ? "ok" : "FAIL", waited ? "ok" : "FAIL");
+  }
+
   // Driver calls from an exit handler, after the main thread's thread_local objects are gone (as
   // cuFFT frees its memory at exit): the context stack, the per-thread default stream and the
   // launch path still answer.

@@ -73,6 +73,91 @@ FUNNEL_DRIVER_API CUresult cuStreamGetId_ptsz(CUstream s, unsigned long long* id
   return funnel::driver::to_cu(funnel::client::stream_unique_id(rt(s), true, id));
 }
 
+// Stream memory operations on the program's device memory, executed by the server's driver on the
+// stream.  The v1 and v2 names are one function each (CUDA 12 made the v2 behaviour the only one).
+static_assert(funnel::ipc::kWaitValueGeq == CU_STREAM_WAIT_VALUE_GEQ &&
+              funnel::ipc::kWaitValueEq == CU_STREAM_WAIT_VALUE_EQ &&
+              funnel::ipc::kWaitValueAnd == CU_STREAM_WAIT_VALUE_AND &&
+              funnel::ipc::kWaitValueNor == CU_STREAM_WAIT_VALUE_NOR &&
+              funnel::ipc::kWaitValueFlush == CU_STREAM_WAIT_VALUE_FLUSH &&
+              funnel::ipc::kWriteValueNoMemoryBarrier == CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER);
+namespace {
+CUresult mem_op(CUstream s, CUdeviceptr address, uint64_t value, funnel::ipc::StreamMemOp op, unsigned flags,
+                bool per_thread) {
+  int d = 0;
+  if (CUresult r = funnel::driver::current(d); r != CUDA_SUCCESS) return r;
+  return funnel::driver::to_cu(funnel::client::stream_mem_op(rt(s), per_thread, address, value, op, flags));
+}
+}  // namespace
+
+#define FUNNEL_MEM_OP(name, type, op)                                                                       \
+  FUNNEL_DRIVER_API CUresult name(CUstream s, CUdeviceptr a, type v, unsigned int flags) {                  \
+    return mem_op(s, a, v, funnel::ipc::StreamMemOp::op, flags, false);                                     \
+  }                                                                                                         \
+  FUNNEL_DRIVER_API CUresult name##_ptsz(CUstream s, CUdeviceptr a, type v, unsigned int flags) {           \
+    return mem_op(s, a, v, funnel::ipc::StreamMemOp::op, flags, true);                                      \
+  }                                                                                                         \
+  FUNNEL_DRIVER_API CUresult name##_v2(CUstream s, CUdeviceptr a, type v, unsigned int flags) {             \
+    return mem_op(s, a, v, funnel::ipc::StreamMemOp::op, flags, false);                                     \
+  }                                                                                                         \
+  FUNNEL_DRIVER_API CUresult name##_v2_ptsz(CUstream s, CUdeviceptr a, type v, unsigned int flags) {        \
+    return mem_op(s, a, v, funnel::ipc::StreamMemOp::op, flags, true);                                      \
+  }
+FUNNEL_MEM_OP(cuStreamWriteValue32, cuuint32_t, Write32)
+FUNNEL_MEM_OP(cuStreamWriteValue64, cuuint64_t, Write64)
+FUNNEL_MEM_OP(cuStreamWaitValue32, cuuint32_t, Wait32)
+FUNNEL_MEM_OP(cuStreamWaitValue64, cuuint64_t, Wait64)
+#undef FUNNEL_MEM_OP
+
+// A batch: its value operations in order; the others (flushing remote writes, barriers, memory
+// atomics) are refused by name.
+namespace {
+CUresult batch(CUstream s, unsigned count, CUstreamBatchMemOpParams* ops, unsigned flags, bool per_thread) {
+  if (flags != 0 || (count != 0 && ops == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  for (unsigned i = 0; i < count; ++i) {
+    const CUstreamBatchMemOpParams& o = ops[i];
+    CUresult r = CUDA_SUCCESS;
+    switch (o.operation) {
+      case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+        r = mem_op(s, o.waitValue.address, o.waitValue.value, funnel::ipc::StreamMemOp::Wait32, o.waitValue.flags,
+                   per_thread);
+        break;
+      case CU_STREAM_MEM_OP_WAIT_VALUE_64:
+        r = mem_op(s, o.waitValue.address, o.waitValue.value64, funnel::ipc::StreamMemOp::Wait64, o.waitValue.flags,
+                   per_thread);
+        break;
+      case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+        r = mem_op(s, o.writeValue.address, o.writeValue.value, funnel::ipc::StreamMemOp::Write32,
+                   o.writeValue.flags, per_thread);
+        break;
+      case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+        r = mem_op(s, o.writeValue.address, o.writeValue.value64, funnel::ipc::StreamMemOp::Write64,
+                   o.writeValue.flags, per_thread);
+        break;
+      default:
+        return funnel::driver::not_supported_detail("cuStreamBatchMemOp with operation", static_cast<int>(o.operation));
+    }
+    if (r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
+}
+}  // namespace
+FUNNEL_DRIVER_API CUresult cuStreamBatchMemOp(CUstream s, unsigned int n, CUstreamBatchMemOpParams* ops, unsigned f) {
+  return batch(s, n, ops, f, false);
+}
+FUNNEL_DRIVER_API CUresult cuStreamBatchMemOp_ptsz(CUstream s, unsigned int n, CUstreamBatchMemOpParams* ops,
+                                                   unsigned f) {
+  return batch(s, n, ops, f, true);
+}
+FUNNEL_DRIVER_API CUresult cuStreamBatchMemOp_v2(CUstream s, unsigned int n, CUstreamBatchMemOpParams* ops,
+                                                 unsigned f) {
+  return batch(s, n, ops, f, false);
+}
+FUNNEL_DRIVER_API CUresult cuStreamBatchMemOp_v2_ptsz(CUstream s, unsigned int n, CUstreamBatchMemOpParams* ops,
+                                                      unsigned f) {
+  return batch(s, n, ops, f, true);
+}
+
 FUNNEL_DRIVER_API CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void* data) {
   int d = 0;
   if (CUresult r = funnel::driver::current(d); r != CUDA_SUCCESS) return r;

@@ -126,6 +126,27 @@ Status Worker::stream_wait_event(const ipc::CommandHeader& h, const ipc::EventCm
   return Status::Success;
 }
 
+Status Worker::stream_mem_op(const ipc::CommandHeader& h, const ipc::StreamMemOpCmd& c) {
+  using ipc::StreamMemOp;
+  const auto op = static_cast<StreamMemOp>(c.op);
+  const bool wait = op == StreamMemOp::Wait32 || op == StreamMemOp::Wait64;
+  const bool wide = op == StreamMemOp::Write64 || op == StreamMemOp::Wait64;
+  if (!wait && op != StreamMemOp::Write32 && op != StreamMemOp::Write64) return Status::InvalidValue;
+  const uint32_t allowed = wait ? (0x3u | ipc::kWaitValueFlush) : ipc::kWriteValueNoMemoryBarrier;
+  if ((c.flags & ~allowed) != 0) return Status::InvalidValue;
+  const uint64_t bytes = wide ? 8 : 4;
+  if (c.address % bytes != 0 || !res_.device_range_ok(c.address, bytes)) return Status::InvalidValue;
+  if (!wide && c.value > UINT32_MAX) return Status::InvalidValue;
+  Status st;
+  StreamEntry* s = find_stream(h, st);
+  if (s == nullptr) return st;
+  if (st = streams_.before_work(*s); st != Status::Success) return st;
+  if (st = backend_.stream_mem_op(*s->stream, c.address, op, c.value, c.flags); st != Status::Success) return st;
+  streams_.after_work(*s);
+  answers_.answer(h);
+  return Status::Success;
+}
+
 Status Worker::event_create(const ipc::CommandHeader& h, const ipc::EventCreateCmd& c) {
   if (Status st = check_device(h.device); st != Status::Success) return st;
   if (c.event_id == 0 || res_.events.count(c.event_id) != 0) return Status::InvalidResourceHandle;

@@ -116,6 +116,7 @@ class Worker {
   Status stream_query(const ipc::CommandHeader& h);
   Status stream_state(StreamEntry& s);  // the driver's query, or Success once the client saw its last word
   Status stream_wait_event(const ipc::CommandHeader& h, const ipc::EventCmd& c);
+  Status stream_mem_op(const ipc::CommandHeader& h, const ipc::StreamMemOpCmd& c);
   Status event_create(const ipc::CommandHeader& h, const ipc::EventCreateCmd& c);
   Status event_destroy(const ipc::CommandHeader& h, const ipc::EventCmd& c);
   Status event_record(const ipc::CommandHeader& h, const ipc::EventRecordCmd& c);

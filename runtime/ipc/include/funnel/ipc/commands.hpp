@@ -45,6 +45,9 @@ namespace funnel::ipc {
   X(StreamSynchronize, 22, NoPayload, NoBytes, NoQueue, stream_synchronize) /* -> when its work is done */       \
   X(StreamQuery, 23, NoPayload, NoBytes, NoQueue, stream_query) /* -> status Success or NotReady */              \
   X(StreamWaitEvent, 24, EventCmd, NoBytes, Queues, stream_wait_event) /* one-way */                        \
+  /* a 32- or 64-bit write to, or wait on, device memory of this client (cuStreamWriteValue*, */            \
+  /* cuStreamWaitValue*), one-way, on header.stream */                                                      \
+  X(StreamMemOp, 25, StreamMemOpCmd, NoBytes, Queues, stream_mem_op)                                        \
   X(EventCreate, 30, EventCreateCmd, NoBytes, NoQueue, event_create) /* one-way */                          \
   X(EventDestroy, 31, EventCmd, NoBytes, NoQueue, event_destroy) /* one-way */                              \
   X(EventRecord, 32, EventRecordCmd, NoBytes, Queues, event_record) /* on header.stream, one-way */         \
@@ -152,6 +155,20 @@ struct CopyCmd {
   uint64_t height;
   uint64_t dst_pitch;
   uint64_t src_pitch;
+};
+
+// StreamMemOpCmd: what the driver's stream memory operations take.  The wait conditions and
+// flags have the driver's values (CU_STREAM_WAIT_VALUE_*, CU_STREAM_WRITE_VALUE_*; the client
+// driver checks that they agree).
+enum class StreamMemOp : uint32_t { Write32 = 1, Write64 = 2, Wait32 = 3, Wait64 = 4 };
+inline constexpr uint32_t kWaitValueGeq = 0x0, kWaitValueEq = 0x1, kWaitValueAnd = 0x2, kWaitValueNor = 0x3;
+inline constexpr uint32_t kWaitValueFlush = 1u << 30;
+inline constexpr uint32_t kWriteValueNoMemoryBarrier = 0x1;
+struct StreamMemOpCmd {
+  uint64_t address;  // device memory of this client, aligned to the operation's size
+  uint64_t value;
+  uint32_t op;       // StreamMemOp
+  uint32_t flags;    // a wait: the condition (GEQ, EQ, AND, NOR), kWaitValueFlush; a write: kWriteValueNoMemoryBarrier
 };
 
 struct MemsetCmd {

@@ -166,6 +166,11 @@ class Backend {
   // cannot (the caller then uses write_value).
   virtual Status store_word(BackendStream& s, std::atomic<uint32_t>& word, uint32_t value) = 0;
   virtual Status wait(BackendStream& s, BackendEvent& e) = 0;
+  // A client's stream memory operation on its device memory (cuStreamWriteValue32/64,
+  // cuStreamWaitValue32/64): the worker checked the operation, the flags, the alignment and that
+  // the word lies in the client's memory.
+  virtual Status stream_mem_op(BackendStream& s, DeviceAddress address, ipc::StreamMemOp op, uint64_t value,
+                               uint32_t flags) = 0;
 
   // Success when everything before the event's last record (or in the stream) has
   // completed, NotReady while it has not, an error if that work failed.

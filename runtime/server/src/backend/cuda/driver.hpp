@@ -69,6 +69,8 @@ static_assert(sizeof(size_t) == sizeof(uint64_t));
   X(cuEventDestroy, PFN_cuEventDestroy_v4000)                           \
   X(cuEventRecord, PFN_cuEventRecord_v2000)                             \
   X(cuStreamWriteValue32, PFN_cuStreamWriteValue32_v11070)              \
+  X(cuStreamWriteValue64, PFN_cuStreamWriteValue64_v11070)              \
+  X(cuStreamWaitValue64, PFN_cuStreamWaitValue64_v11070)                \
   X(cuEventQuery, PFN_cuEventQuery_v2000)                               \
   X(cuEventElapsedTime, PFN_cuEventElapsedTime_v12080)                  \
   X(cuMemcpyHtoDAsync, PFN_cuMemcpyHtoDAsync_v3020)                     \

@@ -64,6 +64,29 @@ Status CudaBackend::write_value(BackendStream& bs, std::atomic<uint32_t>& word, 
                    CU_STREAM_WRITE_VALUE_DEFAULT);
 }
 
+static_assert(ipc::kWaitValueGeq == CU_STREAM_WAIT_VALUE_GEQ && ipc::kWaitValueEq == CU_STREAM_WAIT_VALUE_EQ &&
+              ipc::kWaitValueAnd == CU_STREAM_WAIT_VALUE_AND && ipc::kWaitValueNor == CU_STREAM_WAIT_VALUE_NOR &&
+              ipc::kWaitValueFlush == CU_STREAM_WAIT_VALUE_FLUSH &&
+              ipc::kWriteValueNoMemoryBarrier == CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER);
+
+Status CudaBackend::stream_mem_op(BackendStream& bs, DeviceAddress address, ipc::StreamMemOp op, uint64_t value,
+                                  uint32_t flags) {
+  CudaStream& s = enqueue_on(bs);
+  if (Status st = s_->bind(s.device()); !ok(st)) return st;
+  const auto a = static_cast<CUdeviceptr>(address);
+  switch (op) {
+    case ipc::StreamMemOp::Write32:
+      return FUNNEL_CU(s_->drv, cuStreamWriteValue32, s.handle(), a, static_cast<cuuint32_t>(value), flags);
+    case ipc::StreamMemOp::Write64:
+      return FUNNEL_CU(s_->drv, cuStreamWriteValue64, s.handle(), a, value, flags);
+    case ipc::StreamMemOp::Wait32:
+      return FUNNEL_CU(s_->drv, cuStreamWaitValue32, s.handle(), a, static_cast<cuuint32_t>(value), flags);
+    case ipc::StreamMemOp::Wait64:
+      return FUNNEL_CU(s_->drv, cuStreamWaitValue64, s.handle(), a, value, flags);
+  }
+  return Status::InvalidValue;
+}
+
 Status CudaBackend::store_word(BackendStream& bs, std::atomic<uint32_t>& word, uint32_t value) {
   if (s_->answer_kernel == nullptr) return Status::NotSupported;
   CudaStream* s = nullptr;

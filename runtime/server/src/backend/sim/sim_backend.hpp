@@ -88,6 +88,8 @@ class SimBackend final : public Backend {
   Status create_event(int device, bool timing, std::unique_ptr<BackendEvent>& out) override;
   Status record(BackendEvent& e, BackendStream& s) override;
   Status write_value(BackendStream& s, std::atomic<uint32_t>& word, uint32_t value) override;
+  Status stream_mem_op(BackendStream& s, DeviceAddress address, ipc::StreamMemOp op, uint64_t value,
+                       uint32_t flags) override;
   Status store_word(BackendStream& s, std::atomic<uint32_t>& word, uint32_t value) override;
   Status wait(BackendStream& s, BackendEvent& e) override;
   Status query(BackendEvent& e) override;

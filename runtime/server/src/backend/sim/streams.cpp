@@ -168,6 +168,42 @@ Status SimBackend::wait_value(BackendStream& s, std::atomic<uint32_t>& word, uin
   return Status::Success;
 }
 
+// As the driver's: a write stores the value when the stream gets there; a wait holds the stream
+// until the word meets the condition (GEQ compares as the driver does, wrapping; a 64-bit word
+// likewise), or the backend or the stream is going away.
+Status SimBackend::stream_mem_op(BackendStream& s, DeviceAddress address, ipc::StreamMemOp op, uint64_t value,
+                                 uint32_t flags) {
+  if (Status f = usable(s.device()); f != Status::Success) return f;
+  if (address == 0) return Status::InvalidValue;
+  SimStream* st = &stream(s);
+  void* p = to_ptr(address);
+  const bool wide = op == ipc::StreamMemOp::Write64 || op == ipc::StreamMemOp::Wait64;
+  if (op == ipc::StreamMemOp::Write32 || op == ipc::StreamMemOp::Write64) {
+    st->enqueue([p, value, wide] {
+      if (wide)
+        std::atomic_ref<uint64_t>(*static_cast<uint64_t*>(p)).store(value, std::memory_order_release);
+      else
+        std::atomic_ref<uint32_t>(*static_cast<uint32_t*>(p)).store(static_cast<uint32_t>(value), std::memory_order_release);
+    });
+    return Status::Success;
+  }
+  st->enqueue([this, st, p, value, wide, cond = flags & 0x3u] {
+    auto met = [&] {
+      const uint64_t w = wide ? std::atomic_ref<uint64_t>(*static_cast<uint64_t*>(p)).load(std::memory_order_acquire)
+                              : std::atomic_ref<uint32_t>(*static_cast<uint32_t*>(p)).load(std::memory_order_acquire);
+      switch (cond) {
+        case ipc::kWaitValueGeq:
+          return wide ? static_cast<int64_t>(w - value) >= 0 : static_cast<int32_t>(static_cast<uint32_t>(w - value)) >= 0;
+        case ipc::kWaitValueEq: return w == value;
+        case ipc::kWaitValueAnd: return (w & value) != 0;
+        default: return ~(w | value) != 0 && (wide || static_cast<uint32_t>(~(w | value)) != 0);  // NOR
+      }
+    };
+    while (!met() && !dying_.load() && !st->closing()) std::this_thread::sleep_for(kWaitValuePoll);
+  });
+  return Status::Success;
+}
+
 // write_value and store_word: stores `value` once the stream gets here (after
 // stream_write_delay), unless the device faulted first.
 Status SimBackend::store_late(BackendStream& s, std::atomic<uint32_t>& word, uint32_t value) {

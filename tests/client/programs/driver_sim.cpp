@@ -365,6 +365,26 @@ int main() {
                 more ? "ok" : "FAIL");
   }
 
+  // Context flags (kept and answered back), the API version.
+  {
+    unsigned f = 99, f2 = 99, api = 0, api2 = 0;
+    int active = 0;
+    CHECK(cuDevicePrimaryCtxSetFlags(dev, CU_CTX_SCHED_BLOCKING_SYNC), CUDA_SUCCESS);
+    CHECK(cuDevicePrimaryCtxGetState(dev, &f, &active), CUDA_SUCCESS);
+    CHECK(cuCtxGetFlags(&f2), CUDA_SUCCESS);
+    const bool set = f == CU_CTX_SCHED_BLOCKING_SYNC && f2 == f && active == 1;
+    CHECK(cuCtxSetFlags(CU_CTX_SCHED_SPIN | CU_CTX_MAP_HOST), CUDA_SUCCESS);
+    CHECK(cuDevicePrimaryCtxGetState(dev, &f, &active), CUDA_SUCCESS);
+    const bool set2 = f == (CU_CTX_SCHED_SPIN | CU_CTX_MAP_HOST);
+    CHECK(cuCtxSetFlags(3), CUDA_ERROR_INVALID_VALUE);  // no such scheduling policy
+    CHECK(cuCtxSetFlags(CU_CTX_SYNC_MEMOPS), CUDA_ERROR_NOT_SUPPORTED);  // expected.stderr
+    CHECK(cuDevicePrimaryCtxSetFlags_v2(dev, 0), CUDA_SUCCESS);
+    CHECK(cuCtxGetApiVersion(nullptr, &api), CUDA_SUCCESS);
+    CHECK(cuCtxGetApiVersion(ctx, &api2), CUDA_SUCCESS);
+    CHECK(cuCtxGetApiVersion(reinterpret_cast<CUcontext>(&api), &api2), CUDA_ERROR_INVALID_CONTEXT);
+    std::printf("context flags: %s; API version %u\n", set && set2 ? "ok" : "FAIL", api == api2 ? api : 0);
+  }
+
   // Stream memory operations on device memory: 32- and 64-bit writes land in stream order; a
   // wait holds its stream (and the work behind it) until another stream's write meets it.
   {

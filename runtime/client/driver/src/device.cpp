@@ -206,6 +206,61 @@ FUNNEL_DRIVER_API CUresult cuDevicePrimaryCtxGetState(CUdevice d, unsigned int* 
   return CUDA_SUCCESS;
 }
 
+// Context flags: the scheduling policy (how a host thread waits for the GPU), CU_CTX_MAP_HOST
+// (always on since CUDA 11) and CU_CTX_LMEM_RESIZE_TO_MAX are accepted, kept per context and
+// answered back; they change nothing in funnel, whose client waits on its channel its own way
+// and whose server owns the context's local memory.  The core-dump and synchronous-memops flags
+// are refused by name.
+namespace {
+CUresult checked_flags(unsigned flags, const char* call) {
+  constexpr unsigned kKept = CU_CTX_SCHED_MASK | CU_CTX_MAP_HOST | CU_CTX_LMEM_RESIZE_TO_MAX;
+  const unsigned sched = flags & CU_CTX_SCHED_MASK;
+  if (sched != CU_CTX_SCHED_AUTO && sched != CU_CTX_SCHED_SPIN && sched != CU_CTX_SCHED_YIELD &&
+      sched != CU_CTX_SCHED_BLOCKING_SYNC)
+    return CUDA_ERROR_INVALID_VALUE;
+  if ((flags & ~kKept) != 0) return not_supported_detail(call, static_cast<int>(flags & ~kKept));
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+FUNNEL_DRIVER_API CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice d, unsigned int flags) {
+  if (CUresult r = check_device(d); r != CUDA_SUCCESS) return r;
+  if (CUresult r = checked_flags(flags, "cuDevicePrimaryCtxSetFlags with flags"); r != CUDA_SUCCESS) return r;
+  g_contexts[static_cast<size_t>(d)].flags = flags;
+  return CUDA_SUCCESS;
+}
+FUNNEL_DRIVER_API CUresult cuDevicePrimaryCtxSetFlags(CUdevice d, unsigned int flags) {
+  return cuDevicePrimaryCtxSetFlags_v2(d, flags);
+}
+FUNNEL_DRIVER_API CUresult cuCtxGetFlags(unsigned int* flags) {
+  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  int d = 0;
+  if (CUresult r = current(d); r != CUDA_SUCCESS) return r;
+  *flags = g_contexts[static_cast<size_t>(d)].flags;
+  return CUDA_SUCCESS;
+}
+FUNNEL_DRIVER_API CUresult cuCtxSetFlags(unsigned int flags) {
+  int d = 0;
+  if (CUresult r = current(d); r != CUDA_SUCCESS) return r;
+  if (CUresult r = checked_flags(flags, "cuCtxSetFlags with flags"); r != CUDA_SUCCESS) return r;
+  g_contexts[static_cast<size_t>(d)].flags = flags;
+  return CUDA_SUCCESS;
+}
+// Every context funnel gives out is a CUDA 3.2-or-later context: the driver answers 3020 for those
+// (the API version changes only when a context's binary interface does; the driver's
+// documentation gives 3020 beside driver version 4020 as its example).  Not compared with the
+// real driver's answer yet.
+FUNNEL_DRIVER_API CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int* version) {
+  if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (ctx != nullptr && from(ctx) == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  int d = 0;
+  if (ctx == nullptr) {
+    if (CUresult r = current(d); r != CUDA_SUCCESS) return r;
+  }
+  *version = 3020;
+  return CUDA_SUCCESS;
+}
+
 FUNNEL_DRIVER_API CUresult cuCtxSetCurrent(CUcontext ctx) {
   if (ctx != nullptr && from(ctx) == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   if (ctx == nullptr) {

@@ -11,7 +11,7 @@ bin=$1 prog=$2 preload=${3:-}
 sim_env "$bin" "$preload"
 modules() { "$bin/funnelctl" stats --json | python3 -c 'import json, sys; m = json.load(sys.stdin)["modules"]; print(m["uploads"], m["cache_hits"], m["loads"])'; }
 for run in 1 2; do
-  timeout 60 "$bin/funnel-run" "$prog" >"$dir/out" 2>"$dir/err" && grep -qx done "$dir/out" ||
+  timeout 60 "$bin/funnel-run" "$prog" >"$dir/out" 2>"$dir/err" && grep -qx "done" "$dir/out" ||
     { echo "FAIL: run $run: $(cat "$dir/out" "$dir/err")"; exit 1; }
   read -r uploads hits loads <<<"$(modules)" || { echo "FAIL: funnelctl stats"; exit 1; }
   echo "after run $run: uploads $uploads, cache hits $hits, loads $loads"

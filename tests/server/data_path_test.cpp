@@ -117,6 +117,55 @@ TEST_F(ServerTest, PlacedAllocations) {
   if (again != MAP_FAILED) ::munmap(again, 4 * MiB);
 }
 
+// The virtual memory commands (cuMemAddressReserve, cuMemMap, ...): a reserved range, memory
+// mapped over parts of it (copies across two mappings), what is refused, and everything given back
+// when the client leaves without unmapping.
+TEST_F(ServerTest, VirtualMemoryReserveMapUnmap) {
+  start_server();
+  constexpr uint64_t MiB = uint64_t{1} << 20, G = 2 * MiB;
+  {
+    TestClient c(run_dir_);
+    ASSERT_TRUE(c.ok());
+    auto r = c.call(Opcode::AddressReserve, ipc::AddressReserveCmd{4 * G, 0});
+    ASSERT_EQ(r.status, Status::Success);
+    const uint64_t base = r.value[0];
+    EXPECT_EQ(base % G, 0u);
+    EXPECT_EQ(c.call(Opcode::AddressReserve, ipc::AddressReserveCmd{G + 1, 0}).status, Status::InvalidValue);
+    EXPECT_EQ(c.call(Opcode::AddressReserve, ipc::AddressReserveCmd{G, 3 * G}).status, Status::InvalidValue);
+    std::vector<uint8_t> out(2 * MiB), in(2 * MiB);
+    std::iota(out.begin(), out.end(), uint8_t{5});
+    ASSERT_EQ(c.call(Opcode::MemMap, ipc::AddressRangeCmd{base, G}).status, Status::Success);
+    ASSERT_EQ(c.call(Opcode::MemMap, ipc::AddressRangeCmd{base + G, G}).status, Status::Success);
+    EXPECT_EQ(c.call(Opcode::MemMap, ipc::AddressRangeCmd{base + G, G}).status, Status::AlreadyMapped);
+    EXPECT_EQ(c.call(Opcode::MemMap, ipc::AddressRangeCmd{base + 3 * G, 2 * G}).status, Status::InvalidValue);
+    EXPECT_EQ(c.call(Opcode::MemMap, ipc::AddressRangeCmd{base + 4096, G}).status, Status::InvalidValue);
+    // A copy across the two mappings.
+    c.h2d(base + G - MiB, out.data(), out.size());
+    c.d2h(in.data(), base + G - MiB, in.size());
+    EXPECT_EQ(in, out);
+    EXPECT_EQ(c.take_deferred(), 0);
+    // A mapping is not an allocation, and a reservation with mappings cannot go.
+    EXPECT_EQ(c.free(base), Status::InvalidDevicePointer);
+    EXPECT_EQ(c.call(Opcode::AddressFree, ipc::AddressRangeCmd{base, 4 * G}).status, Status::InvalidValue);
+    EXPECT_EQ(c.call(Opcode::MemUnmap, ipc::AddressRangeCmd{base, G / 2}).status, Status::NotSupported);
+    EXPECT_EQ(c.call(Opcode::MemUnmap, ipc::AddressRangeCmd{base, G}).status, Status::Success);
+    EXPECT_EQ(c.call(Opcode::MemUnmap, ipc::AddressRangeCmd{base, G}).status, Status::InvalidValue);
+    const auto j = nlohmann::json::parse(control(run_dir_, "stats"));
+    EXPECT_EQ(j["clients"][0]["device_memory_bytes"], G);
+    // The client leaves with base + G mapped and the range reserved.
+  }
+  for (int i = 0; i < 200; ++i) {
+    const auto j = nlohmann::json::parse(control(run_dir_, "stats"));
+    if (j["clients"].empty()) {
+      EXPECT_EQ(j["totals"]["device_memory_bytes"], 0);
+      EXPECT_EQ(j["totals"]["allocations"], 0);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  FAIL() << "the client never left";
+}
+
 // FUNNEL_DEVICE_MEM_LIMIT as the hello carries it: per device, counted over cudaMalloc
 // and cudaMallocAsync, given back by frees and a device reset, shown by MemGetInfo.
 TEST_F(ServerTest, DeviceMemoryLimitPerClient) {

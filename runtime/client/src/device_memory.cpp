@@ -91,6 +91,60 @@ cudaError_t device_free(void* ptr, Opcode op, const StreamRef& on) {
   return to_cuda(rt.post(op, on.id == 0 ? device : on.device, on.id, &c, sizeof c));
 }
 
+cudaError_t address_reserve(uint64_t size, uint64_t alignment, uint64_t& out) {
+  Runtime& rt = Runtime::get();
+  if (cudaError_t e = to_cuda(rt.ready()); e != cudaSuccess) return e;
+  std::vector<uint64_t> clashing;
+  cudaError_t e = cudaSuccess;
+  out = 0;
+  for (int attempt = 0; attempt < 8 && out == 0; ++attempt) {
+    const funnel::ipc::AddressReserveCmd c{size, alignment};
+    Reply r;
+    if (e = to_cuda(rt.call(Opcode::AddressReserve, current_device(), 0, &c, sizeof c, &r)); e != cudaSuccess) break;
+    if (rt.tables.add_reservation(r.value[0], size))
+      out = r.value[0];
+    else
+      clashing.push_back(r.value[0]);
+  }
+  for (uint64_t a : clashing) {
+    const funnel::ipc::AddressRangeCmd c{a, size};
+    rt.call(Opcode::AddressFree, current_device(), 0, &c, sizeof c);
+  }
+  if (e == cudaSuccess && out == 0) e = cudaErrorMemoryAllocation;  // every range clashed
+  return e;
+}
+
+cudaError_t address_free(uint64_t addr, uint64_t size) {
+  Runtime& rt = Runtime::get();
+  const funnel::ipc::AddressRangeCmd c{addr, size};
+  if (cudaError_t e = to_cuda(rt.call(Opcode::AddressFree, current_device(), 0, &c, sizeof c)); e != cudaSuccess)
+    return e;
+  rt.tables.remove_reservation(addr, size);
+  return cudaSuccess;
+}
+
+cudaError_t map_memory(uint64_t addr, uint64_t size, int device) {
+  Runtime& rt = Runtime::get();
+  const funnel::ipc::AddressRangeCmd c{addr, size};
+  if (cudaError_t e = to_cuda(rt.call(Opcode::MemMap, device, 0, &c, sizeof c)); e != cudaSuccess) return e;
+  // The range is reserved here (the server checked that it lies in a reservation of ours).
+  if (!rt.tables.add_alloc(addr, DeviceAlloc{size, device, false, true})) {
+    rt.call(Opcode::MemUnmap, device, 0, &c, sizeof c);
+    return cudaErrorInvalidValue;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t unmap_memory(uint64_t addr, uint64_t size) {
+  Runtime& rt = Runtime::get();
+  const std::optional<DeviceAlloc> a = rt.tables.device_range(addr, size);
+  if (!a || !a->mapped) return cudaErrorInvalidValue;
+  const funnel::ipc::AddressRangeCmd c{addr, size};
+  if (cudaError_t e = to_cuda(rt.call(Opcode::MemUnmap, a->device, 0, &c, sizeof c)); e != cudaSuccess) return e;
+  rt.tables.remove_alloc(addr, true);
+  return cudaSuccess;
+}
+
 // cudaMallocPitch and cudaMalloc3D: `rows` rows of `width` bytes, each starting 512 bytes
 // after the previous one's start at the least (the row alignment cudaMallocPitch gives on
 // current GPUs).

@@ -150,10 +150,26 @@ void ClientTables::release_placements(std::span<const uint64_t> addrs, uint64_t 
   for (uint64_t a : addrs) release_device_range_locked(a, size);
 }
 
-std::optional<DeviceAlloc> ClientTables::remove_alloc(uint64_t addr) noexcept {
+bool ClientTables::add_reservation(uint64_t addr, uint64_t size) {
+  std::lock_guard lk(mu_);
+  if (!reserve_device_range_locked(addr, size)) return false;
+  reservations_[addr] = size;
+  return true;
+}
+
+bool ClientTables::remove_reservation(uint64_t addr, uint64_t size) noexcept {
+  std::lock_guard lk(mu_);
+  auto it = reservations_.find(addr);
+  if (it == reservations_.end() || it->second != size) return false;
+  release_device_range_locked(addr, size);
+  reservations_.erase(it);
+  return true;
+}
+
+std::optional<DeviceAlloc> ClientTables::remove_alloc(uint64_t addr, bool mapped) noexcept {
   std::lock_guard lk(mu_);
   auto it = allocs_.find(addr);
-  if (it == allocs_.end()) return std::nullopt;
+  if (it == allocs_.end() || it->second.mapped != mapped) return std::nullopt;
   const DeviceAlloc a = it->second;
   if (a.pooled) {
     if (auto p = pools_.find(a.device); p != pools_.end()) p->second->used -= std::min(a.size, p->second->used);
@@ -175,8 +191,19 @@ std::optional<DeviceAlloc> ClientTables::device_range(uint64_t addr, uint64_t le
     if (it == table->begin()) continue;
     --it;
     const uint64_t off = addr - it->first;
-    if (off > it->second.size || len > it->second.size - off) continue;
-    return it->second;
+    if (off > it->second.size) continue;
+    if (len <= it->second.size - off) return it->second;
+    // Across mappings of one device that follow each other (cuMemMap'd chunks of a reserved
+    // range): the first one's record stands for the whole run.
+    const DeviceAlloc first = it->second;
+    uint64_t covered = it->first + it->second.size;
+    const uint64_t end = addr + len;
+    if (end < addr || !first.mapped) continue;
+    for (++it; it != table->end() && it->first == covered && it->second.mapped && it->second.device == first.device;
+         ++it) {
+      covered += it->second.size;
+      if (covered >= end) return first;
+    }
   }
   return std::nullopt;
 }
@@ -232,6 +259,12 @@ Classified ClientTables::classify(const void* p) noexcept {
       c.base = it->first;
       c.size = it->second.size;
       c.device = it->second.device;
+      // A cuMemMap'd chunk: with the chunks of the device that follow it without a gap (copies
+      // may span them, as on the GPU).
+      for (auto next = std::next(it); it->second.mapped && next != table->end() && next->second.mapped &&
+                                      next->second.device == c.device && next->first == c.base + c.size;
+           ++next)
+        c.size += next->second.size;
       return c;
     }
   }

@@ -23,6 +23,7 @@ struct DeviceAlloc {
   uint64_t size;
   int device;
   bool pooled = false;  // stream-ordered (cudaMallocAsync): counted in the device's MemPoolObj
+  bool mapped = false;  // memory mapped over a reserved range (cuMemMap): cuMemUnmap's, not a free's
 };
 // A device's default memory pool as this client sees it: a cudaMemPool_t points at one
 // (api_mempool.cpp).  The pool itself is the server's; the counters are this client's
@@ -107,8 +108,13 @@ class ClientTables {
   // Gives back ranges of `size` bytes that reserve_placement() gave and no allocation took.
   void release_placements(std::span<const uint64_t> addrs, uint64_t size) noexcept;
   // Forgets the allocation at exactly `addr` (its pool count and range go too); nullopt
-  // when there is none.
-  std::optional<DeviceAlloc> remove_alloc(uint64_t addr) noexcept;
+  // when there is none, or when it is (`mapped`) or is not a mapping of cuMemMap's.
+  std::optional<DeviceAlloc> remove_alloc(uint64_t addr, bool mapped = false) noexcept;
+  // A range the server reserved (cuMemAddressReserve), reserved here too: false when part of
+  // it is in use in this process.  Mappings in it are add_alloc'd (mapped) as they come.
+  bool add_reservation(uint64_t addr, uint64_t size);
+  // Forgets a reservation of exactly [addr, addr + size); false when there is none.
+  bool remove_reservation(uint64_t addr, uint64_t size) noexcept;
   // A __device__/__constant__ variable's address (SymbolGet).
   void add_global(uint64_t addr, const DeviceAlloc& a);
   // The device allocation or variable containing [addr, addr+len), if any.
@@ -180,7 +186,8 @@ class ClientTables {
   void release_event_slot_locked(uint32_t slot) noexcept;
 
   std::mutex mu_;
-  std::map<uint64_t, DeviceAlloc> allocs_;   // device address -> allocation
+  std::map<uint64_t, DeviceAlloc> allocs_;
+  std::map<uint64_t, uint64_t> reservations_;  // cuMemAddressReserve: address -> bytes   // device address -> allocation
   // The 2 MiB granules of device addresses reserved in this process (PROT_NONE) -> how many
   // allocations use each.
   std::map<uint64_t, uint32_t> reserved_granules_;

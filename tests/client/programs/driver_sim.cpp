@@ -385,6 +385,59 @@ int main() {
     std::printf("context flags: %s; API version %u\n", set && set2 ? "ok" : "FAIL", api == api2 ? api : 0);
   }
 
+  // The virtual memory calls: a reserved range, two handles mapped in it end to end, a copy and a
+  // memset across both, access, properties; unmap, release and free; what is refused.
+  {
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    size_t gran = 0;
+    CHECK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED), CUDA_SUCCESS);
+    CUdeviceptr base = 0;
+    CHECK(cuMemAddressReserve(&base, 3 * gran, 0, 0, 0), CUDA_SUCCESS);
+    CUmemGenericAllocationHandle h1 = 0, h2 = 0;
+    CHECK(cuMemCreate(&h1, gran, &prop, 0), CUDA_SUCCESS);
+    CHECK(cuMemCreate(&h2, gran, &prop, 0), CUDA_SUCCESS);
+    CHECK(cuMemMap(base, gran, 0, h1, 0), CUDA_SUCCESS);
+    CHECK(cuMemMap(base + gran, gran, 0, h2, 0), CUDA_SUCCESS);
+    CHECK(cuMemRelease(h1), CUDA_SUCCESS);  // still mapped: the memory stays
+    CUmemAccessDesc access{};
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CHECK(cuMemSetAccess(base, 2 * gran, &access, 1), CUDA_SUCCESS);
+    unsigned long long flags_got = 0;
+    CHECK(cuMemGetAccess(&flags_got, &prop.location, base + gran + 5), CUDA_SUCCESS);
+    CUmemAllocationProp got_prop{};
+    CHECK(cuMemGetAllocationPropertiesFromHandle(&got_prop, h2), CUDA_SUCCESS);
+    const size_t span = size_t{1} << 20;
+    std::vector<unsigned char> pattern(span), back_span(span);
+    for (size_t i = 0; i < span; ++i) pattern[i] = static_cast<unsigned char>(i * 7);
+    const CUdeviceptr mid = base + gran - span / 2;  // half in each chunk
+    CHECK(cuMemcpyHtoD(mid, pattern.data(), span), CUDA_SUCCESS);
+    CHECK(cuMemcpyDtoH(back_span.data(), mid, span), CUDA_SUCCESS);
+    const bool across = back_span == pattern;
+    CHECK(cuMemsetD8(base, 3, 2 * gran), CUDA_SUCCESS);
+    std::vector<unsigned char> tail(16);
+    CHECK(cuMemcpyDtoH(tail.data(), base + 2 * gran - 16, 16), CUDA_SUCCESS);
+    const bool filled = all(tail, 3);
+    CHECK(cuMemMap(base + 2 * gran, gran, 0, h2, 0), CUDA_ERROR_NOT_SUPPORTED);  // aliasing: expected.stderr
+    CHECK(cuMemFree(base), CUDA_ERROR_INVALID_VALUE);                             // a mapping, not an allocation
+    CHECK(cuMemAddressFree(base, 3 * gran), CUDA_ERROR_INVALID_VALUE);            // mapped still
+    CHECK(cuMemCreate(&h1, gran + 1, &prop, 0), CUDA_ERROR_INVALID_VALUE);        // not in granules
+    CHECK(cuMemUnmap(base, gran), CUDA_SUCCESS);
+    CHECK(cuMemUnmap(base + gran, gran), CUDA_SUCCESS);
+    CHECK(cuMemUnmap(base, gran), CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuMemRelease(h2), CUDA_SUCCESS);
+    CHECK(cuMemRelease(h2), CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuMemAddressFree(base, 3 * gran), CUDA_SUCCESS);
+    std::printf("virtual memory: granularity %zu MiB, a copy across two mappings %s, a memset over both %s, "
+                "access %s, properties %s\n",
+                gran >> 20, across ? "ok" : "FAIL", filled ? "ok" : "FAIL",
+                flags_got == CU_MEM_ACCESS_FLAGS_PROT_READWRITE ? "ok" : "FAIL",
+                got_prop.location.id == 0 && got_prop.type == CU_MEM_ALLOCATION_TYPE_PINNED ? "ok" : "FAIL");
+  }
+
   // Stream memory operations on device memory: 32- and 64-bit writes land in stream order; a
   // wait holds its stream (and the work behind it) until another stream's write meets it.
   {

@@ -78,7 +78,7 @@ Status Worker::free_memory(const ipc::CommandHeader& h, const ipc::AddressCmd& c
     return Status::Success;
   }
   auto it = res_.allocations.find(c.address);
-  if (it == res_.allocations.end()) return Status::InvalidDevicePointer;
+  if (it == res_.allocations.end() || it->second.mapped) return Status::InvalidDevicePointer;
   const DeviceAllocation a = it->second;
   if (async) {
     Status st;
@@ -93,17 +93,95 @@ Status Worker::free_memory(const ipc::CommandHeader& h, const ipc::AddressCmd& c
     answers_.answer(h);
     return Status::Success;
   }
-  // Removed now so that later commands cannot use it; freed once earlier work is done.
+  return free_when_drained(h, it);
+}
+
+// Removes the allocation now so that later commands cannot use it, and frees (or unmaps) it once
+// earlier work is done: every device's streams, not only its device's: a copy or memset on
+// another device's stream may use this memory (peer access), and freeing it under that work
+// would hand memory that a DMA still uses to the next allocation (found by tests/fuzz).
+Status Worker::free_when_drained(const ipc::CommandHeader& h, std::map<uint64_t, DeviceAllocation>::iterator it) {
+  const uint64_t address = it->first;
+  const DeviceAllocation a = it->second;
   res_.forget_allocation(it);
-  const uint64_t address = c.address;
-  // Every device's streams, not only a.device's: a copy or memset on another device's stream
-  // may use this memory (peer access), and freeing it under that work would hand memory that
-  // a DMA still uses to the next allocation (found by tests/fuzz).
   completions_.when_drained(-1, h.reply_slot, h.seq, [this, address, a](Status) {
     res_.free_allocation(address, a);
     return Status::Success;
   });
   return Status::Success;
+}
+
+// ---- virtual memory (cuMemAddressReserve, cuMemMap, ...) ---------------------------------------
+
+namespace {
+constexpr uint64_t kGranule = ipc::kPlacedGranule;
+bool granules(uint64_t address, uint64_t size) noexcept {
+  return size != 0 && size % kGranule == 0 && address % kGranule == 0 && address < ipc::kPlacedAddressLimit &&
+         size < ipc::kPlacedAddressLimit && address + size <= ipc::kPlacedAddressLimit;
+}
+// Whether something of `m` (keyed by start, value its size) overlaps [at, at + size).
+template <class Map, class SizeOf>
+bool overlaps(const Map& m, uint64_t at, uint64_t size, SizeOf size_of) {
+  auto it = m.lower_bound(at);
+  if (it != m.end() && it->first < at + size) return true;
+  return it != m.begin() && std::prev(it)->first + size_of(std::prev(it)->second) > at;
+}
+}  // namespace
+
+Status Worker::address_reserve(const ipc::CommandHeader& h, const ipc::AddressReserveCmd& c) {
+  if (one_way(h)) return Status::InvalidValue;
+  const uint64_t alignment = c.alignment == 0 ? kGranule : c.alignment;
+  if (!granules(0, c.size) || !std::has_single_bit(alignment) || alignment % kGranule != 0 ||
+      alignment > (uint64_t{1} << 30))
+    return Status::InvalidValue;
+  DeviceAddress at = 0;
+  if (Status st = backend_.address_reserve(c.size, alignment, at); st != Status::Success) return st;
+  res_.reservations[at] = c.size;
+  answers_.answer(h, {at});
+  return Status::Success;
+}
+
+Status Worker::address_free(const ipc::CommandHeader& h, const ipc::AddressRangeCmd& c) {
+  if (one_way(h)) return Status::InvalidValue;
+  auto it = res_.reservations.find(c.address);
+  if (it == res_.reservations.end() || it->second != c.size) return Status::InvalidValue;
+  // Unmapped first, as the driver requires.
+  if (overlaps(res_.allocations, c.address, c.size, [](const DeviceAllocation& a) { return a.size; }))
+    return Status::InvalidValue;
+  if (Status st = backend_.address_free(c.address, c.size); st != Status::Success) return st;
+  res_.reservations.erase(it);
+  answers_.answer(h);
+  return Status::Success;
+}
+
+Status Worker::mem_map(const ipc::CommandHeader& h, const ipc::AddressRangeCmd& c) {
+  if (one_way(h)) return Status::InvalidValue;
+  if (Status st = check_device(h.device); st != Status::Success) return st;
+  if (!granules(c.address, c.size)) return Status::InvalidValue;
+  // Inside one reservation of this client's, on nothing mapped or allocated there.
+  auto r = res_.reservations.upper_bound(c.address);
+  if (r == res_.reservations.begin()) return Status::InvalidValue;
+  --r;
+  if (c.address + c.size > r->first + r->second) return Status::InvalidValue;
+  if (overlaps(res_.allocations, c.address, c.size, [](const DeviceAllocation& a) { return a.size; }))
+    return Status::AlreadyMapped;
+  if (!res_.within_mem_limit(h.device, c.size)) return Status::MemoryAllocation;
+  if (Status st = backend_.mem_map(h.device, c.address, c.size); st != Status::Success) return st;
+  res_.remember_allocation(c.address, {h.device, c.size, true});
+  add(counters_.device_memory_bytes, c.size);
+  raise_peak(counters_.device_memory_peak, counters_.device_memory_bytes.load(std::memory_order_relaxed));
+  add(counters_.allocations, 1);
+  answers_.answer(h);
+  return Status::Success;
+}
+
+// As a synchronous free: gone for later commands at once, unmapped once earlier work is done.
+Status Worker::mem_unmap(const ipc::CommandHeader& h, const ipc::AddressRangeCmd& c) {
+  if (one_way(h)) return Status::InvalidValue;
+  auto it = res_.allocations.find(c.address);
+  if (it == res_.allocations.end() || !it->second.mapped) return Status::InvalidValue;
+  if (it->second.size != c.size) return Status::NotSupported;  // part of a mapping
+  return free_when_drained(h, it);
 }
 
 Status Worker::mem_get_info(const ipc::CommandHeader& h) {

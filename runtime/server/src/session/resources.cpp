@@ -14,8 +14,24 @@
 namespace funnel::server {
 
 bool ClientResources::device_range_ok(uint64_t address, uint64_t extent) const {
-  return containing(allocations, address, extent) != allocations.end() ||
-         containing(symbols, address, extent) != symbols.end();
+  if (containing(allocations, address, extent) != allocations.end() ||
+      containing(symbols, address, extent) != symbols.end())
+    return true;
+  // Across mappings of one device that follow each other (cuMemMap'd chunks of a reserved range,
+  // as PyTorch's expandable segments map them): each must start where the one before ends.
+  auto it = allocations.upper_bound(address);
+  if (it == allocations.begin() || extent == 0) return false;
+  --it;
+  const int device = it->second.device;
+  uint64_t covered = address;
+  const uint64_t end = address + extent;
+  if (end < address) return false;
+  while (it != allocations.end() && it->second.mapped && it->second.device == device && it->first <= covered) {
+    covered = std::max(covered, it->first + it->second.size);
+    if (covered >= end) return true;
+    ++it;
+  }
+  return false;
 }
 
 EventEntry* ClientResources::find_event(uint64_t id) {
@@ -53,7 +69,7 @@ Status ClientResources::resolve_location(const ipc::Location& l, uint64_t pitch,
 }
 
 void ClientResources::free_allocation(uint64_t address, const DeviceAllocation& a) {
-  const Status st = backend_.mem_free(a.device, address);
+  const Status st = a.mapped ? backend_.mem_unmap(a.device, address, a.size) : backend_.mem_free(a.device, address);
   if (st != Status::Success) spdlog::warn("client {}: freeing {:#x} failed: status {}", shared_.id, address, static_cast<int>(st));
   sub(counters_.device_memory_bytes, a.size);
   sub(counters_.allocations, 1);
@@ -125,6 +141,10 @@ void ClientResources::release_device(int device) {
 void ClientResources::release_allocations_and_events() {
   for (const auto& [addr, a] : allocations) free_allocation(addr, a);
   allocations.clear();
+  for (const auto& [addr, bytes] : reservations)
+    if (const Status st = backend_.address_free(addr, bytes); st != Status::Success)
+      spdlog::warn("client {}: freeing the reserved range {:#x} failed: status {}", shared_.id, addr, static_cast<int>(st));
+  reservations.clear();
   device_used = {};
   sub(counters_.events, events.size());
   events.clear();

@@ -22,6 +22,7 @@ namespace funnel::server {
 struct DeviceAllocation {
   int device;
   uint64_t size;
+  bool mapped = false;  // new memory mapped over a reservation (MemMap): freed by MemUnmap only
 };
 
 struct EventEntry {
@@ -86,6 +87,7 @@ class ClientResources {
   std::unordered_map<uint64_t, EventEntry> events;
   std::unordered_map<uint64_t, PinnedEntry> pinned;
   std::map<uint64_t, SymbolRange> symbols;  // by device address
+  std::map<uint64_t, uint64_t> reservations;  // AddressReserve: address -> bytes
   uint64_t next_pinned_id = 1;
 
  private:

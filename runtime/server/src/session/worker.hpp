@@ -107,6 +107,11 @@ class Worker {
   Status pinned_free(const ipc::CommandHeader& h, const ipc::PinnedFreeCmd& c);
   Status copy(const ipc::CommandHeader& h, const ipc::CopyCmd& c);
   Status memset(const ipc::CommandHeader& h, const ipc::MemsetCmd& c);
+  Status free_when_drained(const ipc::CommandHeader& h, std::map<uint64_t, DeviceAllocation>::iterator it);
+  Status address_reserve(const ipc::CommandHeader& h, const ipc::AddressReserveCmd& c);
+  Status address_free(const ipc::CommandHeader& h, const ipc::AddressRangeCmd& c);
+  Status mem_map(const ipc::CommandHeader& h, const ipc::AddressRangeCmd& c);
+  Status mem_unmap(const ipc::CommandHeader& h, const ipc::AddressRangeCmd& c);
   Status allocate(const ipc::CommandHeader& h, const ipc::MemAllocCmd& c, bool async);
   Status free_memory(const ipc::CommandHeader& h, const ipc::AddressCmd& c, bool async);
   // streams.cpp: streams, events, the device

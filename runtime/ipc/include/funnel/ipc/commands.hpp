@@ -38,6 +38,12 @@ namespace funnel::ipc {
   X(PinnedFree, 7, PinnedFreeCmd, NoBytes, NoQueue, pinned_free) /* synchronous */                          \
   X(Copy, 8, CopyCmd, NoBytes, Queues, copy) /* one-way unless a reply slot is given */                     \
   X(Memset, 9, MemsetCmd, NoBytes, Queues, memset) /* one-way */                                            \
+  /* Virtual memory (cuMemAddressReserve, cuMemMap; doc/design/driver-client.md): a range of the  */        \
+  /* server's address space, and new memory of header.device mapped over part of it.  Waited.      */        \
+  X(AddressReserve, 10, AddressReserveCmd, NoBytes, NoQueue, address_reserve) /* -> value[0] = address */  \
+  X(AddressFree, 11, AddressRangeCmd, NoBytes, NoQueue, address_free)                                       \
+  X(MemMap, 12, AddressRangeCmd, NoBytes, NoQueue, mem_map)                                                 \
+  X(MemUnmap, 13, AddressRangeCmd, NoBytes, NoQueue, mem_unmap) /* once earlier work is done */             \
   /* Streams and events (ids are chosen by the client) */                                                   \
   X(StreamCreate, 20, StreamCreateCmd, NoBytes, NoQueue, stream_create) /* one-way */                       \
   /* header.stream, one-way (pending work still completes) */                                               \
@@ -129,6 +135,11 @@ struct MemAllocCmd { uint64_t size; uint64_t address = 0; };
 inline constexpr uint64_t kPlacedGranule = uint64_t{2} << 20;        // the client's reservations too
 inline constexpr uint64_t kPlacedAddressLimit = uint64_t{1} << 47;   // the 47-bit user address space
 struct AddressCmd { uint64_t address; };
+// AddressReserve: `size` a multiple of kPlacedGranule, `alignment` 0 (the granule) or a power of
+// two up to 2^30.  AddressRangeCmd: a reserved range (AddressFree), or granule-aligned part of one
+// (MemMap, MemUnmap: a whole earlier mapping).
+struct AddressReserveCmd { uint64_t size; uint64_t alignment; };
+struct AddressRangeCmd { uint64_t address; uint64_t size; };
 struct PinnedAllocCmd { uint64_t size; uint32_t flags; uint32_t reserved; };
 struct PinnedFreeCmd { uint64_t id; };
 

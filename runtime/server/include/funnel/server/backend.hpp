@@ -127,6 +127,15 @@ class Backend {
   // server's address space has something there.  mem_free frees either kind.
   virtual Status mem_alloc_at(int device, uint64_t size, DeviceAddress at) = 0;
   virtual Status mem_free(int device, DeviceAddress address) = 0;
+  // The virtual memory calls of a client (the worker checked sizes, alignment and that a
+  // mapping lies in a reservation of the client's and on nothing mapped): a range of the
+  // address space, anywhere (`size` and `alignment` multiples of the 2 MiB granule); new memory
+  // of `device` mapped over [at, at + size) of a reserved range, readable and writable by the
+  // device; mem_unmap undoes a mem_map (the memory goes back), address_free a reservation.
+  virtual Status address_reserve(uint64_t size, uint64_t alignment, DeviceAddress& out) = 0;
+  virtual Status address_free(DeviceAddress at, uint64_t size) = 0;
+  virtual Status mem_map(int device, DeviceAddress at, uint64_t size) = 0;
+  virtual Status mem_unmap(int device, DeviceAddress at, uint64_t size) = 0;
   virtual Status mem_alloc_async(BackendStream& s, uint64_t size, DeviceAddress& out) = 0;
   virtual Status mem_free_async(BackendStream& s, DeviceAddress address) = 0;
 

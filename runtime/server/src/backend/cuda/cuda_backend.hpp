@@ -44,6 +44,10 @@ class CudaBackend final : public Backend {
   Status mem_get_info(int device, uint64_t& free_bytes, uint64_t& total_bytes) override;
   Status mem_alloc(int device, uint64_t size, DeviceAddress& out) override;
   Status mem_alloc_at(int device, uint64_t size, DeviceAddress at) override;
+  Status address_reserve(uint64_t size, uint64_t alignment, DeviceAddress& out) override;
+  Status address_free(DeviceAddress at, uint64_t size) override;
+  Status mem_map(int device, DeviceAddress at, uint64_t size) override;
+  Status mem_unmap(int device, DeviceAddress at, uint64_t size) override;
   Status mem_free(int device, DeviceAddress address) override;
   Status mem_alloc_async(BackendStream& bs, uint64_t size, DeviceAddress& out) override;
   Status mem_free_async(BackendStream& bs, DeviceAddress address) override;
@@ -97,6 +101,7 @@ class CudaBackend final : public Backend {
   Status function_of(BackendKernel& bk, int device, CUfunction& f);         // kernels.cpp
   Status launch_graph(CudaStream& s, std::span<const BatchedLaunch> part);  // launch.cpp
 
+  Status map_new(int device, CUdeviceptr va, uint64_t bytes);
   // Allocations placed by mem_alloc_at: address -> reserved bytes (workers call at once).
   static constexpr uint64_t kPlacedGranule = ipc::kPlacedGranule;
   std::mutex placed_mu_;

@@ -32,20 +32,10 @@ Status CudaBackend::mem_alloc(int device, uint64_t size, DeviceAddress& out) {
 // The virtual memory API places memory at a chosen address (cuMemAlloc cannot): reserve
 // exactly `at`, back it with a physical allocation of the device, allow the device access.
 // Peers get no access to such a range (doc/not-supported.md).
-Status CudaBackend::mem_alloc_at(int device, uint64_t size, DeviceAddress at) {
-  if (Status st = s_->bind(device); !ok(st)) return st;
-  if (size == 0 || at == 0 || at % kPlacedGranule != 0) return Status::InvalidValue;
+// New memory of `device` mapped over [va, va + bytes) of a reserved range, readable and writable
+// by the device (cuMemCreate, cuMemMap, cuMemSetAccess); nothing left behind on an error.
+Status CudaBackend::map_new(int device, CUdeviceptr va, uint64_t bytes) {
   const Driver& d = s_->drv;
-  const uint64_t bytes = (size + kPlacedGranule - 1) / kPlacedGranule * kPlacedGranule;
-  CUdeviceptr va = 0;
-  // A range the driver cannot give (in use here, or outside its address window) makes the
-  // client choose another.
-  if (!ok(FUNNEL_CU_QUIET(d, cuMemAddressReserve, &va, bytes, kPlacedGranule, at, 0)))
-    return Status::AlreadyMapped;
-  if (va != at) {
-    FUNNEL_CU(d, cuMemAddressFree, va, bytes);
-    return Status::AlreadyMapped;
-  }
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -63,6 +53,47 @@ Status CudaBackend::mem_alloc_at(int device, uint64_t size, DeviceAddress at) {
     st = FUNNEL_CU(d, cuMemSetAccess, va, bytes, &access, 1);
     if (!ok(st)) FUNNEL_CU(d, cuMemUnmap, va, bytes);
   }
+  return st;
+}
+
+Status CudaBackend::address_reserve(uint64_t size, uint64_t alignment, DeviceAddress& out) {
+  if (Status st = s_->bind(0); !ok(st)) return st;
+  CUdeviceptr va = 0;
+  const Status st = FUNNEL_CU(s_->drv, cuMemAddressReserve, &va, size, alignment, 0, 0);
+  if (ok(st)) out = va;
+  return st;
+}
+
+Status CudaBackend::address_free(DeviceAddress at, uint64_t size) {
+  if (Status st = s_->bind(0); !ok(st)) return st;
+  return FUNNEL_CU(s_->drv, cuMemAddressFree, device_pointer(at), size);
+}
+
+Status CudaBackend::mem_map(int device, DeviceAddress at, uint64_t size) {
+  if (Status st = s_->bind(device); !ok(st)) return st;
+  return map_new(device, device_pointer(at), size);
+}
+
+Status CudaBackend::mem_unmap(int device, DeviceAddress at, uint64_t size) {
+  if (Status st = s_->bind(device); !ok(st)) return st;
+  return FUNNEL_CU(s_->drv, cuMemUnmap, device_pointer(at), size);
+}
+
+Status CudaBackend::mem_alloc_at(int device, uint64_t size, DeviceAddress at) {
+  if (Status st = s_->bind(device); !ok(st)) return st;
+  if (size == 0 || at == 0 || at % kPlacedGranule != 0) return Status::InvalidValue;
+  const Driver& d = s_->drv;
+  const uint64_t bytes = (size + kPlacedGranule - 1) / kPlacedGranule * kPlacedGranule;
+  CUdeviceptr va = 0;
+  // A range the driver cannot give (in use here, or outside its address window) makes the
+  // client choose another.
+  if (!ok(FUNNEL_CU_QUIET(d, cuMemAddressReserve, &va, bytes, kPlacedGranule, at, 0)))
+    return Status::AlreadyMapped;
+  if (va != at) {
+    FUNNEL_CU(d, cuMemAddressFree, va, bytes);
+    return Status::AlreadyMapped;
+  }
+  const Status st = map_new(device, va, bytes);
   if (!ok(st)) {
     FUNNEL_CU(d, cuMemAddressFree, va, bytes);
     return st;

@@ -13,7 +13,10 @@
 namespace funnel::server::sim {
 
 void release_memory(uint64_t address, const Allocation& a) noexcept {
-  if (a.placed)
+  if (a.in_reservation)
+    ::mmap(reinterpret_cast<void*>(address), a.size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
+           -1, 0);
+  else if (a.placed)
     ::munmap(reinterpret_cast<void*>(address), a.size);
   else
     std::free(reinterpret_cast<void*>(address));
@@ -71,6 +74,60 @@ Status SimBackend::mem_alloc_at(int device, uint64_t size, DeviceAddress at) {
   }
   used += rounded;
   allocs_[at] = {device, rounded, true};
+  return Status::Success;
+}
+
+// The virtual memory calls over this process's address space, as the cuda backend's over the
+// GPU's: a reservation is a PROT_NONE range, a mapping makes part of it memory of a device.
+Status SimBackend::address_reserve(uint64_t size, uint64_t alignment, DeviceAddress& out) {
+  constexpr uint64_t kGranule = ipc::kPlacedGranule;
+  if (size == 0 || size % kGranule != 0 || size > (uint64_t{1} << 44)) return Status::InvalidValue;
+  if (alignment < kGranule) alignment = kGranule;
+  void* p = ::mmap(nullptr, size + alignment, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return Status::MemoryAllocation;
+  const auto base = reinterpret_cast<uint64_t>(p);
+  const uint64_t at = (base + alignment - 1) / alignment * alignment;
+  if (at > base) ::munmap(p, at - base);
+  if (const uint64_t tail = base + size + alignment - (at + size); tail > 0) ::munmap(to_ptr(at + size), tail);
+  std::lock_guard lk(m_);
+  reservations_[at] = size;
+  out = at;
+  return Status::Success;
+}
+
+Status SimBackend::address_free(DeviceAddress at, uint64_t size) {
+  std::lock_guard lk(m_);
+  auto it = reservations_.find(at);
+  if (it == reservations_.end() || it->second != size) return Status::InvalidValue;
+  ::munmap(to_ptr(at), size);
+  reservations_.erase(it);
+  return Status::Success;
+}
+
+Status SimBackend::mem_map(int device, DeviceAddress at, uint64_t size) {
+  if (Status st = usable(device); st != Status::Success) return st;
+  std::lock_guard lk(m_);
+  auto r = reservations_.upper_bound(at);
+  if (r == reservations_.begin() || size == 0) return Status::InvalidValue;
+  --r;
+  if (at + size > r->first + r->second) return Status::InvalidValue;
+  auto& used = used_[static_cast<size_t>(device)];
+  if (size > options_.memory_bytes - used) return Status::MemoryAllocation;
+  if (::mmap(to_ptr(at), size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
+    return Status::MemoryAllocation;
+  used += size;
+  allocs_[at] = {device, size, true, true};
+  return Status::Success;
+}
+
+Status SimBackend::mem_unmap(int device, DeviceAddress at, uint64_t size) {
+  if (!valid(device)) return Status::InvalidDevice;
+  std::lock_guard lk(m_);
+  auto it = allocs_.find(at);
+  if (it == allocs_.end() || !it->second.in_reservation || it->second.size != size) return Status::InvalidValue;
+  used_[static_cast<size_t>(it->second.device)] -= it->second.size;
+  release_memory(at, it->second);
+  allocs_.erase(it);
   return Status::Success;
 }
 

@@ -34,6 +34,7 @@ struct Allocation {
   int device;
   uint64_t size;
   bool placed = false;  // mapped (mem_alloc_at, mem_alloc_async), not from the heap: munmap it
+  bool in_reservation = false;  // mem_map over a reserved range: back to PROT_NONE, not unmapped
 };
 
 // Frees an allocation's host memory (memory.cpp).
@@ -69,6 +70,10 @@ class SimBackend final : public Backend {
   Status mem_get_info(int device, uint64_t& free_bytes, uint64_t& total_bytes) override;
   Status mem_alloc(int device, uint64_t size, DeviceAddress& out) override;
   Status mem_alloc_at(int device, uint64_t size, DeviceAddress at) override;
+  Status address_reserve(uint64_t size, uint64_t alignment, DeviceAddress& out) override;
+  Status address_free(DeviceAddress at, uint64_t size) override;
+  Status mem_map(int device, DeviceAddress at, uint64_t size) override;
+  Status mem_unmap(int device, DeviceAddress at, uint64_t size) override;
   Status mem_free(int device, DeviceAddress address) override;
   Status mem_alloc_async(BackendStream& s, uint64_t size, DeviceAddress& out) override;
   Status mem_free_async(BackendStream& s, DeviceAddress address) override;
@@ -170,6 +175,7 @@ class SimBackend final : public Backend {
   std::atomic<bool> dying_{false};
   std::mutex m_;
   std::map<uint64_t, Allocation> allocs_;
+  std::map<uint64_t, uint64_t> reservations_;  // address_reserve: address -> bytes (m_)
   std::vector<uint64_t> used_;
   std::vector<std::atomic<bool>> faulted_;
   std::vector<std::array<uint64_t, 3>> limits_;

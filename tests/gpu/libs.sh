@@ -3,7 +3,8 @@
 # (issue 29; called by tests/gpu/run.sh, runs alone as well):
 #   tests/gpu/libs.sh BUILD_DIR OUT_DIR
 # Builds tests/programs/libs (cuBLAS, cuBLASLt, cuFFT, cuRAND, cuSOLVER, cuSPARSE, cuDNN, NVRTC, a
-# driver-API program, a static-runtime program, a program mixing both APIs) and runs each, and
+# driver-API program, a static-runtime program, a program mixing both APIs, the virtual memory
+# calls as PyTorch's expandable segments use them) and runs each, and
 # tests/programs/libs/torch_ops.py where python3 has PyTorch, natively and through funnel-run:
 # the same output, and the client never opens the GPU itself (/dev/nvidia* in its maps or
 # descriptors, watched while it runs, and funnel's own warning at its exit).  Programs listed in

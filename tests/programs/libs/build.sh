@@ -47,6 +47,7 @@ build driver_api driver_api.cpp -cudart none -L"$STUBS" -lcuda
 # No -cudart flag: nvcc's default, the static runtime, is the point of this one.
 build static_runtime static_runtime.cu
 build mixed mixed.cu -cudart shared -L"$STUBS" -lcuda
+build vmm vmm.cu -cudart shared -L"$STUBS" -lcuda
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "FAILED to build: ${failed[*]}" >&2

@@ -118,6 +118,26 @@ void write_all(const std::filesystem::path& dir) {
       .cmd(Opcode::MemFreeAsync, ipc::AddressCmd{fuzz::address_token(1, 0)}, false, 5, 1)
       .cmd(Opcode::Memset, ipc::MemsetCmd{fuzz::address_token(0, 0), 4096, 4096, 1, 1, 0}, false, 5)
       .write(dir, "memory_async");
+  // The virtual memory commands: a reserved range, memory mapped over part of it, used, unmapped.
+  Seed()
+      .cmd(Opcode::AddressReserve, ipc::AddressReserveCmd{uint64_t{8} << 20, 0}, true)
+      .cmd(Opcode::MemMap, ipc::AddressRangeCmd{fuzz::address_token(0, 0), uint64_t{2} << 20}, true)
+      .cmd(Opcode::MemMap, ipc::AddressRangeCmd{fuzz::address_token(0, 2 << 20), uint64_t{2} << 20}, true)
+      .cmd(Opcode::Memset, ipc::MemsetCmd{fuzz::address_token(0, (2 << 20) - 4096), 8192, 8192, 1, 7, 0})
+      .cmd(Opcode::Copy, copy(device(0, 4096), device(0, (2 << 20) - 2048), 4096), true)
+      .cmd(Opcode::MemUnmap, ipc::AddressRangeCmd{fuzz::address_token(0, 0), uint64_t{2} << 20}, true)
+      .cmd(Opcode::MemUnmap, ipc::AddressRangeCmd{fuzz::address_token(0, 2 << 20), uint64_t{2} << 20}, true)
+      .cmd(Opcode::AddressFree, ipc::AddressRangeCmd{fuzz::address_token(0, 0), uint64_t{8} << 20}, true)
+      .write(dir, "virtual_memory");
+  // Stream memory operations on device memory: writes, and waits already met.
+  Seed()
+      .cmd(Opcode::MemAlloc, ipc::MemAllocCmd{4096}, true)
+      .cmd(Opcode::StreamMemOp, ipc::StreamMemOpCmd{fuzz::address_token(0, 0), 5, 1, 0})
+      .cmd(Opcode::StreamMemOp, ipc::StreamMemOpCmd{fuzz::address_token(0, 8), 9, 2, ipc::kWriteValueNoMemoryBarrier})
+      .cmd(Opcode::StreamMemOp, ipc::StreamMemOpCmd{fuzz::address_token(0, 0), 5, 3, ipc::kWaitValueEq})
+      .cmd(Opcode::StreamMemOp, ipc::StreamMemOpCmd{fuzz::address_token(0, 8), 4, 4, ipc::kWaitValueGeq})
+      .bare(Opcode::Fence, true)
+      .write(dir, "stream_mem_op");
   // Streams and events, blocking and non-blocking, legacy-stream ordering.
   Seed()
       .cmd(Opcode::StreamCreate, ipc::StreamCreateCmd{5, 0, 0})

@@ -75,7 +75,7 @@ bool answered_when_processed(Opcode op) {
     case Opcode::EventElapsedTime: case Opcode::Fence: case Opcode::ModuleQuery: case Opcode::ModuleLoad:
     case Opcode::KernelGet: case Opcode::KernelParams: case Opcode::SymbolGet: case Opcode::FuncGetAttributes:
     case Opcode::FuncSetAttribute: case Opcode::Occupancy: case Opcode::OccupancyDynamicSmem:
-    case Opcode::MaxActiveClusters:
+    case Opcode::MaxActiveClusters: case Opcode::AddressReserve: case Opcode::AddressFree: case Opcode::MemMap:
       return true;
     default:
       return false;
@@ -288,7 +288,8 @@ void run_input(const uint8_t* data, size_t size) {
     slot_user[h.reply_slot] = expected.size();
     expected.push_back({seq, h.reply_slot, h.opcode, badly_framed(rec)});
     // Device addresses for later records' address tokens.
-    if ((h.opcode == Opcode::MemAlloc || h.opcode == Opcode::MemAllocAsync) && !expected.back().badly_framed) {
+    if ((h.opcode == Opcode::MemAlloc || h.opcode == Opcode::MemAllocAsync || h.opcode == Opcode::AddressReserve) &&
+        !expected.back().badly_framed) {
       const test::Reply r = s.wait(h.reply_slot, seq);
       if (r.hung_up) break;
       if (r.status == Status::Success) addresses.push_back(r.value[0]);

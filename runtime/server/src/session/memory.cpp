@@ -100,12 +100,16 @@ Status Worker::free_memory(const ipc::CommandHeader& h, const ipc::AddressCmd& c
 // earlier work is done: every device's streams, not only its device's: a copy or memset on
 // another device's stream may use this memory (peer access), and freeing it under that work
 // would hand memory that a DMA still uses to the next allocation (found by tests/fuzz).
+// A mapping being unmapped stays in res_.unmapping until it is, so that its reservation cannot go
+// before it (AddressFree refuses meanwhile).
 Status Worker::free_when_drained(const ipc::CommandHeader& h, std::map<uint64_t, DeviceAllocation>::iterator it) {
   const uint64_t address = it->first;
   const DeviceAllocation a = it->second;
   res_.forget_allocation(it);
+  if (a.mapped) res_.unmapping[address] = a.size;
   completions_.when_drained(-1, h.reply_slot, h.seq, [this, address, a](Status) {
     res_.free_allocation(address, a);
+    if (a.mapped) res_.unmapping.erase(address);
     return Status::Success;
   });
   return Status::Success;
@@ -145,8 +149,9 @@ Status Worker::address_free(const ipc::CommandHeader& h, const ipc::AddressRange
   if (one_way(h)) return Status::InvalidValue;
   auto it = res_.reservations.find(c.address);
   if (it == res_.reservations.end() || it->second != c.size) return Status::InvalidValue;
-  // Unmapped first, as the driver requires.
-  if (overlaps(res_.allocations, c.address, c.size, [](const DeviceAllocation& a) { return a.size; }))
+  // Unmapped first, as the driver requires (and the unmaps done, not only asked for).
+  if (overlaps(res_.allocations, c.address, c.size, [](const DeviceAllocation& a) { return a.size; }) ||
+      overlaps(res_.unmapping, c.address, c.size, [](uint64_t size) { return size; }))
     return Status::InvalidValue;
   if (Status st = backend_.address_free(c.address, c.size); st != Status::Success) return st;
   res_.reservations.erase(it);

@@ -88,6 +88,7 @@ class ClientResources {
   std::unordered_map<uint64_t, PinnedEntry> pinned;
   std::map<uint64_t, SymbolRange> symbols;  // by device address
   std::map<uint64_t, uint64_t> reservations;  // AddressReserve: address -> bytes
+  std::map<uint64_t, uint64_t> unmapping;     // MemUnmap asked for, waiting for earlier work: address -> bytes
   uint64_t next_pinned_id = 1;
 
  private:

@@ -132,6 +132,11 @@ Status Worker::stream_mem_op(const ipc::CommandHeader& h, const ipc::StreamMemOp
   const bool wait = op == StreamMemOp::Wait32 || op == StreamMemOp::Wait64;
   const bool wide = op == StreamMemOp::Write64 || op == StreamMemOp::Wait64;
   if (!wait && op != StreamMemOp::Write32 && op != StreamMemOp::Write64) return Status::InvalidValue;
+  // Waits are refused: one that nothing satisfies holds a stream of the shared context for ever
+  // (a client that dies leaves it there, and tearing the client down waited for it, found by the
+  // fuzzer), and work queued behind it would run, once something satisfied it, on memory given
+  // to another client meanwhile.  doc/not-supported.md.
+  if (wait) return Status::NotSupported;
   const uint32_t allowed = wait ? (0x3u | ipc::kWaitValueFlush) : ipc::kWriteValueNoMemoryBarrier;
   if ((c.flags & ~allowed) != 0) return Status::InvalidValue;
   const uint64_t bytes = wide ? 8 : 4;

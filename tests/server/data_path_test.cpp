@@ -132,6 +132,9 @@ TEST_F(ServerTest, VirtualMemoryReserveMapUnmap) {
     EXPECT_EQ(base % G, 0u);
     EXPECT_EQ(c.call(Opcode::AddressReserve, ipc::AddressReserveCmd{G + 1, 0}).status, Status::InvalidValue);
     EXPECT_EQ(c.call(Opcode::AddressReserve, ipc::AddressReserveCmd{G, 3 * G}).status, Status::InvalidValue);
+    // At most 4 TiB per client (the sim: 1 TiB a range).
+    EXPECT_EQ(c.call(Opcode::AddressReserve, ipc::AddressReserveCmd{uint64_t{5} << 40, 0}).status,
+              Status::MemoryAllocation);
     std::vector<uint8_t> out(2 * MiB), in(2 * MiB);
     std::iota(out.begin(), out.end(), uint8_t{5});
     ASSERT_EQ(c.call(Opcode::MemMap, ipc::AddressRangeCmd{base, G}).status, Status::Success);

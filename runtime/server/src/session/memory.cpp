@@ -119,6 +119,7 @@ Status Worker::free_when_drained(const ipc::CommandHeader& h, std::map<uint64_t,
 
 namespace {
 constexpr uint64_t kGranule = ipc::kPlacedGranule;
+constexpr uint64_t kMaxReservedPerClient = uint64_t{4} << 40;
 bool granules(uint64_t address, uint64_t size) noexcept {
   return size != 0 && size % kGranule == 0 && address % kGranule == 0 && address < ipc::kPlacedAddressLimit &&
          size < ipc::kPlacedAddressLimit && address + size <= ipc::kPlacedAddressLimit;
@@ -138,6 +139,10 @@ Status Worker::address_reserve(const ipc::CommandHeader& h, const ipc::AddressRe
   if (!granules(0, c.size) || !std::has_single_bit(alignment) || alignment % kGranule != 0 ||
       alignment > (uint64_t{1} << 30))
     return Status::InvalidValue;
+  // At most 4 TiB reserved per client: the server's own address space is shared by every client.
+  uint64_t reserved = 0;
+  for (const auto& [addr, bytes] : res_.reservations) reserved += bytes;
+  if (c.size > kMaxReservedPerClient - std::min(reserved, kMaxReservedPerClient)) return Status::MemoryAllocation;
   DeviceAddress at = 0;
   if (Status st = backend_.address_reserve(c.size, alignment, at); st != Status::Success) return st;
   res_.reservations[at] = c.size;

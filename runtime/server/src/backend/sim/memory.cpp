@@ -81,7 +81,8 @@ Status SimBackend::mem_alloc_at(int device, uint64_t size, DeviceAddress at) {
 // GPU's: a reservation is a PROT_NONE range, a mapping makes part of it memory of a device.
 Status SimBackend::address_reserve(uint64_t size, uint64_t alignment, DeviceAddress& out) {
   constexpr uint64_t kGranule = ipc::kPlacedGranule;
-  if (size == 0 || size % kGranule != 0 || size > (uint64_t{1} << 44)) return Status::InvalidValue;
+  if (size == 0 || size % kGranule != 0) return Status::InvalidValue;
+  if (size > (uint64_t{1} << 40)) return Status::MemoryAllocation;  // this process's address space is the GPU's
   if (alignment < kGranule) alignment = kGranule;
   void* p = ::mmap(nullptr, size + alignment, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return Status::MemoryAllocation;

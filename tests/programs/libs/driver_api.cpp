@@ -87,6 +87,9 @@ int main() {
   CU_CHECK(cuCtxCreate(&ctx, nullptr, 0, dev));
   CU_CHECK(cuCtxGetCurrent(&cur));
   expect(cur == ctx, "cuCtxCreate makes the new context current");
+  unsigned api_version = 0;
+  CU_CHECK(cuCtxGetApiVersion(ctx, &api_version));
+  std::printf("cuCtxGetApiVersion: %u\n", api_version);  // compared with the native run's
 
   char jit_log[4096] = {};
   CUjit_option jopt[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};

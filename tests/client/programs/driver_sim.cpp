@@ -313,8 +313,10 @@ int main() {
     down.dstMemoryType = CU_MEMORYTYPE_HOST, down.dstHost = dst.data(), down.dstPitch = 100, down.dstHeight = 4;
     down.WidthInBytes = 100, down.Height = 4, down.Depth = 2;
     std::fill(dst.begin(), dst.end(), 0);
+    // A blocking stream: ordered after the synchronous cuMemcpy2D above, which (pageable to
+    // device, as CUDA documents) returns once the data is staged, before it has landed.
     CUstream cs = nullptr;
-    CHECK(cuStreamCreate(&cs, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    CHECK(cuStreamCreate(&cs, CU_STREAM_DEFAULT), CUDA_SUCCESS);
     CHECK(cuMemcpy3DAsync(&down, cs), CUDA_SUCCESS);
     CHECK(cuStreamSynchronize(cs), CUDA_SUCCESS);
     for (size_t r = 0; r < 8; ++r) more = more && std::memcmp(&dst[r * 100], &src[r * 128], 100) == 0;
@@ -444,8 +446,8 @@ int main() {
     CUdeviceptr words = 0;
     CHECK(cuMemAlloc(&words, 64), CUDA_SUCCESS);
     CHECK(cuMemsetD8(words, 0, 64), CUDA_SUCCESS);
-    CUstream x = nullptr;
-    CHECK(cuStreamCreate(&x, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    CUstream x = nullptr;  // blocking: after the memset (asynchronous to the host, as under CUDA)
+    CHECK(cuStreamCreate(&x, CU_STREAM_DEFAULT), CUDA_SUCCESS);
     CHECK(cuStreamWriteValue32(x, words, 0x12345678u, 0), CUDA_SUCCESS);
     CHECK(cuStreamWriteValue64_v2(x, words + 8, 0x1122334455667788ull, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER),
           CUDA_SUCCESS);

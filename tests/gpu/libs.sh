@@ -45,9 +45,18 @@ for name in "${names[@]}"; do
   timeout 20 "$BIN/funnelctl" shutdown >/dev/null 2>&1
   gpu_files=$(sort -u "$OUT_DIR/$name.gpufiles" | tr '\n' ' ')
   why=""
+  # The server ends with the program's teardown done (driver_api leaves a stream wait pending at
+  # exit, which the server must meet first).
+  for _ in $(seq 100); do pgrep -f -- "--run-dir $FUNNEL_RUN_DIR" >/dev/null || break; sleep 0.1; done
+  if pgrep -f -- "--run-dir $FUNNEL_RUN_DIR" >/dev/null; then
+    why="the funnel-server did not end after the program (a client's teardown hangs?)"
+    pkill -9 -f -- "--run-dir $FUNNEL_RUN_DIR"
+  fi
   if [[ $nrc -ne 0 ]]; then
     result libs "$name" FAIL "exit $nrc natively ($name.native.err)"
     continue
+  elif [[ -n $why ]]; then
+    :
   elif [[ -n $gpu_files ]] || grep -q "opened the GPU itself" "$OUT_DIR/$name.err"; then
     why="the client opened the GPU itself: ${gpu_files:-see $name.err}"
   elif [[ $frc -ne 0 ]]; then

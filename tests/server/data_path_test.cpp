@@ -169,6 +169,76 @@ TEST_F(ServerTest, VirtualMemoryReserveMapUnmap) {
   FAIL() << "the client never left";
 }
 
+// Stream memory waits (cuStreamWaitValue32/64): a wait holds its stream until the word meets it,
+// met by a write on another stream; a wait no value meets is refused; and the waits of a client
+// that leaves with them pending are met by the server, in order (two waits on one word for 1 and
+// then 2), so that its teardown ends and the server stays free for others.
+TEST_F(ServerTest, StreamWaitsHoldTheirStreamAndAreMetWhenTheClientGoes) {
+  start_server();
+  using ipc::StreamMemOp;
+  auto op = [](uint64_t address, uint64_t value, StreamMemOp o, uint32_t flags) {
+    return ipc::StreamMemOpCmd{address, value, static_cast<uint32_t>(o), flags};
+  };
+  {
+    TestClient c(run_dir_);
+    ASSERT_TRUE(c.ok());
+    const uint64_t a = c.alloc(4096);
+    std::vector<uint8_t> zero(64, 0);
+    c.h2d(a, zero.data(), zero.size());
+    c.create_stream(5, ipc::kStreamNonBlocking);
+    c.create_stream(6, ipc::kStreamNonBlocking);
+    ASSERT_EQ(c.call(Opcode::StreamMemOp, op(a, 3, StreamMemOp::Wait32, ipc::kWaitValueGeq), 5).status,
+              Status::Success);
+    ASSERT_EQ(c.call(Opcode::StreamMemOp, op(a + 8, 7, StreamMemOp::Write64, 0), 5).status, Status::Success);
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    EXPECT_EQ(c.on_stream(Opcode::StreamQuery, 5).status, Status::NotReady) << "the wait did not hold its stream";
+    ASSERT_EQ(c.call(Opcode::StreamMemOp, op(a, 4, StreamMemOp::Write32, 0), 6).status, Status::Success);
+    ASSERT_EQ(c.on_stream(Opcode::StreamSynchronize, 5).status, Status::Success);
+    uint64_t word = 0;
+    c.d2h(&word, a + 8, 8);
+    EXPECT_EQ(word, 7u) << "the write behind the wait";
+    // Never met: refused, nothing queued.
+    EXPECT_EQ(c.call(Opcode::StreamMemOp, op(a, 0, StreamMemOp::Wait32, ipc::kWaitValueAnd), 5).status,
+              Status::InvalidValue);
+    EXPECT_EQ(c.call(Opcode::StreamMemOp, op(a, 0xffffffffu, StreamMemOp::Wait32, ipc::kWaitValueNor), 5).status,
+              Status::InvalidValue);
+    EXPECT_EQ(c.call(Opcode::StreamMemOp, op(a, ~uint64_t{0}, StreamMemOp::Wait64, ipc::kWaitValueNor), 5).status,
+              Status::InvalidValue);
+    EXPECT_EQ(c.call(Opcode::StreamMemOp, op(a, 1, StreamMemOp::Wait32, 0x4), 5).status, Status::InvalidValue);
+    EXPECT_EQ(c.on_stream(Opcode::StreamQuery, 5).status, Status::Success);
+    // Left pending: EQ 1 then EQ 2 on one word (stream 5), NOR 0xff on a 64-bit word holding
+    // every other bit (stream 6), AND on the legacy stream.
+    const uint64_t others = ~uint64_t{0xff};
+    c.h2d(a + 24, &others, 8);
+    ASSERT_EQ(c.sync_device(), Status::Success);
+    ASSERT_EQ(c.call(Opcode::StreamMemOp, op(a + 16, 1, StreamMemOp::Wait32, ipc::kWaitValueEq), 5).status,
+              Status::Success);
+    ASSERT_EQ(c.call(Opcode::StreamMemOp, op(a + 16, 2, StreamMemOp::Wait32, ipc::kWaitValueEq), 5).status,
+              Status::Success);
+    ASSERT_EQ(c.call(Opcode::StreamMemOp, op(a + 24, 0xff, StreamMemOp::Wait64,
+                                             ipc::kWaitValueNor | ipc::kWaitValueFlush), 6).status,
+              Status::Success);
+    ASSERT_EQ(c.call(Opcode::StreamMemOp, op(a + 32, 0x10, StreamMemOp::Wait32, ipc::kWaitValueAnd), 0).status,
+              Status::Success);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(c.on_stream(Opcode::StreamQuery, 5).status, Status::NotReady);
+    EXPECT_EQ(c.on_stream(Opcode::StreamQuery, 6).status, Status::NotReady);
+  }  // the client goes (its socket closes) with four waits pending
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    const auto j = nlohmann::json::parse(control(run_dir_, "stats"));
+    if (j["clients"].empty()) break;
+    ASSERT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << "the client's teardown hangs";
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  // The server serves the next client.
+  TestClient d(run_dir_);
+  ASSERT_TRUE(d.ok());
+  const uint64_t b = d.alloc(4096);
+  EXPECT_EQ(d.free(b), Status::Success);
+  EXPECT_EQ(d.sync_device(), Status::Success);
+}
+
 // FUNNEL_DEVICE_MEM_LIMIT as the hello carries it: per device, counted over cudaMalloc
 // and cudaMallocAsync, given back by frees and a device reset, shown by MemGetInfo.
 TEST_F(ServerTest, DeviceMemoryLimitPerClient) {

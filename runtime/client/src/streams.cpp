@@ -83,6 +83,13 @@ cudaError_t stream_mem_op(cudaStream_t stream, bool ptds, uint64_t address, uint
   const uint32_t allowed = wait ? (0x3u | ipc::kWaitValueFlush) : ipc::kWriteValueNoMemoryBarrier;
   if ((flags & ~allowed) != 0 || address % (wide ? 8 : 4) != 0) return cudaErrorInvalidValue;
   if (!rt.tables.device_range(address, wide ? 8 : 4)) return cudaErrorInvalidValue;
+  if (wait && !ipc::wait_satisfiable(flags, value, wide)) {
+    log_error(fmt::format("funnel: a stream memory wait that no value meets ({} with {:#x}) would hold its stream "
+                          "for ever: refused (CUDA_ERROR_INVALID_VALUE)",
+                          (flags & 0x3u) == ipc::kWaitValueAnd ? "CU_STREAM_WAIT_VALUE_AND" : "CU_STREAM_WAIT_VALUE_NOR",
+                          value));
+    return cudaErrorInvalidValue;
+  }
   const ipc::StreamMemOpCmd c{address, value, static_cast<uint32_t>(op), flags};
   return to_cuda(rt.post(Opcode::StreamMemOp, ref.device, ref.id, &c, sizeof c));
 }

@@ -22,7 +22,8 @@ cudaError_t stream_record(cudaStream_t stream, StreamObj& out);
 cudaError_t stream_unique_id(cudaStream_t stream, bool ptds, unsigned long long* id);
 // cuStreamWriteValue32/64, cuStreamWaitValue32/64: a write to, or a wait on, a word of this
 // client's device memory, in stream order (the server checks the flags; they are the driver's).
-// cudaErrorInvalidValue for a word that is not device memory of this client.
+// cudaErrorInvalidValue for a word that is not device memory of this client, and for a wait no
+// value meets (AND with 0, NOR with every bit set), named on stderr.
 cudaError_t stream_mem_op(cudaStream_t stream, bool ptds, uint64_t address, uint64_t value, ipc::StreamMemOp op,
                           uint32_t flags);
 

@@ -464,9 +464,20 @@ int main() {
     CHECK(cuStreamSynchronize(x), CUDA_SUCCESS);
     const bool writes = (got[0] & 0xffffffffu) == 0x12345678u && got[1] == 0x1122334455667788ull &&
                         (got[2] & 0xffffffffu) == 1 && got[3] == 5;
-    // Refused: waits (expected.stderr), a host word, a misaligned one, unknown flags, a batch
-    // operation not served.
-    CHECK(cuStreamWaitValue32_v2(x, words + 16, 1, CU_STREAM_WAIT_VALUE_EQ), CUDA_ERROR_NOT_SUPPORTED);
+    // A wait holds its stream (and a write behind it) until another stream meets it.
+    CUstream y = nullptr;
+    CHECK(cuStreamCreate(&y, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    CHECK(cuStreamWaitValue32_v2(x, words + 16, 3, CU_STREAM_WAIT_VALUE_GEQ), CUDA_SUCCESS);
+    CHECK(cuStreamWriteValue32(x, words + 32, 0xabcd, 0), CUDA_SUCCESS);
+    const CUresult held = cuStreamQuery(x);
+    CHECK(cuStreamWriteValue32(y, words + 16, 3, 0), CUDA_SUCCESS);
+    CHECK(cuStreamSynchronize(x), CUDA_SUCCESS);
+    uint32_t behind = 0;
+    CHECK(cuMemcpyDtoH(&behind, words + 32, 4), CUDA_SUCCESS);
+    const bool waits = held == CUDA_ERROR_NOT_READY && behind == 0xabcd;
+    // Refused: a wait no value meets (expected.stderr), a host word, a misaligned one, unknown
+    // flags, a batch operation not served.
+    CHECK(cuStreamWaitValue32_v2(x, words + 16, 0, CU_STREAM_WAIT_VALUE_AND), CUDA_ERROR_INVALID_VALUE);
     uint32_t host_word = 0;
     CHECK(cuStreamWriteValue32(x, reinterpret_cast<CUdeviceptr>(&host_word), 1, 0), CUDA_ERROR_INVALID_VALUE);
     CHECK(cuStreamWriteValue64(x, words + 4, 1, 0), CUDA_ERROR_INVALID_VALUE);
@@ -474,9 +485,25 @@ int main() {
     ops[0].operation = CU_STREAM_MEM_OP_BARRIER;
     CHECK(cuStreamBatchMemOp(x, 1, ops, 0), CUDA_ERROR_NOT_SUPPORTED);  // expected.stderr
     CHECK(cuStreamDestroy(x), CUDA_SUCCESS);
+    CHECK(cuStreamDestroy(y), CUDA_SUCCESS);
     CHECK(cuMemFree(words), CUDA_SUCCESS);
-    std::printf("stream memory operations: writes %s, waits refused\n", writes ? "ok" : "FAIL");
+    std::printf("stream memory operations: writes %s, waits %s\n", writes ? "ok" : "FAIL", waits ? "ok" : "FAIL");
   }
+
+  // A wait left pending at exit, on a word nothing writes: the server meets it when the client
+  // goes, so the client detaches cleanly (run_program.sh) and the server's teardown ends.  In the
+  // last exit handler (registered first): a free after it would wait for it, as under CUDA.
+  std::atexit([] {
+    static CUdeviceptr never = 0;
+    CUstream z = nullptr;
+    const bool ok = cuMemAlloc(&never, 64) == CUDA_SUCCESS && cuMemsetD32(never, 0, 16) == CUDA_SUCCESS &&
+                    cuCtxSynchronize() == CUDA_SUCCESS && cuStreamCreate(&z, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS &&
+                    cuStreamWaitValue32(z, never, 1, CU_STREAM_WAIT_VALUE_EQ) == CUDA_SUCCESS &&
+                    cuMemsetD8Async(never + 32, 1, 4, z) == CUDA_SUCCESS && cuStreamQuery(z) == CUDA_ERROR_NOT_READY;
+    std::printf("a wait left pending at exit: %s\n", ok ? "ok" : "FAIL");
+    std::fflush(stdout);
+    if (!ok) std::_Exit(1);
+  });
 
   // Driver calls from an exit handler, after the main thread's thread_local objects are gone (as
   // cuFFT frees its memory at exit): the context stack, the per-thread default stream and the

@@ -74,7 +74,7 @@ FUNNEL_DRIVER_API CUresult cuStreamGetId_ptsz(CUstream s, unsigned long long* id
 }
 
 // Stream memory operations on the program's device memory, executed by the server's driver on the
-// stream: writes; waits are refused for now.  The v1 and v2 names are one function each (CUDA 12
+// stream: writes and waits (the server meets a gone client's waits: session/stream_waits.hpp).  The v1 and v2 names are one function each (CUDA 12
 // made the v2 behaviour the only one).
 static_assert(funnel::ipc::kWaitValueGeq == CU_STREAM_WAIT_VALUE_GEQ &&
               funnel::ipc::kWaitValueEq == CU_STREAM_WAIT_VALUE_EQ &&
@@ -85,10 +85,6 @@ static_assert(funnel::ipc::kWaitValueGeq == CU_STREAM_WAIT_VALUE_GEQ &&
 namespace {
 CUresult mem_op(CUstream s, CUdeviceptr address, uint64_t value, funnel::ipc::StreamMemOp op, unsigned flags,
                 bool per_thread) {
-  // Waits are refused (the server says why: doc/not-supported.md), by name.
-  if (op == funnel::ipc::StreamMemOp::Wait32 || op == funnel::ipc::StreamMemOp::Wait64)
-    return static_cast<CUresult>(funnel::driver::not_supported(
-        op == funnel::ipc::StreamMemOp::Wait32 ? "cuStreamWaitValue32" : "cuStreamWaitValue64"));
   int d = 0;
   if (CUresult r = funnel::driver::current(d); r != CUDA_SUCCESS) return r;
   return funnel::driver::to_cu(funnel::client::stream_mem_op(rt(s), per_thread, address, value, op, flags));

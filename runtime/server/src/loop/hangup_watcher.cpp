@@ -58,7 +58,7 @@ void HangupWatcher::run() noexcept {
     for (int i = 0; i < n; ++i) {
       if (events[i].data.fd == wake_.get()) return;
       const std::lock_guard lock(m_);
-      if (auto it = workers_.find(events[i].data.fd); it != workers_.end()) it->second->release_host_funcs();
+      if (auto it = workers_.find(events[i].data.fd); it != workers_.end()) it->second->release_holds();
     }
   }
 }

@@ -1,5 +1,5 @@
 // The hang-up watcher: one thread that, the moment a client's socket hangs up, lets the
-// streams held by that client's host functions go on (Worker::release_host_funcs).  It
+// streams held by that client's host functions and stream memory waits go on (Worker::release_holds).  It
 // never calls the driver, so it cannot be held up by it: the main loop can be (a driver
 // call there may wait on a lock that a worker waiting for the GPU holds, and the GPU may be
 // waiting on a dead client's host function; the GPU kill storm deadlocked that way).

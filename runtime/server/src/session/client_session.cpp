@@ -139,7 +139,7 @@ void ClientSession::request_stop(bool server_shutting_down) noexcept {
   // The client is gone or cut off: its host functions will not run, and a stream held by one
   // may hold up the worker (in a synchronizing driver call) and, through the hardware queue
   // it shares, other clients' work.  Release them now, not at the worker's teardown.
-  if (worker_) worker_->release_host_funcs();
+  if (worker_) worker_->release_holds();
   if (channel_) {
     // Wake a worker asleep on the doorbell so it sees the flag now, not after its slice.
     view_.control().doorbell.fetch_add(1);
@@ -183,8 +183,9 @@ std::optional<CpuTimes> ClientSession::client_cpu() const noexcept {
 void Worker::teardown() noexcept {
   try {
     if (shared_.shutting_down.load()) completions_.answer_waiting(Status::DevicesUnavailable);
-    // A stream held by a host function whose client is gone would never drain.
-    release_host_funcs();
+    // A stream held by a host function or a stream memory wait whose client is gone would
+    // never drain.
+    release_holds();
     int fault_device = -1;
     Status fault = Status::Success;
     for (StreamEntry* s : streams_.on_device(-1)) {
@@ -194,6 +195,8 @@ void Worker::teardown() noexcept {
         fault = st;
       }
     }
+    // The words the release wrote landed before any memory goes.
+    waits_.drain();
     // A fault seen only now still has to reach the other clients of the device.
     if (fault_device >= 0) observe(fault_device, fault);
     // What is still pending waits on work that is queued and now finishing (destroyed

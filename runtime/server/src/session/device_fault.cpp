@@ -90,12 +90,13 @@ void Worker::on_health_change() {
 
 void Worker::release_device(int device, Status st) {
   // Streams held by host functions are let go (the client sees the sticky error while it
-  // waits for one to be reached, runtime/client/src/host_func.cpp).
-  release_host_funcs();
+  // waits for one to be reached, runtime/client/src/host_func.cpp), and by stream memory waits.
+  release_holds();
   // Waits on the device are answered now with the fault; a wait that also involves other
   // devices keeps their events and completes with the fault once they are done.
   completions_.release_device(device, st);
   sub(counters_.streams, streams_.release_device(device));
+  waits_.drain();  // the words written by the release landed before the memory goes
   res_.release_device(device);
   // Modules are device-independent, but this client will never launch again, and its
   // symbols' addresses die with the context.

@@ -85,6 +85,7 @@ Status Worker::free_memory(const ipc::CommandHeader& h, const ipc::AddressCmd& c
     StreamEntry* s = find_stream(h, st);
     if (s == nullptr) return st;
     if (st = streams_.before_work(*s); st != Status::Success) return st;
+    waits_.drain();  // a released wait's word may lie in it (stream_waits.hpp)
     if (st = backend_.mem_free_async(*s->stream, c.address); st != Status::Success) return st;
     streams_.after_work(*s);
     res_.forget_allocation(it);
@@ -108,6 +109,7 @@ Status Worker::free_when_drained(const ipc::CommandHeader& h, std::map<uint64_t,
   res_.forget_allocation(it);
   if (a.mapped) res_.unmapping[address] = a.size;
   completions_.when_drained(-1, h.reply_slot, h.seq, [this, address, a](Status) {
+    waits_.drain();  // a released wait's word may lie in it (stream_waits.hpp)
     res_.free_allocation(address, a);
     if (a.mapped) res_.unmapping.erase(address);
     return Status::Success;

@@ -132,21 +132,23 @@ Status Worker::stream_mem_op(const ipc::CommandHeader& h, const ipc::StreamMemOp
   const bool wait = op == StreamMemOp::Wait32 || op == StreamMemOp::Wait64;
   const bool wide = op == StreamMemOp::Write64 || op == StreamMemOp::Wait64;
   if (!wait && op != StreamMemOp::Write32 && op != StreamMemOp::Write64) return Status::InvalidValue;
-  // Waits are refused: one that nothing satisfies holds a stream of the shared context for ever
-  // (a client that dies leaves it there, and tearing the client down waited for it, found by the
-  // fuzzer), and work queued behind it would run, once something satisfied it, on memory given
-  // to another client meanwhile.  doc/not-supported.md.
-  if (wait) return Status::NotSupported;
   const uint32_t allowed = wait ? (0x3u | ipc::kWaitValueFlush) : ipc::kWriteValueNoMemoryBarrier;
   if ((c.flags & ~allowed) != 0) return Status::InvalidValue;
   const uint64_t bytes = wide ? 8 : 4;
   if (c.address % bytes != 0 || !res_.device_range_ok(c.address, bytes)) return Status::InvalidValue;
   if (!wide && c.value > UINT32_MAX) return Status::InvalidValue;
+  // A wait that nothing can meet would hold the stream for ever.
+  if (wait && !ipc::wait_satisfiable(c.flags, c.value, wide)) return Status::InvalidValue;
   Status st;
   StreamEntry* s = find_stream(h, st);
   if (s == nullptr) return st;
   if (st = streams_.before_work(*s); st != Status::Success) return st;
-  if (st = backend_.stream_mem_op(*s->stream, c.address, op, c.value, c.flags); st != Status::Success) return st;
+  auto enqueue = [&] { return backend_.stream_mem_op(*s->stream, c.address, op, c.value, c.flags); };
+  // A wait is remembered, so that it is met if the client goes (stream_waits.hpp); its memory
+  // stays the client's until its streams drained (free_when_drained), so the work behind it
+  // never touches memory another client got meanwhile.
+  st = wait ? waits_.add(*s->stream, c.address, wide, c.flags, c.value, enqueue) : enqueue();
+  if (st != Status::Success) return st;
   streams_.after_work(*s);
   answers_.answer(h);
   return Status::Success;
@@ -303,6 +305,7 @@ Status Worker::device_reset(const ipc::CommandHeader& h) {
   // Collected before the streams are dropped, so the drain covers their work too; every
   // device's, as for MemFree: another device's stream may use this device's memory.
   completions_.when_drained(-1, h.reply_slot, h.seq, [this, gone](Status) {
+    waits_.drain();  // a released wait's word may lie in it (stream_waits.hpp)
     for (const auto& [addr, a] : gone) res_.free_allocation(addr, a);
     return Status::Success;
   });

@@ -25,6 +25,7 @@
 #include "session/legacy_stream.hpp"
 #include "session/resources.hpp"
 #include "session/session.hpp"
+#include "session/stream_waits.hpp"
 
 namespace funnel::server {
 
@@ -65,6 +66,12 @@ class Worker {
   // generation).  The main thread calls it the moment the client hangs up: the worker may be
   // blocked in a synchronizing driver call behind such a wait, which only this store frees.
   void release_host_funcs() noexcept;
+  // Everything that may hold one of the client's streams for ever once it is gone: its host
+  // functions and its stream memory waits.  Any thread.
+  void release_holds() noexcept {
+    release_host_funcs();
+    waits_.release();
+  }
 
  private:
   // worker.cpp: the loop and the dispatch
@@ -176,6 +183,7 @@ class Worker {
   std::mutex host_funcs_mutex_;  // the worker, and at a hang-up the watcher and the main thread
   std::vector<HostFuncWait> host_funcs_;
   bool host_funcs_released_ = false;  // the client is gone: every wait is released as it comes
+  StreamWaits waits_{backend_};       // cuStreamWaitValue*: released as the host functions are
   std::chrono::steady_clock::time_point idle_since_{};  // the last work done (turn)
   std::chrono::steady_clock::time_point no_spin_until_{};  // back_off()
   std::chrono::steady_clock::time_point last_sweep_{};  // the last GPU busy sweep (worker.cpp)

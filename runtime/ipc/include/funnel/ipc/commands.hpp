@@ -175,6 +175,14 @@ enum class StreamMemOp : uint32_t { Write32 = 1, Write64 = 2, Wait32 = 3, Wait64
 inline constexpr uint32_t kWaitValueGeq = 0x0, kWaitValueEq = 0x1, kWaitValueAnd = 0x2, kWaitValueNor = 0x3;
 inline constexpr uint32_t kWaitValueFlush = 1u << 30;
 inline constexpr uint32_t kWriteValueNoMemoryBarrier = 0x1;
+// Whether some word meets a wait: AND with 0 and NOR with every bit set never are (such a wait
+// would hold its stream for ever: refused by the client and the server).
+constexpr bool wait_satisfiable(uint32_t flags, uint64_t value, bool wide) noexcept {
+  const uint64_t all = wide ? ~uint64_t{0} : uint64_t{0xffffffffu};
+  if ((flags & 0x3u) == kWaitValueAnd) return (value & all) != 0;
+  if ((flags & 0x3u) == kWaitValueNor) return (value & all) != all;
+  return true;
+}
 struct StreamMemOpCmd {
   uint64_t address;  // device memory of this client, aligned to the operation's size
   uint64_t value;

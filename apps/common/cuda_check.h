@@ -1,5 +1,7 @@
-// CK(call): a failed CUDA runtime call prints where and why, then exits with 2.
-// Shared by the benchmark apps that run natively and through funnel-run alike.
+// CK(call): a failed CUDA runtime call prints where and why, then exits with 2; CU(call) the
+// same for a driver call (CUresult; include <cuda.h> first), CB(call) for a cuBLAS call
+// (cublasStatus_t; include <cublas_v2.h> first).  Shared by the benchmark apps that run natively
+// and through funnel-run alike.
 #pragma once
 
 #include <cstdio>
@@ -15,3 +17,15 @@
       std::exit(2);                                                                                \
     }                                                                                              \
   } while (0)
+
+// A failed call that returns a status other than `ok`: where, the call, the status number.
+#define FUNNEL_CHECK_STATUS_(call, ok)                                                              \
+  do {                                                                                             \
+    const auto s_ = (call);                                                                        \
+    if (s_ != (ok)) {                                                                              \
+      std::fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, static_cast<int>(s_)); \
+      std::exit(2);                                                                                \
+    }                                                                                              \
+  } while (0)
+#define CU(call) FUNNEL_CHECK_STATUS_(call, CUDA_SUCCESS)
+#define CB(call) FUNNEL_CHECK_STATUS_(call, CUBLAS_STATUS_SUCCESS)

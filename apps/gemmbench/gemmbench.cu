@@ -28,15 +28,6 @@
 
 using Clock = std::chrono::steady_clock;
 
-#define CB(call)                                                                                \
-  do {                                                                                          \
-    const cublasStatus_t s_ = (call);                                                           \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                          \
-      std::fprintf(stderr, "gemmbench: %s failed: %d (%s:%d)\n", #call, int(s_), __FILE__, __LINE__); \
-      std::exit(2);                                                                             \
-    }                                                                                           \
-  } while (0)
-
 namespace {
 
 struct Args {

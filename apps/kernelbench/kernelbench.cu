@@ -154,15 +154,6 @@ void barrier(const Args& a) {
   }
 }
 
-#define CU(call)                                                                                  \
-  do {                                                                                            \
-    const CUresult r_ = (call);                                                                   \
-    if (r_ != CUDA_SUCCESS) {                                                                     \
-      std::fprintf(stderr, "kernelbench: %s failed: %d (%s:%d)\n", #call, int(r_), __FILE__, __LINE__); \
-      std::exit(1);                                                                               \
-    }                                                                                             \
-  } while (0)
-
 // The kernels as driver functions (--api driver): the runtime's handles, which are CUfunctions.
 CUfunction driver_function(const void* kernel) {
   cudaFunction_t f = nullptr;

@@ -152,30 +152,14 @@ compare() {  # phase name how native_rc funnel_rc funnel_out diff_file
   return 1
 }
 
-# One funnel-server shared by the clients of a phase: start_server RUN_DIR LOG_FILE sets
-# SERVER_PID and fails if its socket does not appear within 30 s; stop_server stops it.
-SERVER_PID=""
-start_server() {
-  rm -rf "$1"
-  "$BIN/funnel-server" --backend cuda --foreground --run-dir "$1" >"$2" 2>&1 &
-  SERVER_PID=$!
-  for _ in $(seq 300); do
-    [[ -S $1/server.sock ]] && return 0
-    kill -0 "$SERVER_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  [[ -S $1/server.sock ]]
-}
+# One funnel-server shared by the clients of a phase (tests/gpu/server.sh).
+# shellcheck source=tests/gpu/server.sh
+. "$(dirname "${BASH_SOURCE[0]}")/server.sh"
+start_server() { gpu_start_server "$@"; }
 stop_server() {  # run_dir
   [[ -n $SERVER_PID ]] || return
-  kill -TERM "$SERVER_PID" 2>/dev/null
-  for _ in $(seq 100); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 "$SERVER_PID" 2>/dev/null; then
-    echo "compat: the shared funnel-server still ran 10 s after SIGTERM; killed" >&2
-    kill -KILL "$SERVER_PID" 2>/dev/null
-  fi
-  wait "$SERVER_PID" 2>/dev/null
-  SERVER_PID=""
+  gpu_stop_server
+  [[ $? -eq 137 ]] && echo "compat: the shared funnel-server still ran 10 s after SIGTERM; killed" >&2
   rm -rf "$1"
 }
 

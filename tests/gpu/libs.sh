@@ -89,14 +89,9 @@ for name in "${names[@]}"; do
 done
 if [[ ${#passed[@]} -gt 0 ]]; then
   run_dir=/dev/shm/funnel-gpu-libs-$$-eight
-  rm -rf "$run_dir"
-  "$BIN/funnel-server" --backend cuda --foreground --run-dir "$run_dir" >"$OUT_DIR/eight-server.log" 2>&1 &
-  server=$!
-  for _ in $(seq 300); do
-    [[ -S $run_dir/server.sock ]] && break
-    kill -0 "$server" 2>/dev/null || break
-    sleep 0.1
-  done
+  # shellcheck source=tests/gpu/server.sh
+  . "$ROOT/tests/gpu/server.sh"
+  gpu_start_server "$run_dir" "$OUT_DIR/eight-server.log"
   pids=() ran=()
   for i in 0 1 2 3 4 5 6 7; do
     name=${passed[$((i % ${#passed[@]}))]}
@@ -121,7 +116,7 @@ if [[ ${#passed[@]} -gt 0 ]]; then
     'import json, sys; m = json.load(sys.stdin)["modules"]; print(m["uploads"], "uploads for", m["loads"], "module loads")' \
     2>/dev/null)
   FUNNEL_RUN_DIR=$run_dir timeout 20 "$BIN/funnelctl" shutdown >/dev/null 2>&1
-  wait "$server" 2>/dev/null
+  gpu_stop_server
   if [[ ${#bad[@]} -eq 0 ]]; then
     result libs eight-at-once PASS "8 clients (${ran[*]}) through one funnel-server, each output identical to native (${modules:-module counts not read})"
   else

@@ -206,15 +206,9 @@ done
 if [[ $HAVE_FUNNEL == 1 && ${#PROGS[@]} -gt 0 ]]; then
   note "8 programs at once through one funnel-server"
   RUN_DIR=/dev/shm/funnel-gpu-test-$$
-  rm -rf "$RUN_DIR"
-  "$BIN/funnel-server" --backend cuda --foreground --run-dir "$RUN_DIR" >"$OUT_DIR/concurrent/server.log" 2>&1 &
-  SERVER_PID=$!
-  for _ in $(seq 300); do
-    [[ -S $RUN_DIR/server.sock ]] && break
-    kill -0 "$SERVER_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  if [[ ! -S $RUN_DIR/server.sock ]]; then
+  # shellcheck source=tests/gpu/server.sh
+  . "$ROOT/tests/gpu/server.sh"
+  if ! gpu_start_server "$RUN_DIR" "$OUT_DIR/concurrent/server.log"; then
     result concurrent server FAIL "funnel-server did not come up (concurrent/server.log)"
     kill "$SERVER_PID" 2>/dev/null
   else
@@ -237,20 +231,14 @@ if [[ $HAVE_FUNNEL == 1 && ${#PROGS[@]} -gt 0 ]]; then
     if [[ -x $BIN/funnelctl ]]; then
       FUNNEL_RUN_DIR=$RUN_DIR timeout 10 "$BIN/funnelctl" stats >"$OUT_DIR/concurrent/stats.json" 2>&1 || true
     fi
-    kill -TERM "$SERVER_PID" 2>/dev/null
-    for _ in $(seq 100); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
-    if kill -0 "$SERVER_PID" 2>/dev/null; then
+    gpu_stop_server
+    src=$?
+    if [[ $src == 137 ]]; then
       result concurrent server-shutdown FAIL "funnel-server still running 10 s after SIGTERM"
-      kill -KILL "$SERVER_PID" 2>/dev/null
-      wait "$SERVER_PID" 2>/dev/null
+    elif [[ $src == 0 ]]; then
+      result concurrent server-shutdown PASS "exit 0 on SIGTERM"
     else
-      wait "$SERVER_PID"
-      src=$?
-      if [[ $src == 0 ]]; then
-        result concurrent server-shutdown PASS "exit 0 on SIGTERM"
-      else
-        result concurrent server-shutdown FAIL "exit $src on SIGTERM (concurrent/server.log)"
-      fi
+      result concurrent server-shutdown FAIL "exit $src on SIGTERM (concurrent/server.log)"
     fi
     if grep -qiE '\[(error|critical)\]' "$OUT_DIR/concurrent/server.log"; then
       result concurrent server-log FAIL "errors in concurrent/server.log"

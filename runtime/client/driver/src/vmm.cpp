@@ -29,6 +29,15 @@ struct Handles {
   std::map<CUmemGenericAllocationHandle, std::unique_ptr<Handle>> handles;
   std::map<CUdeviceptr, CUmemGenericAllocationHandle> mappings;  // by address
   CUmemGenericAllocationHandle next = 1;
+
+  // The mapping that covers `at` (its start, its handle), or nullptr.  Caller holds mu.
+  const std::pair<const CUdeviceptr, CUmemGenericAllocationHandle>* mapping_at(CUdeviceptr at, const Handle*& hd) const {
+    auto m = mappings.upper_bound(at);
+    if (m == mappings.begin()) return nullptr;
+    --m;
+    hd = handles.at(m->second).get();
+    return at < m->first + hd->size ? &*m : nullptr;
+  }
 };
 Handles& handles() {
   static auto* h = new Handles;  // lives past exit, as the other handle tables
@@ -159,11 +168,10 @@ FUNNEL_DRIVER_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CU
   std::lock_guard lk(h.mu);
   // [ptr, ptr + size) covered by mappings end to end.
   for (CUdeviceptr at = ptr; at < ptr + size;) {
-    auto m = h.mappings.upper_bound(at);
-    if (m == h.mappings.begin()) return CUDA_ERROR_INVALID_VALUE;
-    --m;
-    const Handle& hd = *h.handles.at(m->second);
-    if (at >= m->first + hd.size) return CUDA_ERROR_INVALID_VALUE;
+    const Handle* found = nullptr;
+    const auto* m = h.mapping_at(at, found);
+    if (m == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    const Handle& hd = *found;
     for (size_t i = 0; i < count; ++i) {
       if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE)
         return funnel::driver::not_supported_detail("cuMemSetAccess for a location type",
@@ -184,12 +192,9 @@ FUNNEL_DRIVER_API CUresult cuMemGetAccess(unsigned long long* flags, const CUmem
   if (flags == nullptr || location == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Handles& h = handles();
   std::lock_guard lk(h.mu);
-  auto m = h.mappings.upper_bound(ptr);
-  if (m == h.mappings.begin()) return CUDA_ERROR_INVALID_VALUE;
-  --m;
-  const Handle& hd = *h.handles.at(m->second);
-  if (ptr >= m->first + hd.size) return CUDA_ERROR_INVALID_VALUE;
-  *flags = location->type == CU_MEM_LOCATION_TYPE_DEVICE && location->id == hd.device
+  const Handle* hd = nullptr;
+  if (h.mapping_at(ptr, hd) == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *flags = location->type == CU_MEM_LOCATION_TYPE_DEVICE && location->id == hd->device
                ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
                : CU_MEM_ACCESS_FLAGS_PROT_NONE;
   return CUDA_SUCCESS;

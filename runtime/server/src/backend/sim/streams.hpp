@@ -85,7 +85,7 @@ class SimStream final : public BackendStream {
     std::atomic<uint64_t> submitted{0};
     std::atomic<uint64_t> done{0};
     bool drained() const noexcept {
-      return done.load(std::memory_order_relaxed) == submitted.load(std::memory_order_relaxed);
+      return done.load(std::memory_order_acquire) == submitted.load(std::memory_order_acquire);
     }
   };
   std::shared_ptr<Progress> progress() const { return progress_; }

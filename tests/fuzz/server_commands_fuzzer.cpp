@@ -71,7 +71,7 @@ bool verbose = false;
 bool answered_when_processed(Opcode op) {
   switch (op) {
     case Opcode::MemAlloc: case Opcode::MemAllocAsync: case Opcode::MemGetInfo: case Opcode::GetLimit:
-    case Opcode::SetLimit: case Opcode::PinnedAlloc: case Opcode::StreamQuery: case Opcode::EventQuery:
+    case Opcode::SetLimit: case Opcode::Profiler: case Opcode::PinnedAlloc: case Opcode::StreamQuery: case Opcode::EventQuery:
     case Opcode::EventElapsedTime: case Opcode::Fence: case Opcode::ModuleQuery: case Opcode::ModuleLoad:
     case Opcode::KernelGet: case Opcode::KernelParams: case Opcode::SymbolGet: case Opcode::FuncGetAttributes:
     case Opcode::FuncSetAttribute: case Opcode::Occupancy: case Opcode::OccupancyDynamicSmem:

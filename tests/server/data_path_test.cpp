@@ -239,6 +239,47 @@ TEST_F(ServerTest, StreamWaitsHoldTheirStreamAndAreMetWhenTheClientGoes) {
   EXPECT_EQ(d.sync_device(), Status::Success);
 }
 
+// The limits beyond stack, printf FIFO and heap (the context's, shared by its clients), and the
+// profiler: a device's profiling is on while any client's range is open (the union of the
+// ranges), switched off when the last one stops or leaves.
+TEST_F(ServerTest, LimitsAndProfiledRanges) {
+  start_server();
+  TestClient a(run_dir_);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a.call(Opcode::GetLimit, ipc::LimitCmd{6, 0, 0}).value[0], 0u) << "no persisting L2 by default";
+  EXPECT_EQ(a.call(Opcode::SetLimit, ipc::LimitCmd{6, 0, 4u << 20}).status, Status::Success);
+  EXPECT_EQ(a.call(Opcode::GetLimit, ipc::LimitCmd{6, 0, 0}).value[0], 4u << 20);
+  EXPECT_EQ(a.call(Opcode::SetLimit, ipc::LimitCmd{6, 0, uint64_t{1} << 40}).status, Status::InvalidValue);
+  EXPECT_EQ(a.call(Opcode::SetLimit, ipc::LimitCmd{5, 0, 32}).status, Status::Success);
+  EXPECT_EQ(a.call(Opcode::SetLimit, ipc::LimitCmd{5, 0, 256}).status, Status::InvalidValue);
+  EXPECT_EQ(a.call(Opcode::GetLimit, ipc::LimitCmd{5, 0, 0}).value[0], 32u);
+  EXPECT_EQ(a.call(Opcode::GetLimit, ipc::LimitCmd{4, 0, 0}).value[0], 2048u);
+  EXPECT_EQ(a.call(Opcode::GetLimit, ipc::LimitCmd{7, 0, 0}).status, Status::UnsupportedLimit);
+
+  const auto base = server::sim_call_counts(*backend_);
+  auto counts = [&] {
+    const auto n = server::sim_call_counts(*backend_);
+    return std::pair{n.profiling_on - base.profiling_on, n.profiling_off - base.profiling_off};
+  };
+  using Counts = std::pair<uint64_t, uint64_t>;
+  EXPECT_EQ(a.call(Opcode::Profiler, ipc::ProfilerCmd{1, 0}).status, Status::Success);
+  EXPECT_EQ(a.call(Opcode::Profiler, ipc::ProfilerCmd{1, 0}).status, Status::Success);  // a second start
+  EXPECT_EQ(counts(), (Counts{1, 0}));
+  EXPECT_EQ(a.call(Opcode::Profiler, ipc::ProfilerCmd{2, 0}).status, Status::InvalidValue);
+  {
+    TestClient b(run_dir_);
+    ASSERT_TRUE(b.ok());
+    EXPECT_EQ(b.call(Opcode::Profiler, ipc::ProfilerCmd{0, 0}).status, Status::Success);  // stop without a start
+    EXPECT_EQ(b.call(Opcode::Profiler, ipc::ProfilerCmd{1, 0}).status, Status::Success);
+    EXPECT_EQ(a.call(Opcode::Profiler, ipc::ProfilerCmd{0, 0}).status, Status::Success);
+    EXPECT_EQ(counts(), (Counts{1, 0})) << "b's range is still open";
+    EXPECT_EQ(b.call(Opcode::Profiler, ipc::ProfilerCmd{1, 0}, 0, 1).status, Status::Success);  // device 1
+    EXPECT_EQ(counts(), (Counts{2, 0}));
+  }  // b leaves with both its ranges open
+  for (int i = 0; i < 200 && counts() != Counts{2, 2}; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(counts(), (Counts{2, 2})) << "the ranges a client left open were not closed";
+}
+
 // FUNNEL_DEVICE_MEM_LIMIT as the hello carries it: per device, counted over cudaMalloc
 // and cudaMallocAsync, given back by frees and a device reset, shown by MemGetInfo.
 TEST_F(ServerTest, DeviceMemoryLimitPerClient) {

@@ -2,6 +2,7 @@
 // device, last error, per-thread default streams) and the error-safe wrapper that
 // every exported function goes through.
 #pragma once
+#include <atomic>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -58,6 +59,18 @@ static_assert(int(Status::CooperativeLaunchTooLarge) == cudaErrorCooperativeLaun
 inline cudaError_t to_cuda(Status s) noexcept { return static_cast<cudaError_t>(s); }
 
 int& current_device() noexcept;          // per host thread, as the CUDA runtime's current context
+// A device's context flags (cudaSetDeviceFlags, cuDevicePrimaryCtxSetFlags, cuCtxSetFlags: the
+// CU_CTX_* values), one per device of this process, shared by both fronts.  The scheduling policy
+// is how this process's threads wait for the server (Runtime::wait_options); the others are kept
+// and answered back.  0 for a device out of range.
+std::atomic<unsigned>& context_flags(int device) noexcept;
+// Checks and stores a device's context flags for `call` (a CUDA function's name): a scheduling
+// policy of auto, spin, yield or blocking sync (else cudaErrorInvalidValue), map-host and
+// local-memory resize kept; other flags (synchronous memops, core dumps) refused by name
+// ("<call> with flags(N) is not supported yet", cudaErrorNotSupported).
+cudaError_t set_context_flags(int device, unsigned flags, const char* call) noexcept;
+// cudaProfilerStart/Stop, cuProfilerStart/Stop: this process's profiled range on `device`.
+cudaError_t profiler(int device, bool start);
 cudaError_t& last_error() noexcept;      // per host thread
 
 // Records a failing status as the thread's last error (cudaErrorNotReady is not an

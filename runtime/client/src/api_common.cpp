@@ -1,3 +1,4 @@
+#include <array>
 #include <map>
 #include <optional>
 
@@ -28,6 +29,29 @@ thread_local PerThreadStreams t_ptds;
 }  // namespace
 
 int& current_device() noexcept { return t_device; }
+
+std::atomic<unsigned>& context_flags(int device) noexcept {
+  static std::array<std::atomic<unsigned>, ipc::kMaxDevices> flags{};
+  static std::atomic<unsigned> none{0};
+  return device >= 0 && static_cast<uint32_t>(device) < ipc::kMaxDevices ? flags[static_cast<size_t>(device)] : none;
+}
+
+cudaError_t profiler(int device, bool start) {
+  const ipc::ProfilerCmd c{start ? 1u : 0u, 0};
+  return to_cuda(Runtime::get().call(ipc::Opcode::Profiler, device, 0, &c, sizeof c));
+}
+
+cudaError_t set_context_flags(int device, unsigned flags, const char* call) noexcept {
+  constexpr unsigned kSchedule = 0x7u, kKept = kSchedule | 0x8u | 0x10u;  // + MAP_HOST, LMEM_RESIZE_TO_MAX
+  const unsigned sched = flags & kSchedule;
+  if (sched != 0 && sched != 1 && sched != 2 && sched != 4) return cudaErrorInvalidValue;
+  if ((flags & ~kKept) != 0) {
+    report_unsupported(fmt::format("{} with flags({})", call, flags & ~kKept).c_str());
+    return cudaErrorNotSupported;
+  }
+  context_flags(device).store(flags);
+  return cudaSuccess;
+}
 cudaError_t& last_error() noexcept { return t_last_error; }
 
 cudaError_t resolve_stream(cudaStream_t s, bool per_thread, StreamRef& out) noexcept {

@@ -199,6 +199,30 @@ FUNNEL_API cudaError_t cudaDeviceGetLimit(size_t* value, cudaLimit limit) {
   });
 }
 
+// The current device's context flags, shared with the driver front (set_context_flags says what
+// they do in funnel).  cudaDeviceMapHost is always on, as since CUDA 11.
+FUNNEL_API cudaError_t cudaSetDeviceFlags(unsigned int flags) {
+  return guarded(__func__, [&] { return set_context_flags(current_device(), flags, "cudaSetDeviceFlags"); });
+}
+
+FUNNEL_API cudaError_t cudaGetDeviceFlags(unsigned int* flags) {
+  return guarded(__func__, [&] {
+    if (flags == nullptr) return cudaErrorInvalidValue;
+    *flags = context_flags(current_device()).load() | cudaDeviceMapHost;
+    return cudaSuccess;
+  });
+}
+
+// The profiled range of this process on the current device (the server's context is profiled
+// while any client's range is open).
+FUNNEL_API cudaError_t cudaProfilerStart() {
+  return guarded(__func__, [&] { return profiler(current_device(), true); });
+}
+
+FUNNEL_API cudaError_t cudaProfilerStop() {
+  return guarded(__func__, [&] { return profiler(current_device(), false); });
+}
+
 // Priorities are answered locally: 0 (least) and -5 (greatest), as an H100 reports them.
 FUNNEL_API cudaError_t cudaDeviceGetStreamPriorityRange(int* leastPriority, int* greatestPriority) {
   return guarded(__func__, [&] {

@@ -21,6 +21,7 @@
 #include "funnel/common/run_dir.hpp"
 #include "funnel/common/text.hpp"
 #include "funnel/ipc/protocol.hpp"
+#include "api.hpp"
 #include "log.hpp"
 
 namespace funnel::client {
@@ -444,6 +445,13 @@ ipc::WaitOptions Runtime::wait_options() noexcept {
   auto& c = view_.completion();
   ipc::WaitOptions o{.sleepers = &c.client_waiting};
   if (c.worker_on_client_cpus.load(std::memory_order_relaxed) != 0) o.pause = {};
+  // The current device's scheduling policy (cudaSetDeviceFlags): blocking sync sleeps at once,
+  // yield yields from the start; spin and auto wait the default way (spin, then sleep).
+  switch (context_flags(current_device()).load(std::memory_order_relaxed) & 0x7u) {
+    case 0x4u: o.spin = {}; break;     // cudaDeviceScheduleBlockingSync
+    case 0x2u: o.pause = {}; break;    // cudaDeviceScheduleYield
+    default: break;
+  }
   return o;
 }
 

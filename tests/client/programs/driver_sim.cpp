@@ -4,6 +4,7 @@
 // libcudart; funnel-run puts funnel's runtime first, the RUNPATH funnel's driver
 // (client.driver.sim). Prints what it checked; exit 1 on a wrong answer.
 #include <cuda.h>
+#include <cudaProfiler.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -377,7 +378,12 @@ int main() {
     const bool set = f == CU_CTX_SCHED_BLOCKING_SYNC && f2 == f && active == 1;
     CHECK(cuCtxSetFlags(CU_CTX_SCHED_SPIN | CU_CTX_MAP_HOST), CUDA_SUCCESS);
     CHECK(cuDevicePrimaryCtxGetState(dev, &f, &active), CUDA_SUCCESS);
-    const bool set2 = f == (CU_CTX_SCHED_SPIN | CU_CTX_MAP_HOST);
+    unsigned rt_flags = 0;  // the runtime front sees the same flags
+    CHECK(cudaGetDeviceFlags(&rt_flags), cudaSuccess);
+    CHECK(cudaSetDeviceFlags(cudaDeviceScheduleYield), cudaSuccess);
+    CHECK(cuCtxGetFlags(&f2), CUDA_SUCCESS);
+    const bool set2 = f == (CU_CTX_SCHED_SPIN | CU_CTX_MAP_HOST) && (rt_flags & cudaDeviceScheduleMask) == 1 &&
+                      f2 == CU_CTX_SCHED_YIELD;
     CHECK(cuCtxSetFlags(3), CUDA_ERROR_INVALID_VALUE);  // no such scheduling policy
     CHECK(cuCtxSetFlags(CU_CTX_SYNC_MEMOPS), CUDA_ERROR_NOT_SUPPORTED);  // expected.stderr
     CHECK(cuDevicePrimaryCtxSetFlags_v2(dev, 0), CUDA_SUCCESS);
@@ -385,6 +391,17 @@ int main() {
     CHECK(cuCtxGetApiVersion(ctx, &api2), CUDA_SUCCESS);
     CHECK(cuCtxGetApiVersion(reinterpret_cast<CUcontext>(&api), &api2), CUDA_ERROR_INVALID_CONTEXT);
     std::printf("context flags: %s; API version %u\n", set && set2 ? "ok" : "FAIL", api == api2 ? api : 0);
+    // Limits the server keeps for the context, the profiler.
+    size_t l2 = 1;
+    CHECK(cuCtxSetLimit(CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 1 << 20), CUDA_SUCCESS);
+    CHECK(cudaDeviceGetLimit(&l2, cudaLimitPersistingL2CacheSize), cudaSuccess);
+    const bool limits = l2 == (1 << 20);
+    CHECK(cuCtxSetLimit(CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0), CUDA_SUCCESS);
+    CHECK(cuCtxGetLimit(&l2, CU_LIMIT_PERSISTING_L2_CACHE_SIZE), CUDA_SUCCESS);
+    CHECK(cuCtxSetLimit(CU_LIMIT_CIG_ENABLED, 1), CUDA_ERROR_NOT_SUPPORTED);  // expected.stderr
+    CHECK(cuProfilerStart(), CUDA_SUCCESS);
+    CHECK(cuProfilerStop(), CUDA_SUCCESS);
+    std::printf("limits through both fronts, the profiler: %s\n", limits && l2 == 0 ? "ok" : "FAIL");
   }
 
   // The virtual memory calls: a reserved range, two handles mapped in it end to end, a copy and a

@@ -6,6 +6,7 @@
 // results checked on the CPU.
 // Build: nvcc driver_api.cpp -L/usr/local/cuda/lib64/stubs -lcuda
 #include <cuda.h>
+#include <cudaProfiler.h>
 #include <dlfcn.h>
 
 #include <cstdio>
@@ -237,6 +238,17 @@ int main() {
   CU_CHECK(cuMemFree(db));
   CU_CHECK(cuMemFree(dc));
   CU_CHECK(cuModuleUnload(mod));
+  // 4. A profiled region and the persisting L2 set-aside (the context's, kept by the server).
+  int max_persisting = 0;
+  CU_CHECK(cuDeviceGetAttribute(&max_persisting, CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE, dev));
+  size_t l2 = 0;
+  CU_CHECK(cuProfilerStart());
+  CU_CHECK(cuCtxSetLimit(CU_LIMIT_PERSISTING_L2_CACHE_SIZE, static_cast<size_t>(max_persisting) / 2));
+  CU_CHECK(cuCtxGetLimit(&l2, CU_LIMIT_PERSISTING_L2_CACHE_SIZE));
+  CU_CHECK(cuCtxSetLimit(CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0));
+  CU_CHECK(cuProfilerStop());
+  expect(l2 > 0 && l2 <= static_cast<size_t>(max_persisting),
+         "cuProfilerStart/Stop around cuCtxSetLimit(CU_LIMIT_PERSISTING_L2_CACHE_SIZE)");
   // Through funnel only: a wait left pending at exit on a word nothing writes, which the server
   // must meet when the client goes (tests/gpu/libs.sh then checks that the server shut down).
   if (dlsym(RTLD_DEFAULT, "funnel_client_driver") != nullptr) {

@@ -20,7 +20,6 @@ namespace {
 struct Context {
   int device = 0;
   std::atomic<int> retained{0};  // cuDevicePrimaryCtxRetain minus Release, plus created ones
-  unsigned flags = 0;
 };
 std::array<Context, ipc::kMaxDevices> g_contexts;
 
@@ -201,33 +200,19 @@ FUNNEL_DRIVER_API CUresult cuDevicePrimaryCtxGetState(CUdevice d, unsigned int* 
   if (flags == nullptr || active == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = check_device(d); r != CUDA_SUCCESS) return r;
   const auto& c = g_contexts[static_cast<size_t>(d)];
-  *flags = c.flags;
+  *flags = funnel::client::context_flags(d).load();
   *active = c.retained.load() > 0 ? 1 : 0;
   return CUDA_SUCCESS;
 }
 
-// Context flags: the scheduling policy (how a host thread waits for the GPU), CU_CTX_MAP_HOST
-// (always on since CUDA 11) and CU_CTX_LMEM_RESIZE_TO_MAX are accepted, kept per context and
-// answered back; they change nothing in funnel, whose client waits on its channel its own way
-// and whose server owns the context's local memory.  The core-dump and synchronous-memops flags
-// are refused by name.
-namespace {
-CUresult checked_flags(unsigned flags, const char* call) {
-  constexpr unsigned kKept = CU_CTX_SCHED_MASK | CU_CTX_MAP_HOST | CU_CTX_LMEM_RESIZE_TO_MAX;
-  const unsigned sched = flags & CU_CTX_SCHED_MASK;
-  if (sched != CU_CTX_SCHED_AUTO && sched != CU_CTX_SCHED_SPIN && sched != CU_CTX_SCHED_YIELD &&
-      sched != CU_CTX_SCHED_BLOCKING_SYNC)
-    return CUDA_ERROR_INVALID_VALUE;
-  if ((flags & ~kKept) != 0) return not_supported_detail(call, static_cast<int>(flags & ~kKept));
-  return CUDA_SUCCESS;
-}
-}  // namespace
-
+// Context flags, shared with the runtime front's cudaSetDeviceFlags (funnel::client::context_flags):
+// the scheduling policy is how this process's threads wait for the server (blocking sync: they
+// sleep at once; yield: they yield from the start); CU_CTX_MAP_HOST (always on since CUDA 11)
+// and CU_CTX_LMEM_RESIZE_TO_MAX are kept and answered back, without effect (the server owns the
+// context's local memory).  The core-dump and synchronous-memops flags are refused by name.
 FUNNEL_DRIVER_API CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice d, unsigned int flags) {
   if (CUresult r = check_device(d); r != CUDA_SUCCESS) return r;
-  if (CUresult r = checked_flags(flags, "cuDevicePrimaryCtxSetFlags with flags"); r != CUDA_SUCCESS) return r;
-  g_contexts[static_cast<size_t>(d)].flags = flags;
-  return CUDA_SUCCESS;
+  return to_cu(funnel::client::set_context_flags(d, flags, "cuDevicePrimaryCtxSetFlags"));
 }
 FUNNEL_DRIVER_API CUresult cuDevicePrimaryCtxSetFlags(CUdevice d, unsigned int flags) {
   return cuDevicePrimaryCtxSetFlags_v2(d, flags);
@@ -236,15 +221,13 @@ FUNNEL_DRIVER_API CUresult cuCtxGetFlags(unsigned int* flags) {
   if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
   int d = 0;
   if (CUresult r = current(d); r != CUDA_SUCCESS) return r;
-  *flags = g_contexts[static_cast<size_t>(d)].flags;
+  *flags = funnel::client::context_flags(d).load();
   return CUDA_SUCCESS;
 }
 FUNNEL_DRIVER_API CUresult cuCtxSetFlags(unsigned int flags) {
   int d = 0;
   if (CUresult r = current(d); r != CUDA_SUCCESS) return r;
-  if (CUresult r = checked_flags(flags, "cuCtxSetFlags with flags"); r != CUDA_SUCCESS) return r;
-  g_contexts[static_cast<size_t>(d)].flags = flags;
-  return CUDA_SUCCESS;
+  return to_cu(funnel::client::set_context_flags(d, flags, "cuCtxSetFlags"));
 }
 // Every context funnel gives out is a CUDA 3.2-or-later context: the driver answers 3020 for those
 // (the API version changes only when a context's binary interface does; the driver's
@@ -352,20 +335,29 @@ FUNNEL_DRIVER_API CUresult cuCtxSynchronize_v2(CUcontext ctx) {
   return to_cu(Runtime::get().call(funnel::ipc::Opcode::DeviceSynchronize, d, 0, nullptr, 0));
 }
 
+namespace {
+// The limits the server keeps (the context's, shared by the clients of the device): CUlimit and
+// cudaLimit agree on them.
+static_assert(CU_LIMIT_STACK_SIZE == static_cast<int>(cudaLimitStackSize) &&
+              CU_LIMIT_PRINTF_FIFO_SIZE == static_cast<int>(cudaLimitPrintfFifoSize) &&
+              CU_LIMIT_MALLOC_HEAP_SIZE == static_cast<int>(cudaLimitMallocHeapSize) &&
+              CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH == static_cast<int>(cudaLimitDevRuntimeSyncDepth) &&
+              CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT == static_cast<int>(cudaLimitDevRuntimePendingLaunchCount) &&
+              CU_LIMIT_MAX_L2_FETCH_GRANULARITY == static_cast<int>(cudaLimitMaxL2FetchGranularity) &&
+              CU_LIMIT_PERSISTING_L2_CACHE_SIZE == static_cast<int>(cudaLimitPersistingL2CacheSize));
+bool server_limit(CUlimit limit) { return limit >= CU_LIMIT_STACK_SIZE && limit <= CU_LIMIT_PERSISTING_L2_CACHE_SIZE; }
+}  // namespace
+
 FUNNEL_DRIVER_API CUresult cuCtxGetLimit(size_t* value, CUlimit limit) {
   if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
   int d = 0;
   if (CUresult r = current(d); r != CUDA_SUCCESS) return r;
-  static_assert(CU_LIMIT_STACK_SIZE == static_cast<int>(cudaLimitStackSize) &&
-                CU_LIMIT_PRINTF_FIFO_SIZE == static_cast<int>(cudaLimitPrintfFifoSize) &&
-                CU_LIMIT_MALLOC_HEAP_SIZE == static_cast<int>(cudaLimitMallocHeapSize));
   // funnel's contexts are never CUDA-in-graphics contexts (cuBLAS asks before every GEMM).
   if (limit == CU_LIMIT_CIG_ENABLED || limit == CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED) {
     *value = 0;
     return CUDA_SUCCESS;
   }
-  if (limit != CU_LIMIT_STACK_SIZE && limit != CU_LIMIT_PRINTF_FIFO_SIZE && limit != CU_LIMIT_MALLOC_HEAP_SIZE)
-    return not_supported_detail("cuCtxGetLimit", static_cast<int>(limit));
+  if (!server_limit(limit)) return not_supported_detail("cuCtxGetLimit", static_cast<int>(limit));
   funnel::ipc::LimitCmd c{static_cast<uint32_t>(limit), 0, 0};
   funnel::client::Reply reply;
   if (CUresult r = to_cu(Runtime::get().call(funnel::ipc::Opcode::GetLimit, d, 0, &c, sizeof c, &reply));
@@ -373,6 +365,28 @@ FUNNEL_DRIVER_API CUresult cuCtxGetLimit(size_t* value, CUlimit limit) {
     return r;
   *value = reply.value[0];
   return CUDA_SUCCESS;
+}
+
+// The profiled range of this process on the current context's device (the server's context is
+// profiled while any client's range is open).  cuProfilerInitialize is gone from CUDA 12's
+// headers; its stub refuses it.
+FUNNEL_DRIVER_API CUresult cuProfilerStart() {
+  int d = 0;
+  if (CUresult r = current(d); r != CUDA_SUCCESS) return r;
+  return to_cu(funnel::client::profiler(d, true));
+}
+FUNNEL_DRIVER_API CUresult cuProfilerStop() {
+  int d = 0;
+  if (CUresult r = current(d); r != CUDA_SUCCESS) return r;
+  return to_cu(funnel::client::profiler(d, false));
+}
+
+FUNNEL_DRIVER_API CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
+  int d = 0;
+  if (CUresult r = current(d); r != CUDA_SUCCESS) return r;
+  if (!server_limit(limit)) return not_supported_detail("cuCtxSetLimit", static_cast<int>(limit));
+  funnel::ipc::LimitCmd c{static_cast<uint32_t>(limit), 0, value};
+  return to_cu(Runtime::get().call(funnel::ipc::Opcode::SetLimit, d, 0, &c, sizeof c));
 }
 
 // As the runtime front: 0 (least) and -5 (greatest), an H100's (and the sim's) range.

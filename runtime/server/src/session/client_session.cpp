@@ -208,6 +208,7 @@ void Worker::teardown() noexcept {
     sub(counters_.streams, streams_.client_streams());
     streams_.clear();
     res_.release_pinned();
+    stop_profiling(-1);  // a range the client left open
   } catch (const std::exception& e) {
     spdlog::error("client {}: teardown failed: {}", shared_.id, e.what());
   }

@@ -98,6 +98,7 @@ void Worker::release_device(int device, Status st) {
   sub(counters_.streams, streams_.release_device(device));
   waits_.drain();  // the words written by the release landed before the memory goes
   res_.release_device(device);
+  stop_profiling(device);
   // Modules are device-independent, but this client will never launch again, and its
   // symbols' addresses die with the context.
   kernels_.clear();

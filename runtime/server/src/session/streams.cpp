@@ -341,4 +341,27 @@ Status Worker::limit(const ipc::CommandHeader& h, const ipc::LimitCmd& c, bool s
   return Status::Success;
 }
 
+// cudaProfilerStart/Stop: the device context's profiling is on while any client's range is open
+// (Backend::profiling counts them); a second start or a stop without a start changes nothing, as
+// under CUDA.
+Status Worker::profiler(const ipc::CommandHeader& h, const ipc::ProfilerCmd& c) {
+  if (Status st = check_device(h.device); st != Status::Success) return st;
+  if (c.start > 1 || c.reserved != 0) return Status::InvalidValue;
+  bool& open = profiling_[static_cast<size_t>(h.device)];
+  if (open != (c.start == 1)) {
+    if (Status st = backend_.profiling(h.device, c.start == 1); st != Status::Success) return st;
+    open = c.start == 1;
+  }
+  answers_.answer(h);
+  return Status::Success;
+}
+
+void Worker::stop_profiling(int device) noexcept {
+  for (size_t d = 0; d < profiling_.size(); ++d) {
+    if (!profiling_[d] || (device >= 0 && static_cast<size_t>(device) != d)) continue;
+    (void)backend_.profiling(static_cast<int>(d), false);
+    profiling_[d] = false;
+  }
+}
+
 }  // namespace funnel::server

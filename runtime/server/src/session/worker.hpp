@@ -140,6 +140,9 @@ class Worker {
   Status set_limit(const ipc::CommandHeader& h, const ipc::LimitCmd& c) { return limit(h, c, true); }
   Status get_limit(const ipc::CommandHeader& h, const ipc::LimitCmd& c) { return limit(h, c, false); }
   Status limit(const ipc::CommandHeader& h, const ipc::LimitCmd& c, bool set);
+  Status profiler(const ipc::CommandHeader& h, const ipc::ProfilerCmd& c);
+  // Stops the profiled ranges this client left open on `device` (-1: every device).
+  void stop_profiling(int device) noexcept;
   // kernels.cpp: modules, kernels, launches, symbols, host functions
   Status module_query(const ipc::CommandHeader& h, const ipc::ModuleCmd& c);
   Status module_data(const ipc::CommandHeader& h, const ipc::ModuleDataCmd& c);
@@ -194,6 +197,7 @@ class Worker {
   Status poisoned_ = Status::Success;               // the sticky error every command now gets
   std::array<bool, ipc::kMaxDevices> poisoned_on_{};  // devices whose fault caught this client
   std::array<bool, ipc::kMaxDevices> blocked_{};      // faulted, not used by this client: DevicesUnavailable
+  std::array<bool, ipc::kMaxDevices> profiling_{};    // this client's profiled range is open (cudaProfilerStart)
   std::string last_kernel_;                         // name of the last kernel launched
   uint64_t launches_since_sync_ = 0;                // launches since the last completed synchronize
   LaunchBatch batch_;                                // launches held back within a turn

@@ -68,6 +68,8 @@ namespace funnel::ipc {
   X(DeviceReset, 41, NoPayload, NoBytes, NoQueue, device_reset)                                                  \
   X(SetLimit, 42, LimitCmd, NoBytes, NoQueue, set_limit)                                                    \
   X(GetLimit, 43, LimitCmd, NoBytes, NoQueue, get_limit) /* -> value[0] */                                  \
+  /* cudaProfilerStart/Stop: this client's profiled range on header.device (server: profiler.hpp) */      \
+  X(Profiler, 44, ProfilerCmd, NoBytes, NoQueue, profiler)                                                  \
   /* -> once every earlier command was consumed (not necessarily completed) */                              \
   X(Fence, 50, NoPayload, NoBytes, NoQueue, fence)                                                               \
   /* Kernels (doc/design/kernels.md).  Module and kernel ids are chosen by the client. */                   \
@@ -220,6 +222,7 @@ constexpr bool generation_reached(uint32_t seen, uint32_t generation) noexcept {
 struct EventRecordCmd { uint64_t event_id; uint32_t flags; uint32_t state_slot; uint32_t generation; uint32_t reserved; };
 
 struct LimitCmd { uint32_t limit; uint32_t reserved; uint64_t value; };
+struct ProfilerCmd { uint32_t start; uint32_t reserved; };  // start: 1 start, 0 stop
 
 // The client's own threads' CPU times (funnel/common/cpu_times.hpp), read just before it
 // sends its Detach: the server cannot read them itself once the client has exited, which it

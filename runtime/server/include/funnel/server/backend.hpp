@@ -8,9 +8,11 @@
 // stream operation is asynchronous and runs in stream order.  Status values are
 // CUDA runtime error numbers; a sticky one (ipc::is_sticky) poisons the device.
 #pragma once
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -106,11 +108,18 @@ struct CopyDesc {
   uint64_t src_pitch;
 };
 
-enum class Limit : uint32_t {  // cudaLimit values
+// cudaLimit values (the same as CUlimit's).  Each is the context's, so shared by the clients of
+// a device: a value one client sets holds for all (doc/not-supported.md).
+enum class Limit : uint32_t {
   StackSize = 0,
   PrintfFifoSize = 1,
   MallocHeapSize = 2,
+  DevRuntimeSyncDepth = 3,
+  DevRuntimePendingLaunchCount = 4,
+  MaxL2FetchGranularity = 5,
+  PersistingL2CacheSize = 6,
 };
+inline constexpr uint32_t kLimits = 7;
 
 class Backend {
  public:
@@ -231,6 +240,12 @@ class Backend {
 
   virtual Status set_limit(int device, Limit limit, uint64_t value) = 0;
   virtual Status get_limit(int device, Limit limit, uint64_t& value) = 0;
+  // Profiling of the device's context (cuProfilerStart/Stop).  The device's one context serves
+  // every client, so the profiled range is the union of theirs: `profiling` counts the clients
+  // that started it; the first start switches it on, the last stop off.
+  Status profiling(int device, bool start);
+  // Switches the device context's profiling on or off (the driver's cuProfilerStart/Stop).
+  virtual Status set_profiling(int device, bool on) = 0;
 
   // Whether reset_device brings a device back after a sticky fault in this process.
   // When it does not, the server recovers by re-executing itself once every client has
@@ -244,6 +259,10 @@ class Backend {
   // still held and that no other thread calls in for that device meanwhile; modules
   // (device-independent) survive.
   virtual Status reset_device(int device) = 0;
+
+ private:
+  std::mutex profiling_m_;
+  std::array<uint32_t, ipc::kMaxDevices> profiling_{};  // clients that started it, by device
 };
 
 // Throws std::runtime_error naming the problem (no driver, no GPU, bad ordinal) and the fix.

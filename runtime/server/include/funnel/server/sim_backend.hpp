@@ -75,6 +75,8 @@ struct SimCallCounts {
   uint64_t stream_queries = 0;
   uint64_t stream_writes = 0;  // write_value
   uint64_t kernel_stores = 0;  // store_word
+  uint64_t profiling_on = 0;   // set_profiling(true) calls
+  uint64_t profiling_off = 0;  // set_profiling(false) calls
 };
 SimCallCounts sim_call_counts(const Backend& sim);
 

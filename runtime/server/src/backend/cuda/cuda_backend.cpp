@@ -36,6 +36,10 @@ bool to_culimit(Limit limit, CUlimit& out) noexcept {
     case Limit::StackSize: out = CU_LIMIT_STACK_SIZE; return true;
     case Limit::PrintfFifoSize: out = CU_LIMIT_PRINTF_FIFO_SIZE; return true;
     case Limit::MallocHeapSize: out = CU_LIMIT_MALLOC_HEAP_SIZE; return true;
+    case Limit::DevRuntimeSyncDepth: out = CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH; return true;
+    case Limit::DevRuntimePendingLaunchCount: out = CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT; return true;
+    case Limit::MaxL2FetchGranularity: out = CU_LIMIT_MAX_L2_FETCH_GRANULARITY; return true;
+    case Limit::PersistingL2CacheSize: out = CU_LIMIT_PERSISTING_L2_CACHE_SIZE; return true;
   }
   return false;
 }
@@ -98,6 +102,11 @@ Status CudaBackend::get_limit(int device, Limit limit, uint64_t& value) {
   const Status st = FUNNEL_CU(s_->drv, cuCtxGetLimit, &v, l);
   if (ok(st)) value = v;
   return st;
+}
+
+Status CudaBackend::set_profiling(int device, bool on) {
+  if (Status st = s_->bind(device); !ok(st)) return st;
+  return on ? FUNNEL_CU(s_->drv, cuProfilerStart) : FUNNEL_CU(s_->drv, cuProfilerStop);
 }
 
 // A fresh context after a sticky fault (doc/design/faults.md).  Nothing calls it while

@@ -31,6 +31,7 @@ class CudaBackend final : public Backend {
   void priority_range(int device, int& least, int& greatest) override;
   Status set_limit(int device, Limit limit, uint64_t value) override;
   Status get_limit(int device, Limit limit, uint64_t& value) override;
+  Status set_profiling(int device, bool on) override;
   Status reset_device(int device) override;
 
   // No.  tests/gpu/recovery_probe.cpp (H100, driver 580): after an illegal-address fault,

@@ -11,6 +11,8 @@
 // the header's macros select, so a mismatch shows up at compile time.
 #pragma once
 #include <cuda.h>
+#include <cudaProfiler.h>
+#include <cudaProfilerTypedefs.h>
 #include <cudaTypedefs.h>
 
 #include <string>
@@ -111,7 +113,9 @@ static_assert(sizeof(size_t) == sizeof(uint64_t));
   X(cuGraphInstantiateWithFlags, PFN_cuGraphInstantiateWithFlags_v11040)   \
   X(cuGraphExecKernelNodeSetParams, PFN_cuGraphExecKernelNodeSetParams_v12000) \
   X(cuGraphExecDestroy, PFN_cuGraphExecDestroy_v10000)                     \
-  X(cuGraphLaunch, PFN_cuGraphLaunch_v10000)
+  X(cuGraphLaunch, PFN_cuGraphLaunch_v10000)                               \
+  X(cuProfilerStart, PFN_cuProfilerStart_v4000)                            \
+  X(cuProfilerStop, PFN_cuProfilerStop_v4000)
 
 // The driver's entry points.  Filled by load_driver().
 struct Driver {

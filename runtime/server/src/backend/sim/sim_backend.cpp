@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "backend/sim/sim_backend.hpp"
 #include "funnel/server/sim_backend.hpp"
@@ -98,7 +99,7 @@ void SimBackend::describe(int device, ipc::DeviceRecord& out) {
   set(97, 232448);     // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
   set(99, 1);          // HOST_REGISTER_SUPPORTED
   set(106, 32);        // MAX_BLOCKS_PER_MULTIPROCESSOR
-  set(108, 31457280);  // MAX_PERSISTING_L2_CACHE_SIZE
+  set(108, static_cast<int>(kMaxPersistingL2));  // MAX_PERSISTING_L2_CACHE_SIZE
   set(109, 134213632); // MAX_ACCESS_POLICY_WINDOW_SIZE
   set(111, 1024);      // RESERVED_SHARED_MEMORY_PER_BLOCK
   set(115, 1);         // MEMORY_POOLS_SUPPORTED
@@ -108,7 +109,11 @@ void SimBackend::describe(int device, ipc::DeviceRecord& out) {
 Status SimBackend::set_limit(int device, Limit limit, uint64_t value) {
   if (Status st = usable(device); st != Status::Success) return st;
   const auto i = static_cast<size_t>(limit);
-  if (i >= 3) return Status::UnsupportedLimit;
+  if (i >= kLimits) return Status::UnsupportedLimit;
+  // As the driver: the L2 fetch granularity is 0 to 128 bytes; the persisting set-aside at most
+  // the device's MAX_PERSISTING_L2_CACHE_SIZE (describe()).
+  if (limit == Limit::MaxL2FetchGranularity && value > 128) return Status::InvalidValue;
+  if (limit == Limit::PersistingL2CacheSize && value > kMaxPersistingL2) return Status::InvalidValue;
   std::lock_guard lk(m_);
   limits_[static_cast<size_t>(device)][i] = value;
   return Status::Success;
@@ -117,9 +122,17 @@ Status SimBackend::set_limit(int device, Limit limit, uint64_t value) {
 Status SimBackend::get_limit(int device, Limit limit, uint64_t& value) {
   if (Status st = usable(device); st != Status::Success) return st;
   const auto i = static_cast<size_t>(limit);
-  if (i >= 3) return Status::UnsupportedLimit;
+  if (i >= kLimits) return Status::UnsupportedLimit;
   std::lock_guard lk(m_);
   value = limits_[static_cast<size_t>(device)][i];
+  return Status::Success;
+}
+
+// Counted (sim_call_counts), and logged as the server's driver would show it in a profiler.
+Status SimBackend::set_profiling(int device, bool on) {
+  if (Status st = usable(device); st != Status::Success) return st;
+  (on ? profiling_on_ : profiling_off_).fetch_add(1, std::memory_order_relaxed);
+  spdlog::info("device {}: profiling {}", device, on ? "started" : "stopped");
   return Status::Success;
 }
 

@@ -51,7 +51,8 @@ class SimBackend final : public Backend {
   SimCallCounts call_counts() const {
     return {events_created_.load(std::memory_order_relaxed), event_queries_.load(std::memory_order_relaxed),
             stream_queries_.load(std::memory_order_relaxed), stream_writes_.load(std::memory_order_relaxed),
-            kernel_stores_.load(std::memory_order_relaxed)};
+            kernel_stores_.load(std::memory_order_relaxed), profiling_on_.load(std::memory_order_relaxed),
+            profiling_off_.load(std::memory_order_relaxed)};
   }
   ~SimBackend() override;
 
@@ -62,6 +63,7 @@ class SimBackend final : public Backend {
   void describe(int device, ipc::DeviceRecord& out) override;
   Status set_limit(int device, Limit limit, uint64_t value) override;
   Status get_limit(int device, Limit limit, uint64_t& value) override;
+  Status set_profiling(int device, bool on) override;
   Status reset_device(int device) override;
   bool resets_in_process() const noexcept override { return options_.resets_in_process; }
   uint32_t max_streams_per_client() const noexcept override { return options_.max_streams_per_client; }
@@ -151,7 +153,10 @@ class SimBackend final : public Backend {
       if (usable(d) == Status::Success) return Status::Success;
     return Status::IllegalAddress;
   }
-  static constexpr std::array<uint64_t, 3> kDefaultLimits{1024, 1u << 20, 8u << 20};
+  // An H100's defaults: stack, printf FIFO, heap, device-runtime sync depth and pending
+  // launches, L2 fetch granularity, persisting L2 set-aside.
+  static constexpr uint64_t kMaxPersistingL2 = 31457280;  // an H100's
+  static constexpr std::array<uint64_t, kLimits> kDefaultLimits{1024, 1u << 20, 8u << 20, 2, 2048, 64, 0};
 
   SimOptions options_;
   // Streams alive (for the tickets of stream-ordered frees) and blocks freed in stream order
@@ -178,10 +183,11 @@ class SimBackend final : public Backend {
   std::map<uint64_t, uint64_t> reservations_;  // address_reserve: address -> bytes (m_)
   std::vector<uint64_t> used_;
   std::vector<std::atomic<bool>> faulted_;
-  std::vector<std::array<uint64_t, 3>> limits_;
+  std::vector<std::array<uint64_t, kLimits>> limits_;
   mutable std::mutex launch_m_;
   std::deque<SimLaunchRecord> launches_;
   std::atomic<uint64_t> events_created_{0}, event_queries_{0}, stream_queries_{0}, stream_writes_{0}, kernel_stores_{0};
+  std::atomic<uint64_t> profiling_on_{0}, profiling_off_{0};
   std::mutex log_m_;
   std::ofstream log_;
   std::mutex late_m_;

@@ -1,0 +1,79 @@
+// The small calls real codes make around their work (issue 30): device flags (a scheduling
+// policy; the waits then follow it), profiler start/stop around a timed region, and the limits
+// beyond stack, printf FIFO and heap (persisting L2 set-aside, L2 fetch granularity, the device
+// runtime's), with work after each (a kernel, a synchronisation, a memset read back).  Prints the same natively and through funnel.
+#include <cuda_profiler_api.h>
+
+#include "check.h"
+
+__global__ void add_one(int* p, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) p[i] += 1;
+}
+
+// A launch and a synchronisation (no error), then a memset and a copy back (the data path): the
+// same on a GPU and on the sim backend, which runs no kernel code.
+static bool run_and_check(int* d, int n) {
+  static int runs = 0;
+  add_one<<<(n + 255) / 256, 256>>>(d, n);
+  if (cudaDeviceSynchronize() != cudaSuccess) return false;
+  ++runs;
+  if (cudaMemset(d, runs, n * sizeof(int)) != cudaSuccess) return false;
+  int last = 0;
+  if (cudaMemcpy(&last, d + n - 1, sizeof last, cudaMemcpyDeviceToHost) != cudaSuccess) return false;
+  return last == runs * 0x01010101;
+}
+
+int main() {
+  // Flags first, as codes set them before their first CUDA work.
+  CHECK(cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));
+  unsigned flags = 0;
+  CHECK(cudaGetDeviceFlags(&flags));
+  std::printf("scheduling policy after cudaSetDeviceFlags(BlockingSync): %s\n",
+              (flags & cudaDeviceScheduleMask) == cudaDeviceScheduleBlockingSync ? "blocking sync" : "other");
+  std::printf("an invalid scheduling policy: %s\n", cudaGetErrorName(cudaSetDeviceFlags(3)));
+  cudaGetLastError();
+  const int n = 1 << 16;
+  int* d = nullptr;
+  CHECK(cudaMalloc(&d, n * sizeof(int)));
+  CHECK(cudaMemset(d, 0, n * sizeof(int)));
+  std::printf("work under blocking sync: %s\n", run_and_check(d, n) ? "ok" : "FAIL");
+  CHECK(cudaSetDeviceFlags(cudaDeviceScheduleYield));
+  CHECK(cudaGetDeviceFlags(&flags));
+  std::printf("then yield: %s, work %s\n",
+              (flags & cudaDeviceScheduleMask) == cudaDeviceScheduleYield ? "yes" : "no",
+              run_and_check(d, n) ? "ok" : "FAIL");
+  CHECK(cudaSetDeviceFlags(cudaDeviceScheduleAuto));
+
+  // A profiled region, started twice and stopped twice (both are no-ops the second time).
+  CHECK(cudaProfilerStart());
+  CHECK(cudaProfilerStart());
+  const bool profiled = run_and_check(d, n);
+  CHECK(cudaProfilerStop());
+  CHECK(cudaProfilerStop());
+  std::printf("a profiled region: %s\n", profiled ? "ok" : "FAIL");
+
+  // Limits.
+  int max_persisting = 0;
+  CHECK(cudaDeviceGetAttribute(&max_persisting, cudaDevAttrMaxPersistingL2CacheSize, 0));
+  size_t v = 0;
+  CHECK(cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, static_cast<size_t>(max_persisting) / 2));
+  CHECK(cudaDeviceGetLimit(&v, cudaLimitPersistingL2CacheSize));
+  std::printf("persisting L2 set-aside of half the maximum: %s\n",
+              v > 0 && v <= static_cast<size_t>(max_persisting) ? "set" : "FAIL");
+  std::printf("work with it: %s\n", run_and_check(d, n) ? "ok" : "FAIL");
+  CHECK(cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0));
+  CHECK(cudaDeviceGetLimit(&v, cudaLimitPersistingL2CacheSize));
+  std::printf("and back to none: %s\n", v == 0 ? "ok" : "FAIL");
+  CHECK(cudaDeviceSetLimit(cudaLimitMaxL2FetchGranularity, 32));
+  CHECK(cudaDeviceGetLimit(&v, cudaLimitMaxL2FetchGranularity));
+  std::printf("L2 fetch granularity read back: %s\n", v <= 128 ? "ok" : "FAIL");
+  CHECK(cudaDeviceGetLimit(&v, cudaLimitDevRuntimePendingLaunchCount));
+  std::printf("device runtime pending launch count: %s\n", v > 0 ? "ok" : "FAIL");
+  CHECK(cudaDeviceGetLimit(&v, cudaLimitDevRuntimeSyncDepth));
+  std::printf("device runtime sync depth: %s\n", v > 0 ? "ok" : "FAIL");
+  std::printf("work after the limits: %s\n", run_and_check(d, n) ? "ok" : "FAIL");
+  CHECK(cudaFree(d));
+  std::printf("done\n");
+  return 0;
+}

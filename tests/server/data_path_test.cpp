@@ -255,6 +255,7 @@ TEST_F(ServerTest, LimitsAndProfiledRanges) {
   EXPECT_EQ(a.call(Opcode::GetLimit, ipc::LimitCmd{5, 0, 0}).value[0], 32u);
   EXPECT_EQ(a.call(Opcode::GetLimit, ipc::LimitCmd{4, 0, 0}).value[0], 2048u);
   EXPECT_EQ(a.call(Opcode::GetLimit, ipc::LimitCmd{7, 0, 0}).status, Status::UnsupportedLimit);
+  EXPECT_EQ(a.call(Opcode::GetLimit, ipc::LimitCmd{3, 0, 0}).status, Status::UnsupportedLimit);  // as the H100
 
   const auto base = server::sim_call_counts(*backend_);
   auto counts = [&] {

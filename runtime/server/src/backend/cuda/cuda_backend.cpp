@@ -91,7 +91,8 @@ Status CudaBackend::set_limit(int device, Limit limit, uint64_t value) {
   CUlimit l{};
   if (!to_culimit(limit, l)) return Status::UnsupportedLimit;
   if (Status st = s_->bind(device); !ok(st)) return st;
-  return FUNNEL_CU(s_->drv, cuCtxSetLimit, l, value);
+  // Quiet: a limit or value the GPU does not take is the client's answer, not the server's error.
+  return FUNNEL_CU_QUIET(s_->drv, cuCtxSetLimit, l, value);
 }
 
 Status CudaBackend::get_limit(int device, Limit limit, uint64_t& value) {
@@ -99,7 +100,7 @@ Status CudaBackend::get_limit(int device, Limit limit, uint64_t& value) {
   if (!to_culimit(limit, l)) return Status::UnsupportedLimit;
   if (Status st = s_->bind(device); !ok(st)) return st;
   size_t v = 0;
-  const Status st = FUNNEL_CU(s_->drv, cuCtxGetLimit, &v, l);
+  const Status st = FUNNEL_CU_QUIET(s_->drv, cuCtxGetLimit, &v, l);
   if (ok(st)) value = v;
   return st;
 }

@@ -109,7 +109,7 @@ void SimBackend::describe(int device, ipc::DeviceRecord& out) {
 Status SimBackend::set_limit(int device, Limit limit, uint64_t value) {
   if (Status st = usable(device); st != Status::Success) return st;
   const auto i = static_cast<size_t>(limit);
-  if (i >= kLimits) return Status::UnsupportedLimit;
+  if (i >= kLimits || limit == Limit::DevRuntimeSyncDepth) return Status::UnsupportedLimit;
   // As the driver: the L2 fetch granularity is 0 to 128 bytes; the persisting set-aside at most
   // the device's MAX_PERSISTING_L2_CACHE_SIZE (describe()).
   if (limit == Limit::MaxL2FetchGranularity && value > 128) return Status::InvalidValue;
@@ -122,7 +122,8 @@ Status SimBackend::set_limit(int device, Limit limit, uint64_t value) {
 Status SimBackend::get_limit(int device, Limit limit, uint64_t& value) {
   if (Status st = usable(device); st != Status::Success) return st;
   const auto i = static_cast<size_t>(limit);
-  if (i >= kLimits) return Status::UnsupportedLimit;
+  // The device runtime's sync depth: unsupported on Hopper under CUDA 13 (measured on the H100).
+  if (i >= kLimits || limit == Limit::DevRuntimeSyncDepth) return Status::UnsupportedLimit;
   std::lock_guard lk(m_);
   value = limits_[static_cast<size_t>(device)][i];
   return Status::Success;

@@ -51,9 +51,22 @@ cudaError_t pinned_alloc(void** ptr, size_t size, unsigned flags) {
   const uint64_t id = r.value[0];
   const auto path =
       rt.settings()->run_dir / fmt::format("{}{}.{}", funnel::ipc::kPinnedFilePrefix, rt.view().header().client_id, id);
+  // At the server's address if that is free here: the GPU sees registered memory at the
+  // server's address, so the program's pointer is then the one its kernels may use (zero-copy,
+  // as under unified addressing); elsewhere if not (cudaHostGetDevicePointer then differs).
+  const uint64_t server_address = r.value[2];
   auto file = std::make_shared<funnel::ipc::MappedFile>();
   try {
-    *file = funnel::ipc::MappedFile::open(path, r.value[1]);
+    if (server_address != 0 && server_address % 4096 == 0)
+      *file = funnel::ipc::MappedFile::open_at(path, r.value[1], reinterpret_cast<const void*>(server_address));
+    if (!*file) {
+      *file = funnel::ipc::MappedFile::open(path, r.value[1]);
+      static std::atomic<bool> said{false};
+      if (!said.exchange(true))
+        log_error("funnel: a pinned buffer could not be placed at the address the GPU sees it at (that address is "
+                  "in use in this process): its kernels must use the pointer cudaHostGetDevicePointer gives, not "
+                  "the host pointer");
+    }
   } catch (const std::exception& e) {
     log_error(fmt::format("funnel: cudaMallocHost: {}", e.what()));
     funnel::ipc::PinnedFreeCmd f{id};
@@ -62,8 +75,25 @@ cudaError_t pinned_alloc(void** ptr, size_t size, unsigned flags) {
   }
   ::unlink(path.c_str());  // mapped: the name is no longer needed (see channel.md)
   void* p = file->data();
-  rt.tables.add_pinned(reinterpret_cast<uintptr_t>(p), PinnedAlloc{id, size, std::move(file)});
+  rt.tables.add_pinned(reinterpret_cast<uintptr_t>(p), PinnedAlloc{id, size, std::move(file), server_address});
   *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t pinned_device_pointer(void** device, void* host, unsigned flags, const char* call) {
+  if (device == nullptr || host == nullptr || flags != 0) return cudaErrorInvalidValue;
+  Runtime& rt = Runtime::get();
+  if (cudaError_t e = to_cuda(rt.ready()); e != cudaSuccess) return e;
+  const Classified c = rt.tables.classify(host);
+  if (c.kind != Classified::Pinned || c.pinned_device == 0) {
+    // Registered memory of the program's own stays in its process: the GPU cannot reach it.
+    if (c.kind == Classified::Host && rt.tables.is_registered(reinterpret_cast<uintptr_t>(host))) {
+      report_unsupported(fmt::format("{} of memory registered with cudaHostRegister (not mapped for the GPU)", call).c_str());
+      return cudaErrorNotSupported;
+    }
+    return cudaErrorInvalidValue;
+  }
+  *device = reinterpret_cast<void*>(c.pinned_device + (reinterpret_cast<uint64_t>(host) - c.base));
   return cudaSuccess;
 }
 

@@ -275,6 +275,7 @@ Classified ClientTables::classify(const void* p) noexcept {
       c.base = it->first;
       c.size = it->second.size;
       c.pinned_id = it->second.id;
+      c.pinned_device = it->second.device;
       return c;
     }
   }

@@ -40,6 +40,7 @@ struct PinnedAlloc {
   uint64_t id;
   uint64_t size;
   std::shared_ptr<ipc::MappedFile> file;
+  uint64_t device = 0;  // its address in the server, which kernels use (== the host address when mapped there)
 };
 struct StreamObj {
   uint64_t id;
@@ -75,6 +76,7 @@ struct Classified {
   uint64_t base = 0;    // allocation start (Device: device address; Pinned: local address)
   uint64_t size = 0;    // allocation size
   uint64_t pinned_id = 0;
+  uint64_t pinned_device = 0;  // Pinned: the buffer's address in the server (the GPU's)
   int device = 0;
 };
 

@@ -1,10 +1,12 @@
 #include "funnel/ipc/segment.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <random>
 #include <system_error>
 
 #include <fmt/format.h>
@@ -20,7 +22,9 @@ namespace {
 
 }  // namespace
 
-MappedFile MappedFile::create(const std::filesystem::path& path, uint64_t size) {
+namespace {
+// Creates `path` (0600, must not exist) with `size` bytes reserved; throws as create() says.
+void create_file(const std::filesystem::path& path, uint64_t size) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) fail(errno, fmt::format("cannot create {}", path.string()));
   const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(size));
@@ -33,6 +37,11 @@ MappedFile MappedFile::create(const std::filesystem::path& path, uint64_t size) 
                            (size + (1u << 20) - 1) >> 20, path.string()));
     fail(rc, fmt::format("cannot reserve {} bytes for {}", size, path.string()));
   }
+}
+}  // namespace
+
+MappedFile MappedFile::create(const std::filesystem::path& path, uint64_t size) {
+  create_file(path, size);
   try {
     // The mapping outlives the file's descriptor, which closes here: a process holds no
     // descriptor per mapped file (a client's thousand pinned buffers must not exhaust the
@@ -47,20 +56,72 @@ MappedFile MappedFile::create(const std::filesystem::path& path, uint64_t size) 
   }
 }
 
-MappedFile MappedFile::open(const std::filesystem::path& path, uint64_t expected_size) {
+MappedFile MappedFile::create_in_pinned_zone(const std::filesystem::path& path, uint64_t size) {
+  create_file(path, size);
+  try {
+    const bip::file_mapping file(path.c_str(), bip::read_write);
+    MappedFile m;
+    constexpr uint64_t kPage = 4096;
+    const uint64_t span = (size + kPage - 1) / kPage * kPage;
+    if (span < kPinnedZoneEnd - kPinnedZoneBegin) {
+      static thread_local std::mt19937_64 rng(std::random_device{}());
+      const uint64_t places = (kPinnedZoneEnd - kPinnedZoneBegin - span) / kPage + 1;
+      for (int tries = 0; tries < 8 && !m.region_.get_address(); ++tries) {
+        const auto* at = reinterpret_cast<const void*>(kPinnedZoneBegin + rng() % places * kPage);
+        try {
+          m.region_ = bip::mapped_region(file, bip::read_write, 0, size, at, MAP_FIXED_NOREPLACE);
+        } catch (const bip::interprocess_exception&) {
+          // taken here, or a kernel before 4.17 that took the address as a hint: try another
+        }
+      }
+    }
+    if (!m.region_.get_address()) m.region_ = bip::mapped_region(file, bip::read_write, 0, size);
+    return m;
+  } catch (const bip::interprocess_exception& e) {
+    ::unlink(path.c_str());
+    fail(EIO, fmt::format("cannot map {}: {}", path.string(), e.what()));
+  }
+}
+
+namespace {
+// The file at `path` checked (its size when expected_size is not 0, its owner), mapped
+// read-write at `at` (nullptr: anywhere; else MAP_FIXED_NOREPLACE, and a taken place is an
+// empty MappedFile).
+boost::interprocess::mapped_region map_checked(const std::filesystem::path& path, uint64_t expected_size,
+                                               const void* at, bool& taken) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) fail(errno, fmt::format("cannot open {}", path.string()));
   if (expected_size != 0 && static_cast<uint64_t>(st.st_size) != expected_size)
     fail(EINVAL, fmt::format("{} has {} bytes, expected {}", path.string(), st.st_size, expected_size));
   if (st.st_uid != ::geteuid()) fail(EPERM, fmt::format("{} is not owned by this user", path.string()));
+  taken = false;
   try {
     const bip::file_mapping file(path.c_str(), bip::read_write);
-    MappedFile m;
-    m.region_ = bip::mapped_region(file, bip::read_write, 0, static_cast<size_t>(st.st_size));
-    return m;
+    if (at == nullptr) return bip::mapped_region(file, bip::read_write, 0, static_cast<size_t>(st.st_size));
+    try {
+      return bip::mapped_region(file, bip::read_write, 0, static_cast<size_t>(st.st_size), at, MAP_FIXED_NOREPLACE);
+    } catch (const bip::interprocess_exception&) {
+      taken = true;  // in use here (EEXIST), or a kernel before 4.17 that took `at` as a hint
+      return {};
+    }
   } catch (const bip::interprocess_exception& e) {
     fail(EIO, fmt::format("cannot map {}: {}", path.string(), e.what()));
   }
+}
+}  // namespace
+
+MappedFile MappedFile::open(const std::filesystem::path& path, uint64_t expected_size) {
+  bool taken = false;
+  MappedFile m;
+  m.region_ = map_checked(path, expected_size, nullptr, taken);
+  return m;
+}
+
+MappedFile MappedFile::open_at(const std::filesystem::path& path, uint64_t size, const void* at) {
+  bool taken = false;
+  MappedFile m;
+  m.region_ = map_checked(path, size, at, taken);
+  return m;
 }
 
 }  // namespace funnel::ipc

@@ -214,6 +214,25 @@ int main() {
   std::printf("cuPointerGetAttributes of unknown host memory: type %u\n", htype);
   CUDA_POINTER_ATTRIBUTE_P2P_TOKENS tokens{};
   CHECK(cuPointerGetAttribute(&tokens, CU_POINTER_ATTRIBUTE_P2P_TOKENS, a), CUDA_ERROR_NOT_SUPPORTED);
+  // Mapped pinned memory: kernels use the buffer at the host pointer itself (the client maps it
+  // where the server, and so the GPU, has it); the program's own registered memory is not mapped.
+  {
+    CUdeviceptr dp = 0;
+    CHECK(cuMemHostGetDevicePointer(&dp, static_cast<char*>(pinned) + 100, 0), CUDA_SUCCESS);
+    void* rt_dp = nullptr;
+    CHECK(cudaHostGetDevicePointer(&rt_dp, pinned, 0), cudaSuccess);
+    CHECK(cuMemHostGetDevicePointer(&dp, &on_stack, 0), CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuMemHostGetDevicePointer(&dp, pinned, 1), CUDA_ERROR_INVALID_VALUE);
+    std::vector<char> own(4096);
+    CHECK(cuMemHostRegister(own.data(), own.size(), CU_MEMHOSTREGISTER_DEVICEMAP), CUDA_SUCCESS);
+    CUdeviceptr own_dp = 0;
+    CHECK(cuMemHostGetDevicePointer(&own_dp, own.data(), 0), CUDA_ERROR_NOT_SUPPORTED);  // expected.stderr
+    CHECK(cuMemHostUnregister(own.data()), CUDA_SUCCESS);
+    CUdeviceptr dp2 = 0;
+    CHECK(cuMemHostGetDevicePointer(&dp2, pinned, 0), CUDA_SUCCESS);
+    std::printf("mapped pinned memory: device pointer %s\n",
+                dp2 == reinterpret_cast<CUdeviceptr>(pinned) && rt_dp == pinned ? "is the host pointer" : "differs");
+  }
   CHECK(cuMemFreeHost(pinned), CUDA_SUCCESS);
   CHECK(cuMemFreeHost(pinned), CUDA_ERROR_INVALID_VALUE);
 

@@ -48,6 +48,7 @@ build driver_api driver_api.cpp -cudart none -L"$STUBS" -lcuda
 build static_runtime static_runtime.cu
 build mixed mixed.cu -cudart shared -L"$STUBS" -lcuda
 build vmm vmm.cu -cudart shared -L"$STUBS" -lcuda
+build zero_copy zero_copy.cu -cudart shared -L"$STUBS" -lcuda
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "FAILED to build: ${failed[*]}" >&2

@@ -325,6 +325,19 @@ FUNNEL_DRIVER_API CUresult cuMemHostUnregister(void* p) {
                                                                                  : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
 }
 
+// The address kernels use for pinned memory (pinned_device_pointer): the host address itself
+// when the client mapped the buffer at the server's address.
+FUNNEL_DRIVER_API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p, unsigned int flags) {
+  if (pdptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  int d = 0;
+  if (CUresult r = funnel::driver::in_context(d); r != CUDA_SUCCESS) return r;
+  void* dev = nullptr;
+  const CUresult r =
+      funnel::driver::to_cu(funnel::client::pinned_device_pointer(&dev, p, flags, "cuMemHostGetDevicePointer"));
+  if (r == CUDA_SUCCESS) *pdptr = reinterpret_cast<CUdeviceptr>(dev);
+  return r;
+}
+
 FUNNEL_DRIVER_API CUresult cuMemFreeHost(void* p) {
   int d = 0;
   if (CUresult r = funnel::driver::in_context(d); r != CUDA_SUCCESS) return r;

@@ -225,7 +225,7 @@ Status Worker::pinned_alloc(const ipc::CommandHeader& h, const ipc::PinnedAllocC
   p.path = shared_.run_dir / fmt::format("{}{}.{}", ipc::kPinnedFilePrefix, shared_.id, id);
   p.size = size;
   try {
-    p.file = ipc::MappedFile::create(p.path, size);
+    p.file = ipc::MappedFile::create_in_pinned_zone(p.path, size);
   } catch (const std::system_error& e) {
     spdlog::error("client {}: pinned allocation of {} bytes failed: {}", shared_.id, size, e.what());
     return Status::MemoryAllocation;
@@ -238,7 +238,9 @@ Status Worker::pinned_alloc(const ipc::CommandHeader& h, const ipc::PinnedAllocC
   res_.pinned.emplace(id, std::move(p));
   add(counters_.pinned_bytes, size);
   add(counters_.pinned_allocations, 1);
-  answers_.answer(h, {id, size});
+  // Its address here: registered memory is mapped for the GPU at the same address (unified
+  // addressing), so the client maps the file there too when it can (zero-copy kernels).
+  answers_.answer(h, {id, size, reinterpret_cast<uint64_t>(res_.pinned.at(id).file.data())});
   return Status::Success;
 }
 

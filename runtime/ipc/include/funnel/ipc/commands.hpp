@@ -33,7 +33,8 @@ namespace funnel::ipc {
   X(MemAllocAsync, 3, MemAllocCmd, NoBytes, Queues, mem_alloc_async) /* -> value[0] = device address */     \
   X(MemFreeAsync, 4, AddressCmd, NoBytes, Queues, mem_free_async) /* stream-ordered, one-way */             \
   X(MemGetInfo, 5, NoPayload, NoBytes, NoQueue, mem_get_info) /* -> value[0] = free, value[1] = total */         \
-  /* -> value[0] = pinned id, value[1] = size; file pinned.<client>.<id> */                                 \
+  /* -> value[0] = pinned id, value[1] = size, value[2] = its address in the server (and the GPU's); */    \
+  /* file pinned.<client>.<id> */                                                                           \
   X(PinnedAlloc, 6, PinnedAllocCmd, NoBytes, NoQueue, pinned_alloc)                                         \
   X(PinnedFree, 7, PinnedFreeCmd, NoBytes, NoQueue, pinned_free) /* synchronous */                          \
   X(Copy, 8, CopyCmd, NoBytes, Queues, copy) /* one-way unless a reply slot is given */                     \

@@ -74,6 +74,27 @@ int main() {
   std::printf("device runtime sync depth: %s\n", cudaGetErrorName(cudaDeviceGetLimit(&v, cudaLimitDevRuntimeSyncDepth)));
   cudaGetLastError();
   std::printf("work after the limits: %s\n", run_and_check(d, n) ? "ok" : "FAIL");
+
+  // Finding and initialising devices, cache and bank preferences.
+  char bus[64] = {};
+  CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, 0));
+  int by_bus = -1, by_short = -1, chosen = -1;
+  CHECK(cudaDeviceGetByPCIBusId(&by_bus, bus));
+  CHECK(cudaDeviceGetByPCIBusId(&by_short, bus + 5));  // without the domain: bus:device.function
+  std::printf("cudaDeviceGetByPCIBusId of device 0's id: %d, without the domain: %d\n", by_bus, by_short);
+  std::printf("an id no device has: %s\n", cudaGetErrorName(cudaDeviceGetByPCIBusId(&by_bus, "ffff:ff:1f.7")));
+  cudaGetLastError();
+  cudaDeviceProp want = {};
+  CHECK(cudaGetDeviceProperties(&want, 0));
+  CHECK(cudaChooseDevice(&chosen, &want));
+  std::printf("cudaChooseDevice for device 0's properties: %d\n", chosen);
+  CHECK(cudaInitDevice(0, 0, 0));
+  CHECK(cudaDeviceSetCacheConfig(cudaFuncCachePreferShared));
+  cudaFuncCache cache = cudaFuncCachePreferNone;
+  CHECK(cudaDeviceGetCacheConfig(&cache));
+  std::printf("cache preference read back: %s\n", cache == cudaFuncCachePreferShared ? "prefer shared" : "other");
+  CHECK(cudaDeviceSetCacheConfig(cudaFuncCachePreferNone));
+  std::printf("work after them: %s\n", run_and_check(d, n) ? "ok" : "FAIL");
   CHECK(cudaFree(d));
   std::printf("done\n");
   return 0;

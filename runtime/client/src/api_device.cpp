@@ -1,5 +1,10 @@
 // Device management.  Everything about a device is answered from the channel's
 // device table (filled by the server at attach): no round trip.
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "api.hpp"
@@ -157,6 +162,112 @@ FUNNEL_API cudaError_t cudaDeviceGetPCIBusId(char* pciBusId, int len, int device
   return guarded(__func__, [&] {
     if (cudaError_t e = check_device(device); e != cudaSuccess) return e;
     return copy_text(pciBusId, len, Runtime::get().device(device).pci_bus_id);
+  });
+}
+
+// The device whose PCI id is `pciBusId`, in any form the driver accepts: [domain:]bus:device.function
+// in hex, any case.
+FUNNEL_API cudaError_t cudaDeviceGetByPCIBusId(int* device, const char* pciBusId) {
+  return guarded(__func__, [&] {
+    if (device == nullptr || pciBusId == nullptr) return cudaErrorInvalidValue;
+    if (cudaError_t e = attach(); e != cudaSuccess) return e;
+    // domain:bus:device.function, domain:bus:device (function 0) or bus:device.function (domain 0)
+    auto parse = [](const char* s, unsigned& dom, unsigned& bus, unsigned& dev, unsigned& fn) {
+      const long colons = std::count(s, s + std::strlen(s), ':');
+      dom = fn = 0;
+      if (colons == 2 && std::strchr(s, '.') != nullptr) return std::sscanf(s, "%x:%x:%x.%x", &dom, &bus, &dev, &fn) == 4;
+      if (colons == 2) return std::sscanf(s, "%x:%x:%x", &dom, &bus, &dev) == 3;
+      return colons == 1 && std::sscanf(s, "%x:%x.%x", &bus, &dev, &fn) == 3;
+    };
+    unsigned want[4], have[4];
+    if (!parse(pciBusId, want[0], want[1], want[2], want[3])) return cudaErrorInvalidValue;
+    Runtime& rt = Runtime::get();
+    for (int d = 0; d < rt.device_count(); ++d) {
+      if (parse(rt.device(d).pci_bus_id, have[0], have[1], have[2], have[3]) &&
+          std::equal(std::begin(want), std::end(want), std::begin(have))) {
+        *device = d;
+        return cudaSuccess;
+      }
+    }
+    return cudaErrorInvalidDevice;
+  });
+}
+
+// The device that matches `prop` best: the compute capability nearest to the one asked for (the
+// same major first), then the most multiprocessors; the fields left 0 or -1 ask for nothing.
+FUNNEL_API cudaError_t cudaChooseDevice(int* device, const cudaDeviceProp* prop) {
+  return guarded(__func__, [&] {
+    if (device == nullptr || prop == nullptr) return cudaErrorInvalidValue;
+    if (cudaError_t e = attach(); e != cudaSuccess) return e;
+    Runtime& rt = Runtime::get();
+    int best = 0;
+    long best_score = -1;
+    for (int d = 0; d < rt.device_count(); ++d) {
+      const auto& r = rt.device(d);
+      const int major = attr(r, cudaDevAttrComputeCapabilityMajor), minor = attr(r, cudaDevAttrComputeCapabilityMinor);
+      long score = 0;
+      if (prop->major > 0) score += major == prop->major ? 1000000 : 0;
+      if (prop->major > 0 && prop->minor >= 0) score += 1000 - std::abs(minor - prop->minor);
+      score = score * 1000 + attr(r, cudaDevAttrMultiProcessorCount);
+      if (score > best_score) best = d, best_score = score;
+    }
+    *device = best;
+    return cudaSuccess;
+  });
+}
+
+// Explicit initialisation: the device checked and attached; with cudaInitDeviceFlagsAreValid its
+// flags set as cudaSetDeviceFlags does.  The current device does not change.
+FUNNEL_API cudaError_t cudaInitDevice(int device, unsigned int deviceFlags, unsigned int flags) {
+  return guarded(__func__, [&] {
+    if ((flags & ~unsigned{cudaInitDeviceFlagsAreValid}) != 0) return cudaErrorInvalidValue;
+    if (cudaError_t e = check_device(device); e != cudaSuccess) return e;
+    return (flags & cudaInitDeviceFlagsAreValid) != 0 ? set_context_flags(device, deviceFlags, "cudaInitDevice")
+                                                      : cudaSuccess;
+  });
+}
+
+// The cache and shared-memory bank preferences of a device: kept per process and answered back.
+// They change nothing on the GPUs funnel serves (Hopper sizes L1 and shared memory per kernel,
+// cudaFuncSetAttribute's carveout; its banks are four bytes), as under CUDA.
+namespace {
+std::atomic<int>& cache_config(int device) {
+  static std::array<std::atomic<int>, funnel::ipc::kMaxDevices> v{};
+  return v[static_cast<size_t>(device)];
+}
+}  // namespace
+
+FUNNEL_API cudaError_t cudaDeviceSetCacheConfig(cudaFuncCache config) {
+  return guarded(__func__, [&] {
+    if (config < cudaFuncCachePreferNone || config > cudaFuncCachePreferEqual) return cudaErrorInvalidValue;
+    if (cudaError_t e = check_device(current_device()); e != cudaSuccess) return e;
+    cache_config(current_device()).store(config);
+    return cudaSuccess;
+  });
+}
+
+FUNNEL_API cudaError_t cudaDeviceGetCacheConfig(cudaFuncCache* config) {
+  return guarded(__func__, [&] {
+    if (config == nullptr) return cudaErrorInvalidValue;
+    if (cudaError_t e = check_device(current_device()); e != cudaSuccess) return e;
+    *config = static_cast<cudaFuncCache>(cache_config(current_device()).load());
+    return cudaSuccess;
+  });
+}
+
+FUNNEL_API cudaError_t cudaDeviceSetSharedMemConfig(cudaSharedMemConfig config) {
+  return guarded(__func__, [&] {
+    if (config < cudaSharedMemBankSizeDefault || config > cudaSharedMemBankSizeEightByte) return cudaErrorInvalidValue;
+    return check_device(current_device());
+  });
+}
+
+FUNNEL_API cudaError_t cudaDeviceGetSharedMemConfig(cudaSharedMemConfig* config) {
+  return guarded(__func__, [&] {
+    if (config == nullptr) return cudaErrorInvalidValue;
+    if (cudaError_t e = check_device(current_device()); e != cudaSuccess) return e;
+    *config = cudaSharedMemBankSizeFourByte;
+    return cudaSuccess;
   });
 }
 

@@ -69,6 +69,14 @@ std::atomic<unsigned>& context_flags(int device) noexcept;
 // local-memory resize kept; other flags (synchronous memops, core dumps) refused by name
 // ("<call> with flags(N) is not supported yet", cudaErrorNotSupported).
 cudaError_t set_context_flags(int device, unsigned flags, const char* call) noexcept;
+// cudaDeviceGetByPCIBusId, cuDeviceGetByPCIBusId: the device whose PCI id is `id` in any form
+// the driver accepts (domain:bus:device.function, domain:bus:device, bus:device.function; hex,
+// any case); cudaErrorInvalidValue for text of no such form, cudaErrorInvalidDevice for no device.
+// Attached already.
+cudaError_t device_by_pci_bus_id(const char* id, int& device) noexcept;
+// A device's cache preference (cudaDeviceSetCacheConfig, cuCtxSetCacheConfig: cudaFuncCache
+// values), kept per process and answered back (no effect on Hopper, as under CUDA).
+std::atomic<int>& cache_config(int device) noexcept;
 // cudaProfilerStart/Stop, cuProfilerStart/Stop: this process's profiled range on `device`.
 cudaError_t profiler(int device, bool start);
 cudaError_t& last_error() noexcept;      // per host thread

@@ -1,4 +1,7 @@
+#include <algorithm>
 #include <array>
+#include <cstdio>
+#include <cstring>
 #include <map>
 #include <optional>
 
@@ -34,6 +37,33 @@ std::atomic<unsigned>& context_flags(int device) noexcept {
   static std::array<std::atomic<unsigned>, ipc::kMaxDevices> flags{};
   static std::atomic<unsigned> none{0};
   return device >= 0 && static_cast<uint32_t>(device) < ipc::kMaxDevices ? flags[static_cast<size_t>(device)] : none;
+}
+
+cudaError_t device_by_pci_bus_id(const char* id, int& device) noexcept {
+  auto parse = [](const char* s, unsigned& dom, unsigned& bus, unsigned& dev, unsigned& fn) {
+    const long colons = std::count(s, s + std::strlen(s), ':');
+    dom = fn = 0;
+    if (colons == 2 && std::strchr(s, '.') != nullptr) return std::sscanf(s, "%x:%x:%x.%x", &dom, &bus, &dev, &fn) == 4;
+    if (colons == 2) return std::sscanf(s, "%x:%x:%x", &dom, &bus, &dev) == 3;
+    return colons == 1 && std::sscanf(s, "%x:%x.%x", &bus, &dev, &fn) == 3;
+  };
+  unsigned want[4], have[4];
+  if (!parse(id, want[0], want[1], want[2], want[3])) return cudaErrorInvalidValue;
+  Runtime& rt = Runtime::get();
+  for (int d = 0; d < rt.device_count(); ++d) {
+    if (parse(rt.device(d).pci_bus_id, have[0], have[1], have[2], have[3]) &&
+        std::equal(std::begin(want), std::end(want), std::begin(have))) {
+      device = d;
+      return cudaSuccess;
+    }
+  }
+  return cudaErrorInvalidDevice;
+}
+
+std::atomic<int>& cache_config(int device) noexcept {
+  static std::array<std::atomic<int>, ipc::kMaxDevices> v{};
+  static std::atomic<int> none{0};
+  return device >= 0 && static_cast<uint32_t>(device) < ipc::kMaxDevices ? v[static_cast<size_t>(device)] : none;
 }
 
 cudaError_t profiler(int device, bool start) {

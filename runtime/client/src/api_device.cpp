@@ -171,25 +171,7 @@ FUNNEL_API cudaError_t cudaDeviceGetByPCIBusId(int* device, const char* pciBusId
   return guarded(__func__, [&] {
     if (device == nullptr || pciBusId == nullptr) return cudaErrorInvalidValue;
     if (cudaError_t e = attach(); e != cudaSuccess) return e;
-    // domain:bus:device.function, domain:bus:device (function 0) or bus:device.function (domain 0)
-    auto parse = [](const char* s, unsigned& dom, unsigned& bus, unsigned& dev, unsigned& fn) {
-      const long colons = std::count(s, s + std::strlen(s), ':');
-      dom = fn = 0;
-      if (colons == 2 && std::strchr(s, '.') != nullptr) return std::sscanf(s, "%x:%x:%x.%x", &dom, &bus, &dev, &fn) == 4;
-      if (colons == 2) return std::sscanf(s, "%x:%x:%x", &dom, &bus, &dev) == 3;
-      return colons == 1 && std::sscanf(s, "%x:%x.%x", &bus, &dev, &fn) == 3;
-    };
-    unsigned want[4], have[4];
-    if (!parse(pciBusId, want[0], want[1], want[2], want[3])) return cudaErrorInvalidValue;
-    Runtime& rt = Runtime::get();
-    for (int d = 0; d < rt.device_count(); ++d) {
-      if (parse(rt.device(d).pci_bus_id, have[0], have[1], have[2], have[3]) &&
-          std::equal(std::begin(want), std::end(want), std::begin(have))) {
-        *device = d;
-        return cudaSuccess;
-      }
-    }
-    return cudaErrorInvalidDevice;
+    return device_by_pci_bus_id(pciBusId, *device);
   });
 }
 
@@ -230,12 +212,6 @@ FUNNEL_API cudaError_t cudaInitDevice(int device, unsigned int deviceFlags, unsi
 // The cache and shared-memory bank preferences of a device: kept per process and answered back.
 // They change nothing on the GPUs funnel serves (Hopper sizes L1 and shared memory per kernel,
 // cudaFuncSetAttribute's carveout; its banks are four bytes), as under CUDA.
-namespace {
-std::atomic<int>& cache_config(int device) {
-  static std::array<std::atomic<int>, funnel::ipc::kMaxDevices> v{};
-  return v[static_cast<size_t>(device)];
-}
-}  // namespace
 
 FUNNEL_API cudaError_t cudaDeviceSetCacheConfig(cudaFuncCache config) {
   return guarded(__func__, [&] {

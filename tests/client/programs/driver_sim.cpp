@@ -421,6 +421,20 @@ int main() {
     CHECK(cuProfilerStart(), CUDA_SUCCESS);
     CHECK(cuProfilerStop(), CUDA_SUCCESS);
     std::printf("limits through both fronts, the profiler: %s\n", limits && l2 == 0 ? "ok" : "FAIL");
+    // A device by its PCI id; the cache preference through both fronts.
+    char id[32] = {};
+    CUdevice by_id = -1;
+    CHECK(cuDeviceGetPCIBusId(id, sizeof id, dev), CUDA_SUCCESS);
+    CHECK(cuDeviceGetByPCIBusId(&by_id, id), CUDA_SUCCESS);
+    CHECK(cuDeviceGetByPCIBusId(&by_id, "not an id"), CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuCtxSetCacheConfig(CU_FUNC_CACHE_PREFER_L1), CUDA_SUCCESS);
+    cudaFuncCache rt_cache = cudaFuncCachePreferNone;
+    CHECK(cudaDeviceGetCacheConfig(&rt_cache), cudaSuccess);
+    CHECK(cudaDeviceSetCacheConfig(cudaFuncCachePreferNone), cudaSuccess);
+    CUfunc_cache cache = CU_FUNC_CACHE_PREFER_EQUAL;
+    CHECK(cuCtxGetCacheConfig(&cache), CUDA_SUCCESS);
+    std::printf("cuDeviceGetByPCIBusId, cache preference through both fronts: %s\n",
+                by_id == dev && rt_cache == cudaFuncCachePreferL1 && cache == CU_FUNC_CACHE_PREFER_NONE ? "ok" : "FAIL");
   }
 
   // The virtual memory calls: a reserved range, two handles mapped in it end to end, a copy and a

@@ -367,6 +367,47 @@ FUNNEL_DRIVER_API CUresult cuCtxGetLimit(size_t* value, CUlimit limit) {
   return CUDA_SUCCESS;
 }
 
+FUNNEL_DRIVER_API CUresult cuDeviceGetByPCIBusId(CUdevice* dev, const char* pciBusId) {
+  if (dev == nullptr || pciBusId == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = ready(); r != CUDA_SUCCESS) return r;
+  int d = 0;
+  if (CUresult r = to_cu(funnel::client::device_by_pci_bus_id(pciBusId, d)); r != CUDA_SUCCESS) return r;
+  *dev = d;
+  return CUDA_SUCCESS;
+}
+
+// The current context's cache and shared-memory bank preferences, shared with the runtime front:
+// kept and answered back (Hopper sizes L1 per kernel and has four-byte banks).
+static_assert(CU_FUNC_CACHE_PREFER_EQUAL == static_cast<int>(cudaFuncCachePreferEqual));
+FUNNEL_DRIVER_API CUresult cuCtxSetCacheConfig(CUfunc_cache config) {
+  int d = 0;
+  if (CUresult r = current(d); r != CUDA_SUCCESS) return r;
+  if (config < CU_FUNC_CACHE_PREFER_NONE || config > CU_FUNC_CACHE_PREFER_EQUAL) return CUDA_ERROR_INVALID_VALUE;
+  funnel::client::cache_config(d).store(config);
+  return CUDA_SUCCESS;
+}
+FUNNEL_DRIVER_API CUresult cuCtxGetCacheConfig(CUfunc_cache* config) {
+  if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  int d = 0;
+  if (CUresult r = current(d); r != CUDA_SUCCESS) return r;
+  *config = static_cast<CUfunc_cache>(funnel::client::cache_config(d).load());
+  return CUDA_SUCCESS;
+}
+FUNNEL_DRIVER_API CUresult cuCtxSetSharedMemConfig(CUsharedconfig config) {
+  int d = 0;
+  if (CUresult r = current(d); r != CUDA_SUCCESS) return r;
+  return config >= CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE && config <= CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE
+             ? CUDA_SUCCESS
+             : CUDA_ERROR_INVALID_VALUE;
+}
+FUNNEL_DRIVER_API CUresult cuCtxGetSharedMemConfig(CUsharedconfig* config) {
+  if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  int d = 0;
+  if (CUresult r = current(d); r != CUDA_SUCCESS) return r;
+  *config = CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE;
+  return CUDA_SUCCESS;
+}
+
 // The profiled range of this process on the current context's device (the server's context is
 // profiled while any client's range is open).  cuProfilerInitialize is gone from CUDA 12's
 // headers; its stub refuses it.

@@ -249,6 +249,18 @@ int main() {
   CU_CHECK(cuProfilerStop());
   expect(l2 > 0 && l2 <= static_cast<size_t>(max_persisting),
          "cuProfilerStart/Stop around cuCtxSetLimit(CU_LIMIT_PERSISTING_L2_CACHE_SIZE)");
+  // 5. A device by its PCI id (with and without the domain); the cache preference read back.
+  char bus[32] = {};
+  CU_CHECK(cuDeviceGetPCIBusId(bus, sizeof bus, dev));
+  CUdevice by_id = -1, by_short = -1;
+  CU_CHECK(cuDeviceGetByPCIBusId(&by_id, bus));
+  CU_CHECK(cuDeviceGetByPCIBusId(&by_short, bus + 5));
+  CU_CHECK(cuCtxSetCacheConfig(CU_FUNC_CACHE_PREFER_SHARED));
+  CUfunc_cache cache = CU_FUNC_CACHE_PREFER_NONE;
+  CU_CHECK(cuCtxGetCacheConfig(&cache));
+  CU_CHECK(cuCtxSetCacheConfig(CU_FUNC_CACHE_PREFER_NONE));
+  expect(by_id == dev && by_short == dev && cache == CU_FUNC_CACHE_PREFER_SHARED,
+         "cuDeviceGetByPCIBusId (with and without the domain), cuCtxSet/GetCacheConfig");
   // Through funnel only: a wait left pending at exit on a word nothing writes, which the server
   // must meet when the client goes (tests/gpu/libs.sh then checks that the server shut down).
   if (dlsym(RTLD_DEFAULT, "funnel_client_driver") != nullptr) {

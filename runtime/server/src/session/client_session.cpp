@@ -186,6 +186,9 @@ void Worker::teardown() noexcept {
     // A stream held by a host function or a stream memory wait whose client is gone would
     // never drain.
     release_holds();
+    if (!waits_.settle(std::chrono::steady_clock::now() + std::chrono::seconds(10)))
+      spdlog::error("client {}: stream memory waits still pending 10 s after their words were written; its "
+                    "streams may not drain", shared_.id);
     int fault_device = -1;
     Status fault = Status::Success;
     for (StreamEntry* s : streams_.on_device(-1)) {

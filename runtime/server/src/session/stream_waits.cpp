@@ -1,6 +1,7 @@
 #include "session/stream_waits.hpp"
 
 #include <algorithm>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -28,11 +29,11 @@ Status StreamWaits::add(BackendStream& stream, uint64_t address, bool wide, uint
   }
   if (Status st = enqueue(); st != Status::Success) return st;
   // Queued: from here on it is remembered whatever happens, so that release() meets it (an
-  // event that could not be recorded counts as passed, and its word is still written).
+  // event that could not be recorded counts as passed).
   const Status recorded = backend_.record(*passed, stream);
   const std::lock_guard lock(m_);
   waits_.push_back({stream.device(), address, wide, meeting_value(condition, value), std::move(passed)});
-  if (released_) meet(waits_.back());
+  if (released_) meet_round();
   return recorded;
 }
 
@@ -52,13 +53,39 @@ void StreamWaits::release() noexcept {
     const std::lock_guard lock(m_);
     if (released_) return;
     released_ = true;
-    prune();
-    if (!waits_.empty())
-      spdlog::debug("releasing {} stream memory wait(s) of a client that is gone", waits_.size());
-    for (Wait& w : waits_) meet(w);
+    meet_round();
   } catch (const std::exception& e) {
     spdlog::error("releasing a gone client's stream memory waits: {}", e.what());
   }
+}
+
+bool StreamWaits::settle(std::chrono::steady_clock::time_point deadline) noexcept {
+  try {
+    for (;;) {
+      {
+        const std::lock_guard lock(m_);
+        if (meet_round() == 0) return true;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(kRound);
+    }
+  } catch (const std::exception& e) {
+    spdlog::error("releasing a gone client's stream memory waits: {}", e.what());
+    return false;
+  }
+}
+
+size_t StreamWaits::meet_round() {
+  prune();
+  // The oldest wait on each word only: a later wait on the same word (for another value) gets
+  // its value once this one has passed, in a later round.
+  std::vector<uint64_t> words;
+  for (Wait& w : waits_) {
+    if (std::find(words.begin(), words.end(), w.address) != words.end()) continue;
+    words.push_back(w.address);
+    meet(w);
+  }
+  return waits_.size();
 }
 
 void StreamWaits::drain() noexcept {
@@ -69,7 +96,8 @@ void StreamWaits::drain() noexcept {
       if (s) streams.push_back(s.get());
   }
   // Not under m_: the hang-up watcher may release another client's waits meanwhile.  The
-  // streams stay until this object goes (release_streams_ only grows).
+  // streams stay until this object goes (release_streams_ only grows) and hold writes only, so
+  // they never block.
   for (BackendStream* s : streams) (void)backend_.synchronize(*s);
 }
 
@@ -84,16 +112,11 @@ void StreamWaits::meet(Wait& w) noexcept {
         return;
       }
     }
-    BackendStream& rs = *release_streams_[d];
-    // After the wait met before this one was passed: waits on one word in sequence each see
-    // their value.
-    if (last_met_ != nullptr) (void)backend_.wait(rs, *last_met_);
-    const Status st = backend_.stream_mem_op(rs, w.address, w.wide ? ipc::StreamMemOp::Write64 : ipc::StreamMemOp::Write32,
-                                             w.meet, 0);
+    const Status st = backend_.stream_mem_op(*release_streams_[d], w.address,
+                                             w.wide ? ipc::StreamMemOp::Write64 : ipc::StreamMemOp::Write32, w.meet, 0);
     if (st != Status::Success)
       spdlog::warn("releasing a stream memory wait at {:#x} on device {}: status {}", w.address, w.device,
                    static_cast<int>(st));
-    last_met_ = w.passed.get();
   } catch (const std::exception& e) {
     spdlog::error("releasing a stream memory wait: {}", e.what());
   }

@@ -4,13 +4,17 @@
 // A wait holds a stream of the server's one context per GPU until its word meets the condition;
 // while it does, the driver's context-wide calls (cuMemFree, cuMemHostAlloc, cuMemHostRegister,
 // cuModuleLoadData, ...: bench/probes/blocked_stream.cu) wait for it too.  A client that dies,
-// detaches or faults with a wait still pending must not leave it there: release() meets every
-// pending wait, in the order they were queued, by writing its word on a stream of the server's
-// own (a write on another stream lets a held stream go: measured on the H100), each write after
-// the previous wait was passed (an event recorded right after each wait), so that waits on the
-// same word in sequence are met in turn.  Only the client's own memory is written, and only once
-// the client cannot see it any more.
+// detaches or faults with a wait still pending must not leave it there: release() meets the
+// pending waits by writing their words on a stream of the server's own (a write on another
+// stream lets a held stream go: measured on the H100), in rounds: each round writes the value
+// that meets the oldest pending wait of each word (an event recorded right after each wait says
+// when it passed), so that waits on one word for 1 and then 2 are met in turn, and a word that
+// the client's own queued work overwrote is written again.  settle() repeats the rounds until
+// nothing is pending (the teardown, before it synchronises the client's streams).  Only the
+// client's own memory is written, once the client cannot see it any more, and drain() sees the
+// writes landed before any of that memory is freed.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -39,9 +43,12 @@ class StreamWaits {
   // worker's thread.
   Status add(BackendStream& stream, uint64_t address, bool wide, uint32_t condition, uint64_t value,
              const std::function<Status()>& enqueue);
-  // Meets every wait not yet passed, and every later one as it is added.  Any thread (the
-  // worker's teardown, a device fault, the hang-up watcher, the main loop).  Never throws.
+  // Marks the client gone and runs a first round (and one for every wait added later).  Any
+  // thread (the worker's teardown, a device fault, the hang-up watcher, the main loop).
   void release() noexcept;
+  // Rounds until no wait is pending, or `deadline` (false then).  After release(); the worker's
+  // thread.
+  bool settle(std::chrono::steady_clock::time_point deadline) noexcept;
   // Waits until the writes release() queued have landed: before any of the client's memory is
   // freed (a wait its own work met may have let its stream drain before the server's write to
   // the word came).  A no-op when nothing was released.  The worker's thread.
@@ -61,15 +68,18 @@ class StreamWaits {
   };
   // Drops the waits already passed.  Caller holds m_.
   void prune();
-  // Writes w's word on the device's release stream, after the waits released before it.
+  // One round (prune, then the oldest pending wait of each word met); the waits still pending.
+  // Caller holds m_.
+  size_t meet_round();
+  // Writes w's word on the device's release stream.  Caller holds m_.
   void meet(Wait& w) noexcept;
+  static constexpr auto kRound = std::chrono::microseconds(200);
 
   Backend& backend_;
   mutable std::mutex m_;
   std::vector<Wait> waits_;     // in the order they were queued
   size_t prune_at_ = 64;        // prune() when this many are remembered
   bool released_ = false;
-  BackendEvent* last_met_ = nullptr;  // the event of the wait met last (release())
   std::vector<std::unique_ptr<BackendStream>> release_streams_;  // by device, made when needed
 };
 

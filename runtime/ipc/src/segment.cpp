@@ -52,90 +52,75 @@ void create_file(const std::filesystem::path& path, uint64_t size) {
     fail(rc, fmt::format("cannot reserve {} bytes for {}", size, path.string()));
   }
 }
-}  // namespace
 
-MappedFile MappedFile::create(const std::filesystem::path& path, uint64_t size) {
+// `file` mapped read-write: anywhere when `at` is nullptr, else at `at` with MAP_FIXED_NOREPLACE,
+// and an empty region when that place is taken here (EEXIST, or a kernel before 4.17 that took
+// `at` as a hint).  Throws bip::interprocess_exception for other failures.
+bip::mapped_region map_region(const bip::file_mapping& file, uint64_t size, const void* at) {
+  if (at == nullptr) return bip::mapped_region(file, bip::read_write, 0, size);
+  try {
+    return bip::mapped_region(file, bip::read_write, 0, size, at, MAP_FIXED_NOREPLACE);
+  } catch (const bip::interprocess_exception&) {
+    return {};
+  }
+}
+
+// A fresh file (create_file) mapped: anywhere, or at a random free place of the pinned zone.
+MappedFile create_mapped(const std::filesystem::path& path, uint64_t size, bool in_pinned_zone) {
   create_file(path, size);
   try {
     // The mapping outlives the file's descriptor, which closes here: a process holds no
     // descriptor per mapped file (a client's thousand pinned buffers must not exhaust the
     // server's or its own RLIMIT_NOFILE).
     const bip::file_mapping file(path.c_str(), bip::read_write);
-    MappedFile m;
-    m.region_ = bip::mapped_region(file, bip::read_write, 0, size);
-    return m;
-  } catch (const bip::interprocess_exception& e) {
-    ::unlink(path.c_str());
-    fail(EIO, fmt::format("cannot map {}: {}", path.string(), e.what()));
-  }
-}
-
-MappedFile MappedFile::create_in_pinned_zone(const std::filesystem::path& path, uint64_t size) {
-  create_file(path, size);
-  try {
-    const bip::file_mapping file(path.c_str(), bip::read_write);
-    MappedFile m;
+    bip::mapped_region region;
     constexpr uint64_t kPage = 4096;
     const uint64_t span = (size + kPage - 1) / kPage * kPage;
-    if (kPinnedZoneUsable && span < kPinnedZoneEnd - kPinnedZoneBegin) {
+    if (in_pinned_zone && kPinnedZoneUsable && span < kPinnedZoneEnd - kPinnedZoneBegin) {
       static thread_local std::mt19937_64 rng(std::random_device{}());
       const uint64_t places = (kPinnedZoneEnd - kPinnedZoneBegin - span) / kPage + 1;
-      for (int tries = 0; tries < 8 && !m.region_.get_address(); ++tries) {
-        const auto* at = reinterpret_cast<const void*>(kPinnedZoneBegin + rng() % places * kPage);
-        try {
-          m.region_ = bip::mapped_region(file, bip::read_write, 0, size, at, MAP_FIXED_NOREPLACE);
-        } catch (const bip::interprocess_exception&) {
-          // taken here, or a kernel before 4.17 that took the address as a hint: try another
-        }
-      }
+      for (int tries = 0; tries < 8 && !region.get_address(); ++tries)
+        region = map_region(file, size, reinterpret_cast<const void*>(kPinnedZoneBegin + rng() % places * kPage));
     }
-    if (!m.region_.get_address()) m.region_ = bip::mapped_region(file, bip::read_write, 0, size);
-    return m;
+    if (!region.get_address()) region = map_region(file, size, nullptr);
+    return MappedFile(std::move(region));
   } catch (const bip::interprocess_exception& e) {
     ::unlink(path.c_str());
     fail(EIO, fmt::format("cannot map {}: {}", path.string(), e.what()));
   }
 }
 
-namespace {
-// The file at `path` checked (its size when expected_size is not 0, its owner), mapped
-// read-write at `at` (nullptr: anywhere; else MAP_FIXED_NOREPLACE, and a taken place is an
-// empty MappedFile).
-boost::interprocess::mapped_region map_checked(const std::filesystem::path& path, uint64_t expected_size,
-                                               const void* at, bool& taken) {
+// The file at `path` checked (its size when expected_size is not 0, its owner) and mapped
+// (map_region: an empty MappedFile when `at` is taken here).
+MappedFile open_mapped(const std::filesystem::path& path, uint64_t expected_size, const void* at) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) fail(errno, fmt::format("cannot open {}", path.string()));
   if (expected_size != 0 && static_cast<uint64_t>(st.st_size) != expected_size)
     fail(EINVAL, fmt::format("{} has {} bytes, expected {}", path.string(), st.st_size, expected_size));
   if (st.st_uid != ::geteuid()) fail(EPERM, fmt::format("{} is not owned by this user", path.string()));
-  taken = false;
   try {
     const bip::file_mapping file(path.c_str(), bip::read_write);
-    if (at == nullptr) return bip::mapped_region(file, bip::read_write, 0, static_cast<size_t>(st.st_size));
-    try {
-      return bip::mapped_region(file, bip::read_write, 0, static_cast<size_t>(st.st_size), at, MAP_FIXED_NOREPLACE);
-    } catch (const bip::interprocess_exception&) {
-      taken = true;  // in use here (EEXIST), or a kernel before 4.17 that took `at` as a hint
-      return {};
-    }
+    return MappedFile(map_region(file, static_cast<uint64_t>(st.st_size), at));
   } catch (const bip::interprocess_exception& e) {
     fail(EIO, fmt::format("cannot map {}: {}", path.string(), e.what()));
   }
 }
 }  // namespace
 
+MappedFile MappedFile::create(const std::filesystem::path& path, uint64_t size) {
+  return create_mapped(path, size, false);
+}
+
+MappedFile MappedFile::create_in_pinned_zone(const std::filesystem::path& path, uint64_t size) {
+  return create_mapped(path, size, true);
+}
+
 MappedFile MappedFile::open(const std::filesystem::path& path, uint64_t expected_size) {
-  bool taken = false;
-  MappedFile m;
-  m.region_ = map_checked(path, expected_size, nullptr, taken);
-  return m;
+  return open_mapped(path, expected_size, nullptr);
 }
 
 MappedFile MappedFile::open_at(const std::filesystem::path& path, uint64_t size, const void* at) {
-  bool taken = false;
-  MappedFile m;
-  m.region_ = map_checked(path, size, at, taken);
-  return m;
+  return open_mapped(path, size, at);
 }
 
 }  // namespace funnel::ipc

@@ -38,6 +38,8 @@ class MappedFile {
   void* data() const noexcept { return region_.get_address(); }
   uint64_t size() const noexcept { return region_.get_size(); }
   explicit operator bool() const noexcept { return data() != nullptr; }
+  // A mapped region (segment.cpp's helpers); empty: no mapping.
+  explicit MappedFile(boost::interprocess::mapped_region region) noexcept : region_(std::move(region)) {}
 
  private:
   boost::interprocess::mapped_region region_;  // no descriptor stays open behind it

@@ -77,6 +77,10 @@ cudaError_t device_by_pci_bus_id(const char* id, int& device) noexcept;
 // A device's cache preference (cudaDeviceSetCacheConfig, cuCtxSetCacheConfig: cudaFuncCache
 // values), kept per process and answered back (no effect on Hopper, as under CUDA).
 std::atomic<int>& cache_config(int device) noexcept;
+// A limit of `device`'s context (a cudaLimit/CUlimit value), kept by the server: cudaDeviceGetLimit,
+// cudaDeviceSetLimit, cuCtxGetLimit, cuCtxSetLimit.
+cudaError_t get_limit(int device, uint32_t limit, uint64_t& value);
+cudaError_t set_limit(int device, uint32_t limit, uint64_t value);
 // cudaProfilerStart/Stop, cuProfilerStart/Stop: this process's profiled range on `device`.
 cudaError_t profiler(int device, bool start);
 cudaError_t& last_error() noexcept;      // per host thread

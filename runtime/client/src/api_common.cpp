@@ -66,6 +66,19 @@ std::atomic<int>& cache_config(int device) noexcept {
   return device >= 0 && static_cast<uint32_t>(device) < ipc::kMaxDevices ? v[static_cast<size_t>(device)] : none;
 }
 
+cudaError_t get_limit(int device, uint32_t limit, uint64_t& value) {
+  const ipc::LimitCmd c{limit, 0, 0};
+  Reply r;
+  const cudaError_t e = to_cuda(Runtime::get().call(ipc::Opcode::GetLimit, device, 0, &c, sizeof c, &r));
+  if (e == cudaSuccess) value = r.value[0];
+  return e;
+}
+
+cudaError_t set_limit(int device, uint32_t limit, uint64_t value) {
+  const ipc::LimitCmd c{limit, 0, value};
+  return to_cuda(Runtime::get().call(ipc::Opcode::SetLimit, device, 0, &c, sizeof c));
+}
+
 cudaError_t profiler(int device, bool start) {
   const ipc::ProfilerCmd c{start ? 1u : 0u, 0};
   return to_cuda(Runtime::get().call(ipc::Opcode::Profiler, device, 0, &c, sizeof c));

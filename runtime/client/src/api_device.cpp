@@ -1,9 +1,5 @@
 // Device management.  Everything about a device is answered from the channel's
 // device table (filled by the server at attach): no round trip.
-#include <algorithm>
-#include <array>
-#include <atomic>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -212,7 +208,6 @@ FUNNEL_API cudaError_t cudaInitDevice(int device, unsigned int deviceFlags, unsi
 // The cache and shared-memory bank preferences of a device: kept per process and answered back.
 // They change nothing on the GPUs funnel serves (Hopper sizes L1 and shared memory per kernel,
 // cudaFuncSetAttribute's carveout; its banks are four bytes), as under CUDA.
-
 FUNNEL_API cudaError_t cudaDeviceSetCacheConfig(cudaFuncCache config) {
   return guarded(__func__, [&] {
     if (config < cudaFuncCachePreferNone || config > cudaFuncCachePreferEqual) return cudaErrorInvalidValue;
@@ -269,19 +264,15 @@ FUNNEL_API cudaError_t cudaDeviceReset() {
 }
 
 FUNNEL_API cudaError_t cudaDeviceSetLimit(cudaLimit limit, size_t value) {
-  return guarded(__func__, [&] {
-    funnel::ipc::LimitCmd c{static_cast<uint32_t>(limit), 0, value};
-    return to_cuda(Runtime::get().call(Opcode::SetLimit, current_device(), 0, &c, sizeof c));
-  });
+  return guarded(__func__, [&] { return set_limit(current_device(), static_cast<uint32_t>(limit), value); });
 }
 
 FUNNEL_API cudaError_t cudaDeviceGetLimit(size_t* value, cudaLimit limit) {
   return guarded(__func__, [&] {
     if (value == nullptr) return cudaErrorInvalidValue;
-    funnel::ipc::LimitCmd c{static_cast<uint32_t>(limit), 0, 0};
-    Reply r;
-    const cudaError_t e = to_cuda(Runtime::get().call(Opcode::GetLimit, current_device(), 0, &c, sizeof c, &r));
-    if (e == cudaSuccess) *value = r.value[0];
+    uint64_t v = 0;
+    const cudaError_t e = get_limit(current_device(), static_cast<uint32_t>(limit), v);
+    if (e == cudaSuccess) *value = v;
     return e;
   });
 }

@@ -358,12 +358,9 @@ FUNNEL_DRIVER_API CUresult cuCtxGetLimit(size_t* value, CUlimit limit) {
     return CUDA_SUCCESS;
   }
   if (!server_limit(limit)) return not_supported_detail("cuCtxGetLimit", static_cast<int>(limit));
-  funnel::ipc::LimitCmd c{static_cast<uint32_t>(limit), 0, 0};
-  funnel::client::Reply reply;
-  if (CUresult r = to_cu(Runtime::get().call(funnel::ipc::Opcode::GetLimit, d, 0, &c, sizeof c, &reply));
-      r != CUDA_SUCCESS)
-    return r;
-  *value = reply.value[0];
+  uint64_t v = 0;
+  if (CUresult r = to_cu(funnel::client::get_limit(d, static_cast<uint32_t>(limit), v)); r != CUDA_SUCCESS) return r;
+  *value = v;
   return CUDA_SUCCESS;
 }
 
@@ -426,8 +423,7 @@ FUNNEL_DRIVER_API CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
   int d = 0;
   if (CUresult r = current(d); r != CUDA_SUCCESS) return r;
   if (!server_limit(limit)) return not_supported_detail("cuCtxSetLimit", static_cast<int>(limit));
-  funnel::ipc::LimitCmd c{static_cast<uint32_t>(limit), 0, value};
-  return to_cu(Runtime::get().call(funnel::ipc::Opcode::SetLimit, d, 0, &c, sizeof c));
+  return to_cu(funnel::client::set_limit(d, static_cast<uint32_t>(limit), value));
 }
 
 // As the runtime front: 0 (least) and -5 (greatest), an H100's (and the sim's) range.

@@ -235,12 +235,13 @@ Status Worker::pinned_alloc(const ipc::CommandHeader& h, const ipc::PinnedAllocC
     ::unlink(p.path.c_str());
     return st;
   }
+  // Its address here: registered memory is mapped for the GPU at the same address (unified
+  // addressing), so the client maps the file there too when it can (zero-copy kernels).
+  const auto address = reinterpret_cast<uint64_t>(p.file.data());
   res_.pinned.emplace(id, std::move(p));
   add(counters_.pinned_bytes, size);
   add(counters_.pinned_allocations, 1);
-  // Its address here: registered memory is mapped for the GPU at the same address (unified
-  // addressing), so the client maps the file there too when it can (zero-copy kernels).
-  answers_.answer(h, {id, size, reinterpret_cast<uint64_t>(res_.pinned.at(id).file.data())});
+  answers_.answer(h, {id, size, address});
   return Status::Success;
 }
 

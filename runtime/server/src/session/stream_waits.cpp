@@ -41,13 +41,6 @@ void StreamWaits::prune() {
   std::erase_if(waits_, [this](const Wait& w) { return backend_.query(*w.passed) != Status::NotReady; });
 }
 
-size_t StreamWaits::pending() const {
-  const std::lock_guard lock(m_);
-  return static_cast<size_t>(std::count_if(waits_.begin(), waits_.end(), [this](const Wait& w) {
-    return backend_.query(*w.passed) == Status::NotReady;
-  }));
-}
-
 void StreamWaits::release() noexcept {
   try {
     const std::lock_guard lock(m_);

@@ -53,8 +53,6 @@ class StreamWaits {
   // freed (a wait its own work met may have let its stream drain before the server's write to
   // the word came).  A no-op when nothing was released.  The worker's thread.
   void drain() noexcept;
-  // Waits remembered and not yet known to be passed.
-  size_t pending() const;
 
   static constexpr size_t kMaxPending = 4096;
 
@@ -76,7 +74,7 @@ class StreamWaits {
   static constexpr auto kRound = std::chrono::microseconds(200);
 
   Backend& backend_;
-  mutable std::mutex m_;
+  std::mutex m_;
   std::vector<Wait> waits_;     // in the order they were queued
   size_t prune_at_ = 64;        // prune() when this many are remembered
   bool released_ = false;

@@ -106,26 +106,31 @@ void SimBackend::describe(int device, ipc::DeviceRecord& out) {
   set(120, 1);         // CLUSTER_LAUNCH
 }
 
+namespace {
+// The limits the sim has: all but the device runtime's sync depth, unsupported on Hopper under
+// CUDA 13 (measured on the H100).
+bool has_limit(Limit limit) noexcept {
+  return static_cast<uint32_t>(limit) < kLimits && limit != Limit::DevRuntimeSyncDepth;
+}
+}  // namespace
+
 Status SimBackend::set_limit(int device, Limit limit, uint64_t value) {
   if (Status st = usable(device); st != Status::Success) return st;
-  const auto i = static_cast<size_t>(limit);
-  if (i >= kLimits || limit == Limit::DevRuntimeSyncDepth) return Status::UnsupportedLimit;
+  if (!has_limit(limit)) return Status::UnsupportedLimit;
   // As the driver: the L2 fetch granularity is 0 to 128 bytes; the persisting set-aside at most
   // the device's MAX_PERSISTING_L2_CACHE_SIZE (describe()).
   if (limit == Limit::MaxL2FetchGranularity && value > 128) return Status::InvalidValue;
   if (limit == Limit::PersistingL2CacheSize && value > kMaxPersistingL2) return Status::InvalidValue;
   std::lock_guard lk(m_);
-  limits_[static_cast<size_t>(device)][i] = value;
+  limits_[static_cast<size_t>(device)][static_cast<size_t>(limit)] = value;
   return Status::Success;
 }
 
 Status SimBackend::get_limit(int device, Limit limit, uint64_t& value) {
   if (Status st = usable(device); st != Status::Success) return st;
-  const auto i = static_cast<size_t>(limit);
-  // The device runtime's sync depth: unsupported on Hopper under CUDA 13 (measured on the H100).
-  if (i >= kLimits || limit == Limit::DevRuntimeSyncDepth) return Status::UnsupportedLimit;
+  if (!has_limit(limit)) return Status::UnsupportedLimit;
   std::lock_guard lk(m_);
-  value = limits_[static_cast<size_t>(device)][i];
+  value = limits_[static_cast<size_t>(device)][static_cast<size_t>(limit)];
   return Status::Success;
 }
 

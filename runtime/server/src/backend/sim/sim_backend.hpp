@@ -153,10 +153,10 @@ class SimBackend final : public Backend {
       if (usable(d) == Status::Success) return Status::Success;
     return Status::IllegalAddress;
   }
-  // An H100's defaults: stack, printf FIFO, heap, device-runtime sync depth and pending
-  // launches, L2 fetch granularity, persisting L2 set-aside.
+  // An H100's defaults: stack, printf FIFO, heap, device-runtime sync depth (not kept: has_limit)
+  // and pending launches, L2 fetch granularity, persisting L2 set-aside.
   static constexpr uint64_t kMaxPersistingL2 = 31457280;  // an H100's
-  static constexpr std::array<uint64_t, kLimits> kDefaultLimits{1024, 1u << 20, 8u << 20, 2, 2048, 64, 0};
+  static constexpr std::array<uint64_t, kLimits> kDefaultLimits{1024, 1u << 20, 8u << 20, 0, 2048, 64, 0};
 
   SimOptions options_;
   // Streams alive (for the tickets of stream-ordered frees) and blocks freed in stream order

@@ -205,6 +205,7 @@ void Worker::teardown() noexcept {
     // What is still pending waits on work that is queued and now finishing (destroyed
     // streams); give it a bounded time, then run the frees regardless.
     completions_.finish_by(std::chrono::steady_clock::now() + std::chrono::seconds(10));
+    graphs_.clear();
     kernels_.clear();
     res_.symbols.clear();
     res_.release_allocations_and_events();

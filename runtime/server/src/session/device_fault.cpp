@@ -97,6 +97,7 @@ void Worker::release_device(int device, Status st) {
   completions_.release_device(device, st);
   sub(counters_.streams, streams_.release_device(device));
   waits_.drain();  // the words written by the release landed before the memory goes
+  graphs_.clear();  // before the events and memory they use
   res_.release_device(device);
   stop_profiling(device);
   // Modules are device-independent, but this client will never launch again, and its

@@ -22,7 +22,7 @@ struct KernelEntry {
   std::string name;  // mangled, for the fault log
   uint64_t module_id;
   std::shared_ptr<BackendModule> module;  // declared first: outlives the kernel
-  std::unique_ptr<BackendKernel> kernel;
+  std::shared_ptr<BackendKernel> kernel;  // shared with the executable graphs that launch it
   std::vector<ParamLayout> params;
   uint32_t param_bytes;
 };

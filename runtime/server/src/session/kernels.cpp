@@ -13,6 +13,7 @@
 
 #include "funnel/ipc/futex.hpp"
 #include "session/module_cache.hpp"
+#include "session/validation.hpp"
 #include "session/worker.hpp"
 #include "session/validation.hpp"
 
@@ -176,9 +177,10 @@ Status Worker::kernel_get(const ipc::CommandHeader& h, const ipc::KernelGetCmd& 
   auto m = kernels_.modules.find(c.module_id);
   if (m == kernels_.modules.end()) return Status::InvalidResourceHandle;
   KernelEntry k{name_of(name, c.name_bytes), c.module_id, m->second, nullptr, {}, 0};
-  if (Status st = backend_.kernel_get(*m->second, k.name, k.kernel, k.params, k.param_bytes);
-      st != Status::Success)
+  std::unique_ptr<BackendKernel> kernel;
+  if (Status st = backend_.kernel_get(*m->second, k.name, kernel, k.params, k.param_bytes); st != Status::Success)
     return st;
+  k.kernel = std::move(kernel);
   if (k.param_bytes > ipc::kMaxParamBytes) return Status::NotSupported;  // no client could launch it
   std::array<uint64_t, 5> v{k.params.size(), k.param_bytes};
   for (size_t i = 0; i < 3 && i < k.params.size(); ++i) v[2 + i] = ipc::pack_param(k.params[i].offset, k.params[i].size);
@@ -210,6 +212,8 @@ bool cluster_shape_ok(const ipc::LaunchCmd& c) noexcept {
   return true;
 }
 
+}  // namespace
+
 LaunchDesc launch_desc(const ipc::LaunchCmd& c) noexcept {
   LaunchDesc d{};
   std::memcpy(d.grid, c.grid, sizeof d.grid);
@@ -220,16 +224,20 @@ LaunchDesc launch_desc(const ipc::LaunchCmd& c) noexcept {
   d.priority = c.priority;  // 0: the stream's (the worker shifts others, see StreamPlacement)
   return d;
 }
-}  // namespace
 
-Status Worker::launch(const ipc::CommandHeader& h, const ipc::LaunchCmd& c, const std::byte* params) {
-  KernelEntry* k = kernels_.find(c.kernel_id);
-  if (k == nullptr) return Status::InvalidResourceHandle;
-  if (c.param_bytes != k->param_bytes) return Status::InvalidValue;
+Status Worker::check_launch(const ipc::LaunchCmd& c, const KernelEntry& k) {
+  if (c.param_bytes != k.param_bytes) return Status::InvalidValue;
   if ((c.flags & ~ipc::kLaunchCooperative) != 0) return Status::InvalidValue;
   for (int i = 0; i < 3; ++i)
     if (c.grid[i] == 0 || c.block[i] == 0) return Status::InvalidConfiguration;
   if (!cluster_shape_ok(c)) return Status::InvalidClusterSize;
+  return Status::Success;
+}
+
+Status Worker::launch(const ipc::CommandHeader& h, const ipc::LaunchCmd& c, const std::byte* params) {
+  KernelEntry* k = kernels_.find(c.kernel_id);
+  if (k == nullptr) return Status::InvalidResourceHandle;
+  if (Status st = check_launch(c, *k); st != Status::Success) return st;
   LaunchDesc d = launch_desc(c);
   if (d.priority != 0) d.priority = shared_.placement.shifted(d.priority);
   Status st;

@@ -12,6 +12,9 @@ namespace funnel::server {
 // InvalidPitchValue when rows overlap, InvalidValue on overflow.  A zero width or height spans 0.
 Status region_extent(uint64_t pitch, uint64_t width, uint64_t height, uint64_t& extent) noexcept;
 
+// A launch record as the backend takes it (the priority still the client's).
+LaunchDesc launch_desc(const ipc::LaunchCmd& c) noexcept;
+
 // Whether [offset, offset+extent) lies inside [0, size).
 bool within(uint64_t offset, uint64_t extent, uint64_t size) noexcept;
 

@@ -21,6 +21,7 @@
 #include "funnel/server/backend.hpp"
 #include "session/answers.hpp"
 #include "session/completions.hpp"
+#include "session/graph_state.hpp"
 #include "session/kernel_state.hpp"
 #include "session/legacy_stream.hpp"
 #include "session/resources.hpp"
@@ -158,6 +159,20 @@ class Worker {
   Status occupancy_dynamic_smem(const ipc::CommandHeader& h, const ipc::OccupancyCmd& c);
   Status max_active_clusters(const ipc::CommandHeader& h, const ipc::LaunchCmd& c);
   Status host_func(const ipc::CommandHeader& h, const ipc::HostFuncCmd& c);
+  // graphs.cpp: graph builds, executable graphs, their launches
+  Status graph_node(const ipc::CommandHeader& h, const ipc::GraphNodeCmd& c, const std::byte* trailing);
+  Status graph_instantiate(const ipc::CommandHeader& h, const ipc::GraphBuildCmd& c);
+  Status graph_update(const ipc::CommandHeader& h, const ipc::GraphBuildCmd& c);
+  Status graph_launch(const ipc::CommandHeader& h, const ipc::GraphExecCmd& c);
+  Status graph_upload(const ipc::CommandHeader& h, const ipc::GraphExecCmd& c);
+  Status graph_exec_destroy(const ipc::CommandHeader& h, const ipc::GraphExecCmd& c);
+  // One node of a build, checked, into `b`.
+  Status add_graph_node(GraphNodes& b, const ipc::CommandHeader& h, const ipc::GraphNodeCmd& c,
+                        const std::byte* trailing);
+  // A finished build taken out of builds (InvalidValue when it is not there whole).
+  Status take_build(const ipc::GraphBuildCmd& c, GraphNodes& out);
+  // The launch checks a kernel node and a launch share.
+  static Status check_launch(const ipc::LaunchCmd& c, const KernelEntry& k);
   // Answers h with the module now held for module_id.
   Status add_module(const ipc::CommandHeader& h, uint64_t module_id, std::shared_ptr<BackendModule> m);
   // The kernel `kernel_id` for a command on h.device (InvalidDevice, InvalidResourceHandle).
@@ -183,6 +198,7 @@ class Worker {
   Completions completions_;  // work a reply waits for
   ClientResources res_;      // allocations, pinned buffers, events, symbols
   ClientKernels kernels_;    // modules and kernels
+  ClientGraphs graphs_;      // graph builds and executable graphs
   std::mutex host_funcs_mutex_;  // the worker, and at a hang-up the watcher and the main thread
   std::vector<HostFuncWait> host_funcs_;
   bool host_funcs_released_ = false;  // the client is gone: every wait is released as it comes

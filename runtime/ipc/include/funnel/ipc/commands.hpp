@@ -101,6 +101,14 @@ namespace funnel::ipc {
   /* param_bytes 0 (no parameters follow) -> value[0] = clusters */                                         \
   X(MaxActiveClusters, 73, LaunchCmd, NoBytes, NoQueue, max_active_clusters)                                \
   /* 74..79 stay reserved for kernels. */                                                                   \
+  /* Graphs (doc/design/graphs.md): a graph's nodes, each after those it depends on, into build    */      \
+  /* graph_id (index 0 starts it), then instantiated into an executable graph (ids the client's). */      \
+  X(GraphNode, 80, GraphNodeCmd, GraphBytes, NoQueue, graph_node) /* + dependencies, params; one-way */     \
+  X(GraphInstantiate, 81, GraphBuildCmd, NoBytes, NoQueue, graph_instantiate) /* the build is consumed */   \
+  X(GraphUpdate, 82, GraphBuildCmd, NoBytes, NoQueue, graph_update) /* the exec's nodes, same topology */   \
+  X(GraphLaunch, 83, GraphExecCmd, NoBytes, Queues, graph_launch) /* one-way, on header.stream */           \
+  X(GraphUpload, 84, GraphExecCmd, NoBytes, Queues, graph_upload) /* one-way, on header.stream */           \
+  X(GraphExecDestroy, 85, GraphExecCmd, NoBytes, NoQueue, graph_exec_destroy) /* one-way */                 \
   X(Detach, 100, DetachCmd, NoBytes, NoQueue, detach) /* the client leaves; the server frees what it held */
 
 enum class Opcode : uint16_t {
@@ -352,6 +360,39 @@ struct OccupancyCmd { uint64_t kernel_id; uint32_t block_size; uint32_t flags; u
 // if the client goes away first, so the stream never stays blocked.
 struct HostFuncCmd { uint32_t reached_slot; uint32_t done_slot; uint32_t generation; uint32_t reserved; };
 
+// ---- graphs ----------------------------------------------------------------------
+// A node of a graph on its way to the server (GraphNode): its kind, the indices of the nodes
+// of the same build it depends on (each below its own index) and, for a kernel, its parameter
+// buffer, in that order after the payload.  Copies may use device memory and pinned buffers
+// (no staging slot); events are the client's.
+enum class GraphNodeKind : uint32_t { Empty = 0, Kernel = 1, Copy = 2, Memset = 3, EventRecord = 4, EventWait = 5 };
+// The most nodes one build holds, and the most dependencies of one node.
+inline constexpr uint32_t kMaxGraphNodes = 1u << 16;
+inline constexpr uint32_t kMaxGraphDeps = 1024;
+// The most builds a client has under way at once.
+inline constexpr uint32_t kMaxGraphBuilds = 16;
+struct GraphNodeCmd {
+  uint64_t graph;      // the build (a client id)
+  uint32_t index;      // 0, 1, ... in the order sent
+  uint32_t kind;       // GraphNodeKind
+  uint32_t dep_count;  // uint32_t indices follow the payload
+  uint32_t reserved;
+  union {
+    LaunchCmd launch;  // Kernel: launch.param_bytes of parameters follow the dependencies
+    CopyCmd copy;      // Copy
+    MemsetCmd memset;  // Memset
+    EventCmd event;    // EventRecord, EventWait
+  };
+};
+static_assert(sizeof(GraphNodeCmd) == 104);
+// Instantiation flags the server takes (cudaGraphInstantiateFlag*): none of them change how it
+// runs a graph (a graph has no memory nodes; node priorities are not sent).
+inline constexpr uint32_t kGraphInstantiateAutoFree = 0x1, kGraphInstantiateUseNodePriority = 0x8;
+// GraphInstantiate: build `graph` (of `nodes` nodes) into executable graph `exec` (a new id);
+// GraphUpdate: the same build as exec's new nodes (same kinds and dependencies).  Waited.
+struct GraphBuildCmd { uint64_t graph; uint64_t exec; uint32_t nodes; uint32_t flags; };
+struct GraphExecCmd { uint64_t exec; };
+
 // ---- what the command table says of an opcode ---------------------------------------
 struct NoPayload {};  // a command with nothing after its header
 struct NoBytes {};
@@ -364,6 +405,14 @@ struct ParamBytes {  // LaunchCmd: the parameter buffer follows
   static constexpr uint64_t kLimit = kMaxParamBytes;
   template <class P>
   static constexpr uint64_t count(const P& p) noexcept { return p.param_bytes; }
+};
+struct GraphBytes {  // GraphNodeCmd: the dependencies, then a kernel's parameters
+  static constexpr uint64_t kLimit = uint64_t{kMaxGraphDeps} * 4 + kMaxParamBytes;
+  template <class P>
+  static constexpr uint64_t count(const P& p) noexcept {
+    const uint64_t params = p.kind == static_cast<uint32_t>(GraphNodeKind::Kernel) ? p.launch.param_bytes : 0;
+    return uint64_t{p.dep_count} * 4 + params;
+  }
 };
 struct Queues {};
 struct NoQueue {};

@@ -108,6 +108,31 @@ struct CopyDesc {
   uint64_t src_pitch;
 };
 
+// A node of a client's graph (Backend::graph_instantiate), checked by the worker.  Nodes come
+// in an order where each follows those it depends on (`deps`: indices of earlier nodes); the
+// kernels and events they name outlive the graph (the worker keeps them).
+struct GraphNodeDesc {
+  ipc::GraphNodeKind kind = ipc::GraphNodeKind::Empty;
+  std::vector<uint32_t> deps;
+  BackendKernel* kernel = nullptr;  // Kernel: launched as Backend::launch would with `launch` and `params`
+  LaunchDesc launch{};
+  std::vector<std::byte> params;
+  CopyDesc copy{};                  // Copy
+  struct {
+    DeviceAddress address = 0;
+    uint64_t pitch = 0, width = 0, height = 0;
+    uint32_t value = 0, element = 1;
+  } memset;                         // Memset, as Backend::memset takes it
+  BackendEvent* event = nullptr;    // EventRecord, EventWait
+};
+
+// An executable graph of one device (a CUgraphExec): launched whole on a stream.
+class BackendGraph {
+ public:
+  virtual ~BackendGraph() = default;
+  virtual int device() const noexcept = 0;
+};
+
 // cudaLimit values (the same as CUlimit's).  Each is the context's, so shared by the clients of
 // a device: a value one client sets holds for all (doc/not-supported.md).
 enum class Limit : uint32_t {
@@ -237,6 +262,18 @@ class Backend {
   // compare: (int32_t)(word - value) >= 0) — stored by a client after a host function ran
   // (cuStreamWaitValue32 with CU_STREAM_WAIT_VALUE_GEQ).
   virtual Status wait_value(BackendStream& s, std::atomic<uint32_t>& word, uint32_t value) = 0;
+
+  // Graphs (doc/design/graphs.md).  An executable graph of `nodes` on `device`; a launch runs it
+  // on the stream after the stream's earlier work, and later work after all of it.  The
+  // default keeps the nodes and runs them one by one in their order on the stream (a valid order
+  // of the graph), through the calls above; the cuda backend builds and launches a CUDA graph.
+  virtual Status graph_instantiate(int device, std::span<const GraphNodeDesc> nodes, std::unique_ptr<BackendGraph>& out);
+  // New parameters for every node of `g` (the worker checked that kinds and dependencies are the
+  // graph's own); nothing changes on an error.
+  virtual Status graph_update(BackendGraph& g, std::span<const GraphNodeDesc> nodes);
+  virtual Status graph_launch(BackendStream& s, BackendGraph& g);
+  // Readies the graph for launches on the stream (cuGraphUpload); the default has nothing to do.
+  virtual Status graph_upload(BackendStream& s, BackendGraph& g);
 
   virtual Status set_limit(int device, Limit limit, uint64_t value) = 0;
   virtual Status get_limit(int device, Limit limit, uint64_t& value) = 0;

@@ -97,10 +97,18 @@ class CudaBackend final : public Backend {
   Status launch(BackendStream& bs, BackendKernel& bk, const LaunchDesc& l, std::span<const std::byte> params) override;
   Status launch_batch(BackendStream& bs, std::span<const BatchedLaunch> launches, size_t& launched) override;
 
+  // graphs.cpp
+  Status graph_instantiate(int device, std::span<const GraphNodeDesc> nodes, std::unique_ptr<BackendGraph>& out) override;
+  Status graph_update(BackendGraph& g, std::span<const GraphNodeDesc> nodes) override;
+  Status graph_launch(BackendStream& bs, BackendGraph& g) override;
+  Status graph_upload(BackendStream& bs, BackendGraph& g) override;
+
  private:
   Status host_word_op(BackendStream& bs, CudaStream*& out);                 // streams.cpp
   Status function_of(BackendKernel& bk, int device, CUfunction& f);         // kernels.cpp
   Status launch_graph(CudaStream& s, std::span<const BatchedLaunch> part);  // launch.cpp
+  // A CUgraph of a client's nodes (graphs.cpp); the caller destroys it.
+  Status build_graph(int device, std::span<const GraphNodeDesc> nodes, CUgraph& out);
 
   Status map_new(int device, CUdeviceptr va, uint64_t bytes);
   // Allocations placed by mem_alloc_at: address -> reserved bytes (workers call at once).

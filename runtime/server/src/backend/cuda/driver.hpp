@@ -114,6 +114,13 @@ static_assert(sizeof(size_t) == sizeof(uint64_t));
   X(cuGraphExecKernelNodeSetParams, PFN_cuGraphExecKernelNodeSetParams_v12000) \
   X(cuGraphExecDestroy, PFN_cuGraphExecDestroy_v10000)                     \
   X(cuGraphLaunch, PFN_cuGraphLaunch_v10000)                               \
+  X(cuGraphAddEmptyNode, PFN_cuGraphAddEmptyNode_v10000)                   \
+  X(cuGraphAddMemcpyNode, PFN_cuGraphAddMemcpyNode_v10000)                 \
+  X(cuGraphAddMemsetNode, PFN_cuGraphAddMemsetNode_v10000)                 \
+  X(cuGraphAddEventRecordNode, PFN_cuGraphAddEventRecordNode_v11010)       \
+  X(cuGraphAddEventWaitNode, PFN_cuGraphAddEventWaitNode_v11010)           \
+  X(cuGraphExecUpdate, PFN_cuGraphExecUpdate_v12000)                       \
+  X(cuGraphUpload, PFN_cuGraphUpload_v11010)                               \
   X(cuProfilerStart, PFN_cuProfilerStart_v4000)                            \
   X(cuProfilerStop, PFN_cuProfilerStop_v4000)
 

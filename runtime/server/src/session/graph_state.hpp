@@ -1,0 +1,55 @@
+// A client's graphs on the server (doc/design/graphs.md): builds under way (GraphNode records,
+// each checked as it comes) and executable graphs.  Each keeps what its nodes name alive (the
+// kernels' modules, the events), and the memory its copies and memsets touch is checked again
+// at every launch, so a graph never reaches memory the client no longer holds.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "funnel/ipc/commands.hpp"
+#include "funnel/server/backend.hpp"
+
+namespace funnel::server {
+
+// A region a node reads or writes: checked again before every launch.
+struct GraphRegion {
+  ipc::Location where;
+  uint64_t pitch;
+  uint64_t width;
+  uint64_t height;
+};
+
+struct GraphNodes {
+  int device = 0;
+  std::vector<GraphNodeDesc> nodes;
+  std::vector<GraphRegion> regions;
+  std::vector<uint64_t> recorded_events;  // event ids of the EventRecord nodes
+  std::vector<std::shared_ptr<BackendModule>> modules;
+  std::vector<std::shared_ptr<BackendKernel>> kernels;
+  std::vector<std::shared_ptr<BackendEvent>> events;
+  // Whether `other` has the same kinds and dependencies, node for node (an update's condition).
+  bool same_shape(const GraphNodes& other) const noexcept {
+    if (other.nodes.size() != nodes.size()) return false;
+    for (size_t i = 0; i < nodes.size(); ++i)
+      if (nodes[i].kind != other.nodes[i].kind || nodes[i].deps != other.nodes[i].deps) return false;
+    return true;
+  }
+};
+
+struct GraphExecEntry {
+  GraphNodes nodes;
+  std::unique_ptr<BackendGraph> graph;  // declared last: destroyed before what it uses
+};
+
+struct ClientGraphs {
+  std::unordered_map<uint64_t, GraphNodes> builds;
+  std::unordered_map<uint64_t, GraphExecEntry> execs;
+  void clear() {
+    execs.clear();
+    builds.clear();
+  }
+};
+
+}  // namespace funnel::server

@@ -1,0 +1,217 @@
+// A client's graphs (doc/design/graphs.md): GraphNode records build a graph node by node, each
+// checked as a launch, copy, memset or event command of its kind would be; GraphInstantiate
+// makes the build an executable graph of the backend's, GraphUpdate gives one new parameters,
+// GraphLaunch runs it on a stream after checking again that the memory it touches is still
+// the client's.
+#include <algorithm>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "session/validation.hpp"
+#include "session/worker.hpp"
+
+namespace funnel::server {
+
+namespace {
+
+uint32_t read_u32(const std::byte* p) noexcept {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+}  // namespace
+
+Status Worker::add_graph_node(GraphNodes& b, const ipc::CommandHeader& h, const ipc::GraphNodeCmd& c,
+                              const std::byte* trailing) {
+  using Kind = ipc::GraphNodeKind;
+  if (c.dep_count > ipc::kMaxGraphDeps || h.device != b.device) return Status::InvalidValue;
+  GraphNodeDesc n;
+  n.kind = static_cast<Kind>(c.kind);
+  for (uint32_t i = 0; i < c.dep_count; ++i) {
+    const uint32_t d = read_u32(trailing + 4 * i);
+    if (d >= c.index || std::find(n.deps.begin(), n.deps.end(), d) != n.deps.end()) return Status::InvalidValue;
+    n.deps.push_back(d);
+  }
+  const std::byte* params = trailing + 4 * uint64_t{c.dep_count};
+  switch (n.kind) {
+    case Kind::Empty:
+      break;
+    case Kind::Kernel: {
+      KernelEntry* k = kernels_.find(c.launch.kernel_id);
+      if (k == nullptr) return Status::InvalidResourceHandle;
+      if (Status st = check_launch(c.launch, *k); st != Status::Success) return st;
+      n.launch = launch_desc(c.launch);
+      // Cooperative, cluster and per-launch priority kernel nodes: the client refuses them by name.
+      if (n.launch.cooperative || n.launch.priority != 0 || n.launch.cluster[0] != 0 || n.launch.cluster[1] != 0 ||
+          n.launch.cluster[2] != 0)
+        return Status::NotSupported;
+      n.kernel = k->kernel.get();
+      n.params.assign(params, params + c.launch.param_bytes);
+      b.kernels.push_back(k->kernel);
+      b.modules.push_back(k->module);
+      break;
+    }
+    case Kind::Copy: {
+      const ipc::CopyCmd& cp = c.copy;
+      if (cp.dst.space == ipc::MemSpace::Staging || cp.src.space == ipc::MemSpace::Staging || cp.width == 0 ||
+          cp.height == 0)
+        return Status::InvalidValue;
+      bool dst_dev = false, src_dev = false;
+      if (Status st = res_.resolve_location(cp.dst, cp.dst_pitch, cp.width, cp.height, n.copy.dst, dst_dev);
+          st != Status::Success)
+        return st;
+      if (Status st = res_.resolve_location(cp.src, cp.src_pitch, cp.width, cp.height, n.copy.src, src_dev);
+          st != Status::Success)
+        return st;
+      n.copy.width = cp.width;
+      n.copy.height = cp.height;
+      n.copy.dst_pitch = cp.height > 1 ? cp.dst_pitch : cp.width;
+      n.copy.src_pitch = cp.height > 1 ? cp.src_pitch : cp.width;
+      b.regions.push_back({cp.dst, cp.dst_pitch, cp.width, cp.height});
+      b.regions.push_back({cp.src, cp.src_pitch, cp.width, cp.height});
+      break;
+    }
+    case Kind::Memset: {
+      const ipc::MemsetCmd& m = c.memset;
+      uint64_t extent = 0;
+      if (Status st = region_extent(m.pitch, m.width, m.height, extent); st != Status::Success) return st;
+      if (extent == 0 || !res_.device_range_ok(m.address, extent)) return Status::InvalidValue;
+      const uint32_t element = m.element == 0 ? 1 : m.element;
+      if (element != 1 && element != 2 && element != 4) return Status::InvalidValue;
+      const uint64_t pitch = m.height > 1 ? m.pitch : m.width;
+      if (m.address % element != 0 || m.width % element != 0 || pitch % element != 0) return Status::InvalidValue;
+      n.memset.address = m.address;
+      n.memset.pitch = pitch;
+      n.memset.width = m.width;
+      n.memset.height = m.height;
+      n.memset.value = element == 4 ? m.value : m.value & ((1u << (8 * element)) - 1);
+      n.memset.element = element;
+      b.regions.push_back({{ipc::MemSpace::Device, 0, 0, m.address}, pitch, m.width, m.height});
+      break;
+    }
+    case Kind::EventRecord:
+    case Kind::EventWait: {
+      EventEntry* e = res_.find_event(c.event.event_id);
+      if (e == nullptr) return Status::InvalidResourceHandle;
+      if (e->device != b.device) return Status::InvalidValue;
+      n.event = e->event.get();
+      b.events.push_back(e->event);
+      if (n.kind == Kind::EventRecord) b.recorded_events.push_back(c.event.event_id);
+      break;
+    }
+    default:
+      return Status::InvalidValue;
+  }
+  b.nodes.push_back(std::move(n));
+  return Status::Success;
+}
+
+Status Worker::graph_node(const ipc::CommandHeader& h, const ipc::GraphNodeCmd& c, const std::byte* trailing) {
+  if (c.index == 0) {
+    if (Status st = check_device(h.device); st != Status::Success) return st;
+    if (graphs_.builds.size() >= ipc::kMaxGraphBuilds && !graphs_.builds.contains(c.graph)) return Status::InvalidValue;
+    GraphNodes fresh;
+    fresh.device = h.device;
+    graphs_.builds[c.graph] = std::move(fresh);
+  }
+  auto it = graphs_.builds.find(c.graph);
+  if (it == graphs_.builds.end()) return Status::InvalidValue;
+  GraphNodes& b = it->second;
+  // A node out of order, or past the limit, spoils the build: the instantiation then fails.
+  Status st = Status::InvalidValue;
+  if (c.index == b.nodes.size() && b.nodes.size() < ipc::kMaxGraphNodes) st = add_graph_node(b, h, c, trailing);
+  if (st != Status::Success) graphs_.builds.erase(it);
+  return st;
+}
+
+Status Worker::take_build(const ipc::GraphBuildCmd& c, GraphNodes& out) {
+  auto it = graphs_.builds.find(c.graph);
+  if (it == graphs_.builds.end()) return Status::InvalidValue;
+  out = std::move(it->second);
+  graphs_.builds.erase(it);
+  if (out.nodes.size() != c.nodes) return Status::InvalidValue;
+  return Status::Success;
+}
+
+Status Worker::graph_instantiate(const ipc::CommandHeader& h, const ipc::GraphBuildCmd& c) {
+  GraphNodes b;
+  if (Status st = take_build(c, b); st != Status::Success) return st;
+  if ((c.flags & ~(ipc::kGraphInstantiateAutoFree | ipc::kGraphInstantiateUseNodePriority)) != 0)
+    return Status::InvalidValue;
+  if (graphs_.execs.contains(c.exec)) return Status::InvalidValue;
+  GraphExecEntry e;
+  if (Status st = backend_.graph_instantiate(b.device, b.nodes, e.graph); st != Status::Success) return st;
+  e.nodes = std::move(b);
+  graphs_.execs.emplace(c.exec, std::move(e));
+  answers_.answer(h);
+  return Status::Success;
+}
+
+Status Worker::graph_update(const ipc::CommandHeader& h, const ipc::GraphBuildCmd& c) {
+  GraphNodes b;
+  if (Status st = take_build(c, b); st != Status::Success) return st;
+  auto it = graphs_.execs.find(c.exec);
+  if (it == graphs_.execs.end()) return Status::InvalidResourceHandle;
+  GraphExecEntry& e = it->second;
+  if (b.device != e.nodes.device || !e.nodes.same_shape(b)) return Status::InvalidValue;
+  if (Status st = backend_.graph_update(*e.graph, b.nodes); st != Status::Success) return st;
+  e.nodes = std::move(b);  // the new parameters' kernels and events now kept instead
+  answers_.answer(h);
+  return Status::Success;
+}
+
+Status Worker::graph_launch(const ipc::CommandHeader& h, const ipc::GraphExecCmd& c) {
+  auto it = graphs_.execs.find(c.exec);
+  if (it == graphs_.execs.end()) return Status::InvalidResourceHandle;
+  GraphExecEntry& e = it->second;
+  if (h.device != e.nodes.device) return Status::InvalidValue;
+  for (const GraphRegion& r : e.nodes.regions) {
+    CopyEndpoint where{};
+    bool device = false;
+    if (res_.resolve_location(r.where, r.pitch, r.width, r.height, where, device) != Status::Success) {
+      spdlog::info("client {}: a graph launch refused: a node's memory was freed since it was made", shared_.id);
+      return Status::InvalidValue;
+    }
+  }
+  Status st;
+  StreamEntry* s = find_stream(h, st);
+  if (s == nullptr) return st;
+  if (st = streams_.before_work(*s); st != Status::Success) return st;
+  if (st = backend_.graph_launch(*s->stream, *e.graph); st != Status::Success) return st;
+  streams_.after_work(*s);
+  for (uint64_t id : e.nodes.recorded_events) {
+    if (EventEntry* ev = res_.find_event(id); ev != nullptr) {
+      ev->recorded = true;
+      ev->word = nullptr;  // the graph stores no state word
+    }
+  }
+  add(counters_.launches, 1);
+  answers_.answer(h);
+  return Status::Success;
+}
+
+Status Worker::graph_upload(const ipc::CommandHeader& h, const ipc::GraphExecCmd& c) {
+  auto it = graphs_.execs.find(c.exec);
+  if (it == graphs_.execs.end()) return Status::InvalidResourceHandle;
+  if (h.device != it->second.nodes.device) return Status::InvalidValue;
+  Status st;
+  StreamEntry* s = find_stream(h, st);
+  if (s == nullptr) return st;
+  if (st = streams_.before_work(*s); st != Status::Success) return st;
+  if (st = backend_.graph_upload(*s->stream, *it->second.graph); st != Status::Success) return st;
+  streams_.after_work(*s);
+  answers_.answer(h);
+  return Status::Success;
+}
+
+Status Worker::graph_exec_destroy(const ipc::CommandHeader& h, const ipc::GraphExecCmd& c) {
+  // Launches already queued still run: the backend's graph outlives them (cuGraphExecDestroy
+  // waits for nothing and the driver keeps what is in flight; the default runs nodes at launch).
+  if (graphs_.execs.erase(c.exec) == 0) return Status::InvalidResourceHandle;
+  answers_.answer(h);
+  return Status::Success;
+}
+
+}  // namespace funnel::server

@@ -108,26 +108,22 @@ cudaError_t guarded(const char* name, F&& body) noexcept {
 // ready() of the process's runtime, as a cudaError_t.
 inline cudaError_t attach() noexcept { return to_cuda(Runtime::get().ready()); }
 
+// Whether the stream with this id (nonzero) is being captured into a graph (graphs.hpp): work
+// sent to it becomes nodes of the capture's graph instead of going to the server.
+bool capture_active(uint64_t stream_id) noexcept;
+
 // A stream as the server knows it.
 struct StreamRef {
   uint64_t id = 0;  // 0: the legacy default stream
   int device = 0;
   bool blocking = true;  // synchronizes with the legacy stream (not cudaStreamNonBlocking)
+  bool capturing() const noexcept { return id != 0 && capture_active(id); }
 };
 
 // Resolves an application's stream handle.  `per_thread` is true in the _ptsz/_ptds
 // entry points, where stream 0 means the calling thread's default stream.
 // Attaches when needed.  cudaErrorInvalidResourceHandle for unknown handles.
 cudaError_t resolve_stream(cudaStream_t s, bool per_thread, StreamRef& out) noexcept;
-// cudaStreamIsCapturing / cudaStreamGetCaptureInfo and the driver's: a valid stream is never
-// capturing, as funnel refuses to begin a capture (cudaStreamBeginCapture is not supported yet,
-// issue 30); *status gets cudaStreamCaptureStatusNone.
-cudaError_t capture_status(cudaStream_t s, bool per_thread, cudaStreamCaptureStatus* status) noexcept;
-// cudaStreamGetCaptureInfo / cuStreamGetCaptureInfo: capture_status, and every other output
-// that is asked for empty (no id, graph or dependencies).
-cudaError_t capture_info(cudaStream_t s, bool per_thread, cudaStreamCaptureStatus* status, unsigned long long* id,
-                         cudaGraph_t* graph, const cudaGraphNode_t** deps, const void** edges,
-                         size_t* count) noexcept;
 // A text field of a fixed-size record (a device's name, its PCI bus id) into a caller's buffer
 // of `len` bytes: as much as fits with the terminating 0 (cudaDeviceGetPCIBusId, cuDeviceGetName,
 // cuDeviceGetPCIBusId).

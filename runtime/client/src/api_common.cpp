@@ -138,24 +138,4 @@ int stub_unsupported(const char* name) noexcept {
   return record(cudaErrorNotSupported);
 }
 
-cudaError_t capture_status(cudaStream_t s, bool per_thread, cudaStreamCaptureStatus* status) noexcept {
-  if (status == nullptr) return cudaErrorInvalidValue;
-  StreamRef ref;
-  if (cudaError_t e = resolve_stream(s, per_thread, ref); e != cudaSuccess) return e;
-  *status = cudaStreamCaptureStatusNone;
-  return cudaSuccess;
-}
-
-cudaError_t capture_info(cudaStream_t s, bool per_thread, cudaStreamCaptureStatus* status, unsigned long long* id,
-                         cudaGraph_t* graph, const cudaGraphNode_t** deps, const void** edges,
-                         size_t* count) noexcept {
-  if (cudaError_t e = capture_status(s, per_thread, status); e != cudaSuccess) return e;
-  if (id != nullptr) *id = 0;
-  if (graph != nullptr) *graph = nullptr;
-  if (deps != nullptr) *deps = nullptr;
-  if (edges != nullptr) *edges = nullptr;
-  if (count != nullptr) *count = 0;
-  return cudaSuccess;
-}
-
 }  // namespace funnel::client

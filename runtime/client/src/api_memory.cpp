@@ -12,6 +12,7 @@
 #include "api.hpp"
 #include "copy_engine.hpp"
 #include "device_memory.hpp"
+#include "graphs.hpp"
 #include "funnel/ipc/protocol.hpp"
 #include "mem_pool.hpp"
 #include "pinned.hpp"
@@ -21,19 +22,6 @@ using namespace funnel::client;
 namespace {
 
 StreamRef legacy() { return StreamRef{0, current_device()}; }
-
-// Where a 3-D copy or memset starts in a pitched region: `pos` is in bytes (x), rows
-// and slices, as for every copy between linear memory.
-std::byte* at(const cudaPitchedPtr& p, const cudaPos& pos) {
-  return static_cast<std::byte*>(p.ptr) + (pos.z * p.ysize + pos.y) * p.pitch + pos.x;
-}
-
-// Whether `extent` from `pos` stays within the region's rows (and, with several slices,
-// within its slices' rows), as CUDA checks it.
-bool fits(const cudaPitchedPtr& p, const cudaPos& pos, const cudaExtent& extent) {
-  if (extent.width > p.pitch || pos.x > p.pitch - extent.width) return false;
-  return extent.depth <= 1 || (extent.height <= p.ysize && pos.y <= p.ysize - extent.height);
-}
 
 // cudaMemcpy3D(Async) between linear memory, slice by slice over the 2-D copy path.
 // funnel makes no CUDA arrays (cudaMalloc3DArray is not supported), so an array end is
@@ -93,12 +81,14 @@ FUNNEL_API cudaError_t cudaFree(void* ptr) {
 static cudaError_t malloc_async(void** ptr, size_t size, cudaStream_t stream, bool ptds) {
   StreamRef s;
   if (cudaError_t e = resolve_stream(stream, ptds, s); e != cudaSuccess) return e;
+  if (s.capturing()) return capture_refuse(s, "cudaMallocAsync in a stream capture (graph memory nodes)");
   return device_alloc(ptr, size, Opcode::MemAllocAsync, s);
 }
 static cudaError_t free_async(void* ptr, cudaStream_t stream, bool ptds) {
   if (ptr == nullptr) return cudaSuccess;
   StreamRef s;
   if (cudaError_t e = resolve_stream(stream, ptds, s); e != cudaSuccess) return e;
+  if (s.capturing()) return capture_refuse(s, "cudaFreeAsync in a stream capture (graph memory nodes)");
   return device_free(ptr, Opcode::MemFreeAsync, s);
 }
 
@@ -114,6 +104,7 @@ static cudaError_t malloc_from_pool(void** ptr, size_t size, cudaMemPool_t pool,
     report_unsupported("cudaMallocFromPoolAsync on a stream of another device than the pool's");
     return cudaErrorNotSupported;
   }
+  if (s.capturing()) return capture_refuse(s, "cudaMallocFromPoolAsync in a stream capture (graph memory nodes)");
   return device_alloc(ptr, size, Opcode::MemAllocAsync, s);
 }
 

@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "api.hpp"
+#include "graphs.hpp"
 #include "streams.hpp"
 
 using namespace funnel::client;
@@ -84,8 +85,8 @@ FUNNEL_API cudaError_t cudaStreamGetDevice_ptsz(cudaStream_t s, int* device) {
   return guarded(__func__, [&] { return stream_field(s, device, kDevice); });
 }
 
-// No stream is ever capturing: funnel does not begin captures yet (issue 30).  Libraries ask
-// before their work (cuBLAS, cuSOLVER, PyTorch) and go on uncaptured.
+// Captures are recorded in the client (graphs.hpp); libraries ask before their work (cuBLAS,
+// cuSOLVER, PyTorch) and capture into the program's graph when it captures.
 
 FUNNEL_API cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* status) {
   return guarded(__func__, [&] { return capture_status(s, false, status); });

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "api.hpp"
+#include "graphs.hpp"
 
 namespace funnel::client {
 namespace {
@@ -219,6 +220,35 @@ End resolve(Runtime& rt, const void* p, bool device_expected, bool host_expected
 
 }  // namespace
 
+cudaError_t direct_copy_command(void* dst, Pitches dp, const void* src, Pitches sp, Extent3 e, cudaMemcpyKind kind,
+                                const char* call, ipc::CopyCmd& out, int& device) noexcept {
+  if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return cudaErrorInvalidMemcpyDirection;
+  if (e.height > 1 && (dp.pitch < e.width || sp.pitch < e.width)) return cudaErrorInvalidPitchValue;
+  if (e.width == 0 || e.height == 0 || e.depth == 0 || dst == nullptr || src == nullptr) return cudaErrorInvalidValue;
+  fold_slices(e, {dp, sp});
+  if (e.height == 1) dp.pitch = sp.pitch = e.width;
+  Runtime& rt = Runtime::get();
+  if (cudaError_t err = to_cuda(rt.ready()); err != cudaSuccess) return err;
+  const bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  const bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  const bool explicit_kind = kind != cudaMemcpyDefault;
+  End d = resolve(rt, dst, dst_dev, explicit_kind && !dst_dev);
+  End sr = resolve(rt, src, src_dev, explicit_kind && !src_dev);
+  if ((dst_dev && !d.on_device()) || (src_dev && !sr.on_device())) return cudaErrorInvalidValue;
+  if (!inside(d, span(dp, e)) || !inside(sr, span(sp, e))) return cudaErrorInvalidValue;
+  const bool direct = (d.on_device() || d.host_direct()) && (sr.on_device() || sr.host_direct());
+  if (!direct || (!d.on_device() && !sr.on_device()) || e.depth != 1) {
+    const char* why = !direct ? "pageable host memory (use cudaMallocHost or cudaHostAlloc memory)"
+                      : e.depth != 1 ? "3-D slices that are not one 2-D region"
+                                     : "host memory on both sides";
+    report_unsupported(fmt::format("{} with {}", call, why).c_str());
+    return cudaErrorNotSupported;
+  }
+  device = d.on_device() ? d.c.device : sr.c.device;
+  out = CopyCmd{d.location(), sr.location(), e.width, e.height, dp.pitch, sp.pitch};
+  return cudaSuccess;
+}
+
 cudaError_t copy_3d(void* dst, Pitches dp, const void* src, Pitches sp, Extent3 e, cudaMemcpyKind kind,
                     cudaStream_t stream, bool async, bool per_thread) noexcept {
   try {
@@ -230,6 +260,10 @@ cudaError_t copy_3d(void* dst, Pitches dp, const void* src, Pitches sp, Extent3 
     if (dst == nullptr || src == nullptr) return cudaErrorInvalidValue;
     StreamRef s;
     if (cudaError_t err = resolve_stream(stream, per_thread, s); err != cudaSuccess) return err;
+    if (s.capturing()) {
+      if (!async) return capture_refuse(s);  // a synchronous copy cannot be captured
+      return capture_copy(s, CopyParams{dst, src, dp, sp, e, kind});
+    }
     Runtime& rt = Runtime::get();
 
     const bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
@@ -290,6 +324,17 @@ cudaError_t memset_3d(void* dst, Pitches p, int value, Extent3 e, cudaStream_t s
   if (e.height == 1) p.pitch = e.width;
   StreamRef s;
   if (cudaError_t err = resolve_stream(stream, per_thread, s); err != cudaSuccess) return err;
+  if (s.capturing()) {
+    if (e.depth != 1) return capture_refuse(s, "a 3-D memset in a stream capture");
+    cudaMemsetParams mp{};
+    mp.dst = dst;
+    mp.pitch = p.pitch;
+    mp.value = element_value(value, element);
+    mp.elementSize = element;
+    mp.width = e.width / element;
+    mp.height = e.height;
+    return capture_memset(s, mp);
+  }
   Runtime& rt = Runtime::get();
   const auto addr = reinterpret_cast<uint64_t>(dst);
   const auto alloc = rt.tables.device_range(addr, span(p, e));

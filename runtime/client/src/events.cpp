@@ -2,6 +2,8 @@
 // one-way.
 #include "events.hpp"
 
+#include "graphs.hpp"
+
 #include <bit>
 #include <memory>
 #include <optional>
@@ -41,8 +43,12 @@ static bool lookup(cudaEvent_t event, EventRef& out, EventUse use = EventUse::Pl
 cudaError_t record_event(cudaEvent_t event, cudaStream_t stream, unsigned flags, bool ptds) {
   StreamRef ref;
   if (cudaError_t e = resolve_stream(stream, ptds, ref); e != cudaSuccess) return e;
+  if (ref.capturing()) return capture_record(ref, event, flags);
+  if ((flags & ~unsigned{cudaEventRecordExternal}) != 0) return cudaErrorInvalidValue;
   EventRef ev;
   if (!lookup(event, ev, EventUse::Record)) return cudaErrorInvalidResourceHandle;
+  forget_event_mark(event);  // recorded anew: no longer a place in a capture
+  flags = 0;                 // cudaEventRecordExternal means something only in a capture
   funnel::ipc::EventRecordCmd c{ev.id, flags, ev.slot, ev.generation, 0};
   // Without timing, nothing tells a record on an idle stream of a complete event from none
   // (doc/design/channel.md, "Records on idle streams"); the server still checks the rest.
@@ -100,6 +106,7 @@ cudaError_t destroy_event(cudaEvent_t event) {
   if (cudaError_t e = to_cuda(rt.ready()); e != cudaSuccess) return e;
   const std::unique_ptr<EventObj> ev = rt.tables.remove_event(reinterpret_cast<EventObj*>(event));
   if (!ev) return cudaErrorInvalidResourceHandle;
+  forget_event_mark(event);
   EventCmd c{ev->id, 0, 0};
   const int dev = ev->device;
   return to_cuda(rt.post(Opcode::EventDestroy, dev, 0, &c, sizeof c));

@@ -22,6 +22,8 @@
 #include "api.hpp"
 #include "host_func.hpp"
 
+#include "graphs.hpp"
+
 using namespace funnel::client;
 
 namespace {
@@ -224,6 +226,7 @@ HostFuncs& host_funcs(Runtime& rt) {
 cudaError_t add(cudaStream_t stream, bool per_thread, Pending p) {
   StreamRef s;
   if (cudaError_t e = resolve_stream(stream, per_thread, s); e != cudaSuccess) return e;
+  if (s.capturing()) return capture_refuse(s, "a host function in a stream capture (cudaLaunchHostFunc)");
   p.handle = stream;
   return host_funcs(Runtime::get()).submit(s, p);
 }

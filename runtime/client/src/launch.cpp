@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "graphs.hpp"
 #include "launch_params.hpp"
 
 namespace funnel::client {
@@ -111,34 +112,40 @@ struct ParamBuffer {
 thread_local ParamBuffer t_params;
 }  // namespace
 
-cudaError_t launch_kernel(Kernel& kernel, const LaunchSpec& l, void** args) {
-  Kernel* k = &kernel;
-  StreamRef s;
-  if (cudaError_t e = resolve_stream(l.stream, l.per_thread, s); e != cudaSuccess) return e;
+cudaError_t prepare_launch(Kernel& k, const LaunchSpec& l, int device, void** args, ipc::LaunchCmd& c,
+                           std::vector<std::byte>& params) {
   Runtime& rt = Runtime::get();
-  if (s.device < 0 || s.device >= rt.device_count()) return cudaErrorInvalidDevice;
-  if (cudaError_t e = check_shape(l, rt.device(s.device)); e != cudaSuccess) return e;
-  if (cudaError_t e = to_cuda(kernel_ready(*k, rt, s.device)); e != cudaSuccess) return e;
-  if (args == nullptr && !k->layout.empty()) return cudaErrorInvalidValue;
+  if (device < 0 || device >= rt.device_count()) return cudaErrorInvalidDevice;
+  if (cudaError_t e = check_shape(l, rt.device(device)); e != cudaSuccess) return e;
+  if (cudaError_t e = to_cuda(kernel_ready(k, rt, device)); e != cudaSuccess) return e;
+  if (args == nullptr && !k.layout.empty()) return cudaErrorInvalidValue;
   if (l.shared > UINT32_MAX) return cudaErrorInvalidValue;
-  if (cudaError_t e = check_kernel(*k, l, s.device, rt.device(s.device)); e != cudaSuccess) return e;
-
-  // One parameter buffer per thread; a launch from an exit handler, after the thread's
-  // thread_local objects were destroyed, packs into one of its own.
-  std::vector<std::byte> own;
-  std::vector<std::byte>& params = t_params_gone ? own : t_params.bytes;
-  params.resize(k->param_bytes);
-  pack_params(k->layout, k->param_bytes, args, params.data());
-  ipc::LaunchCmd c{};
-  c.kernel_id = k->id;
+  if (cudaError_t e = check_kernel(k, l, device, rt.device(device)); e != cudaSuccess) return e;
+  params.resize(k.param_bytes);
+  pack_params(k.layout, k.param_bytes, args, params.data());
+  c = ipc::LaunchCmd{};
+  c.kernel_id = k.id;
   c.grid[0] = l.grid.x, c.grid[1] = l.grid.y, c.grid[2] = l.grid.z;
   c.block[0] = l.block.x, c.block[1] = l.block.y, c.block[2] = l.block.z;
   c.shared_bytes = static_cast<uint32_t>(l.shared);
   c.flags = l.flags;
   for (int i = 0; i < 3; ++i) c.cluster[i] = l.cluster[i];
   c.priority = l.priority;
-  c.param_bytes = k->param_bytes;
-  return to_cuda(rt.post(Opcode::Launch, s.device, s.id, &c, sizeof c, params));
+  c.param_bytes = k.param_bytes;
+  return cudaSuccess;
+}
+
+cudaError_t launch_kernel(Kernel& k, const LaunchSpec& l, void** args) {
+  StreamRef s;
+  if (cudaError_t e = resolve_stream(l.stream, l.per_thread, s); e != cudaSuccess) return e;
+  if (s.capturing()) return capture_launch(s, k, l, args);
+  // One parameter buffer per thread; a launch from an exit handler, after the thread's
+  // thread_local objects were destroyed, packs into one of its own.
+  std::vector<std::byte> own;
+  std::vector<std::byte>& params = t_params_gone ? own : t_params.bytes;
+  ipc::LaunchCmd c;
+  if (cudaError_t e = prepare_launch(k, l, s.device, args, c, params); e != cudaSuccess) return e;
+  return to_cuda(Runtime::get().post(Opcode::Launch, s.device, s.id, &c, sizeof c, params));
 }
 
 cudaError_t kernel_occupancy(Kernel& k, int device, int block_size, size_t dynamic_shared, unsigned flags,

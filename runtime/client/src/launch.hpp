@@ -3,6 +3,8 @@
 // occupancy (doc/design/kernels.md).
 #pragma once
 #include "api.hpp"
+#include <vector>
+
 #include "modules.hpp"
 
 namespace funnel::client {
@@ -34,6 +36,10 @@ cudaError_t check_kernel(Kernel& k, const LaunchSpec& l, int device, const ipc::
 // dynamic shared memory left per block at `blocks` blocks (cudaOccupancyAvailableDynamicSMemPerBlock).
 cudaError_t kernel_occupancy(Kernel& k, int device, int block_size, size_t dynamic_shared, unsigned flags, int& blocks);
 cudaError_t kernel_available_smem(Kernel& k, int device, int blocks, int block_size, size_t& bytes);
+// The checks of a launch of `k` on `device` and its Launch record: the command and the packed
+// parameters (a launch's, or a graph's kernel node's).
+cudaError_t prepare_launch(Kernel& k, const LaunchSpec& l, int device, void** args, ipc::LaunchCmd& c,
+                           std::vector<std::byte>& params);
 // One one-way Launch record of `k` on l.stream with the arguments `args` (one pointer per
 // parameter, as cudaLaunchKernel and cuLaunchKernel take them); loads the module first if needed.
 cudaError_t launch_kernel(Kernel& k, const LaunchSpec& l, void** args);

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 
+#include "graphs.hpp"
 #include "host_func.hpp"
 
 namespace funnel::client {
@@ -27,6 +28,7 @@ cudaError_t create_stream(cudaStream_t* out, unsigned flags, int priority) {
 cudaError_t stream_sync(cudaStream_t stream, bool ptds) {
   StreamRef ref;
   if (cudaError_t e = resolve_stream(stream, ptds, ref); e != cudaSuccess) return e;
+  if (ref.capturing()) return capture_refuse(ref);
   const uint64_t uses = hf_uses();
   const cudaError_t e = to_cuda(Runtime::get().call(Opcode::StreamSynchronize, ref.device, ref.id, nullptr, 0));
   if (e == cudaSuccess) hf_synchronized(ref.device, ref.id, uses);
@@ -36,6 +38,7 @@ cudaError_t stream_sync(cudaStream_t stream, bool ptds) {
 cudaError_t stream_query(cudaStream_t stream, bool ptds) {
   StreamRef ref;
   if (cudaError_t e = resolve_stream(stream, ptds, ref); e != cudaSuccess) return e;
+  if (ref.capturing()) return capture_refuse(ref);
   return to_cuda(Runtime::get().call(Opcode::StreamQuery, ref.device, ref.id, nullptr, 0));
 }
 
@@ -45,7 +48,10 @@ cudaError_t stream_wait_event(cudaStream_t stream, cudaEvent_t event, unsigned f
   Runtime& rt = Runtime::get();
   auto* ev = reinterpret_cast<EventObj*>(event);
   if (!rt.tables.has_event(ev)) return cudaErrorInvalidResourceHandle;
-  funnel::ipc::EventCmd c{ev->id, flags, 0};
+  if ((flags & ~unsigned{cudaEventWaitExternal}) != 0) return cudaErrorInvalidValue;
+  bool handled = false;
+  if (cudaError_t e = capture_wait(ref, event, flags, handled); handled || e != cudaSuccess) return e;
+  funnel::ipc::EventCmd c{ev->id, 0, 0};
   return to_cuda(rt.post(Opcode::StreamWaitEvent, ref.device, ref.id, &c, sizeof c));
 }
 
@@ -75,6 +81,7 @@ cudaError_t stream_mem_op(cudaStream_t stream, bool ptds, uint64_t address, uint
                           uint32_t flags) {
   StreamRef ref;
   if (cudaError_t e = resolve_stream(stream, ptds, ref); e != cudaSuccess) return e;
+  if (ref.capturing()) return capture_refuse(ref, "a stream memory operation in a stream capture");
   Runtime& rt = Runtime::get();
   const bool wide = op == ipc::StreamMemOp::Write64 || op == ipc::StreamMemOp::Wait64;
   const bool wait = op == ipc::StreamMemOp::Wait32 || op == ipc::StreamMemOp::Wait64;

@@ -330,6 +330,7 @@ std::optional<EventRef> ClientTables::use_event(EventObj* handle, EventUse use) 
   if (it == events_.end()) return std::nullopt;
   EventObj& ev = *it->second;
   if (use == EventUse::Query) ev.polled = true;
+  if (use == EventUse::Graph) ev.generation = 0;
   if (use == EventUse::Record) {
     // Only an event that the program polls asks for the GPU's store: the store costs the
     // server a cuStreamWriteValue32 per record (doc/design/channel.md, "Event state words").

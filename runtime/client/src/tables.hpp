@@ -88,7 +88,9 @@ struct EventRef {
   uint32_t slot = ipc::kNoEventSlot;  // the state word its last record stores, if it asked for the store
   uint32_t generation = 0;
 };
-enum class EventUse { Plain, Record, Query };
+// Plain: a look-up; Record: a record that asks for the GPU's store if the event is polled; Query:
+// the program polls it; Graph: a graph records it (no store: its queries ask the server).
+enum class EventUse { Plain, Record, Query, Graph };
 
 class ClientTables {
  public:

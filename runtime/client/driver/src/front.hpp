@@ -5,12 +5,21 @@
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 
+#include <memory>
+
 #include "api.hpp"  // the client core: Runtime, StreamRef, current_device()
 #include "driver.hpp"
 
 #define FUNNEL_DRIVER_API extern "C" __attribute__((visibility("default")))
 
+namespace funnel::client {
+struct NodeObj;
+}
+
 namespace funnel::driver {
+
+// A graph kernel node from the driver's parameters (modules.cpp: the front's functions).
+CUresult kernel_node(const CUDA_KERNEL_NODE_PARAMS* p, std::unique_ptr<client::NodeObj>& out);
 
 // The core answers in cudaError_t numbers; most are the CUresult of the same meaning (CUDA
 // aligned them), the runtime-only ones are mapped here.

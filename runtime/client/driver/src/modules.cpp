@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "front.hpp"
+#include "graphs.hpp"
 #include "launch.hpp"
 #include "modules.hpp"
 
@@ -133,6 +134,25 @@ CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx
 }
 
 }  // namespace
+
+// A graph kernel node of the driver front (CUDA_KERNEL_NODE_PARAMS_v2: a CUfunction or a
+// CUkernel, parameters or `extra`), on the current context's device.
+CUresult funnel::driver::kernel_node(const CUDA_KERNEL_NODE_PARAMS* p, std::unique_ptr<funnel::client::NodeObj>& out) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Kernel* k = function_of(p->func != nullptr ? p->func : reinterpret_cast<CUfunction>(p->kern));
+  if (k == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  int d = 0;
+  if (CUresult r = funnel::driver::in_context(d); r != CUDA_SUCCESS) return r;
+  std::vector<void*> storage;
+  void** params = nullptr;
+  if (CUresult r = parameters(*k, d, p->kernelParams, p->extra, storage, params); r != CUDA_SUCCESS) return r;
+  funnel::client::LaunchSpec l;
+  l.grid = dim3(p->gridDimX, p->gridDimY, p->gridDimZ);
+  l.block = dim3(p->blockDimX, p->blockDimY, p->blockDimZ);
+  l.shared = p->sharedMemBytes;
+  out = std::make_unique<funnel::client::NodeObj>();
+  return funnel::driver::to_cu(funnel::client::make_kernel_node(*out, *k, p->func != nullptr ? static_cast<const void*>(p->func) : static_cast<const void*>(p->kern), l, params, d));
+}
 
 // JIT options (log buffers, optimisation level, ...) are not passed on: the server loads with
 // the driver's defaults, and log buffers stay as the caller left them.

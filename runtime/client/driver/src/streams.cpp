@@ -3,6 +3,7 @@
 // cudaStreamPerThread, 0x1 and 0x2) and host functions on them.
 #include "streams.hpp"
 #include "front.hpp"
+#include "graphs.hpp"
 #include "host_func.hpp"
 
 namespace {
@@ -185,8 +186,8 @@ FUNNEL_DRIVER_API CUresult cuStreamAddCallback_ptsz(CUstream s, CUstreamCallback
       funnel::client::add_callback(rt(s), reinterpret_cast<cudaStreamCallback_t>(cb), data, flags, true));
 }
 
-// No stream is ever capturing (funnel does not begin captures yet, issue 30): cuBLAS and
-// cuSOLVER ask before their work.
+// Captures are recorded in the client core (graphs.hpp); cuBLAS and
+// cuSOLVER ask before their work, and capture into the program's graph when it captures.
 namespace {
 CUresult capture_info(CUstream s, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
                       const CUgraphNode** deps, const CUgraphEdgeData** edges, size_t* count, bool per_thread) {

@@ -1,0 +1,517 @@
+// CUDA graphs and stream capture (issue 30): a capture of memset, copies and a launch replayed
+// three times while the pinned input changes (replays re-read memory); capture info and status;
+// a fork and join across two streams; the thread-local and relaxed capture modes; an explicit
+// graph (memset, 1D copies, empty, kernel and child-graph nodes, an edge added afterwards), its
+// node types, edges and roots, upload and launches; updates of an instantiated graph (memset,
+// copy and kernel node parameters, cudaGraphExecUpdate with the same and another topology); a
+// clone; an event record node; and the errors of captures gone wrong.  Every printed value comes
+// from memset and copy nodes, never from a kernel's effect: the sim backend runs no kernel code,
+// and the output is the same natively and through funnel.
+#include "check.h"
+
+static const int N = 1024;  // ints per buffer
+static const size_t BYTES = N * sizeof(int);
+
+// The kernel of the kernel nodes: writes a scratch buffer that is never read back.
+__global__ void touch(int* scratch, int v) { scratch[threadIdx.x] = v + static_cast<int>(threadIdx.x); }
+
+static bool all(const int* p, int n, int v) {
+  for (int i = 0; i < n; ++i)
+    if (p[i] != v) return false;
+  return true;
+}
+
+static const char* status_name(cudaStreamCaptureStatus s) {
+  switch (s) {
+    case cudaStreamCaptureStatusNone: return "None";
+    case cudaStreamCaptureStatusActive: return "Active";
+    case cudaStreamCaptureStatusInvalidated: return "Invalidated";
+  }
+  return "?";
+}
+
+static const char* capturing(cudaStream_t s) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusInvalidated;
+  CHECK(cudaStreamIsCapturing(s, &st));
+  return status_name(st);
+}
+
+static const char* type_name(cudaGraphNode_t n) {
+  cudaGraphNodeType t;
+  CHECK(cudaGraphNodeGetType(n, &t));
+  switch (t) {
+    case cudaGraphNodeTypeKernel: return "kernel";
+    case cudaGraphNodeTypeMemcpy: return "memcpy";
+    case cudaGraphNodeTypeMemset: return "memset";
+    case cudaGraphNodeTypeHost: return "host";
+    case cudaGraphNodeTypeGraph: return "graph";
+    case cudaGraphNodeTypeEmpty: return "empty";
+    case cudaGraphNodeTypeWaitEvent: return "event wait";
+    case cudaGraphNodeTypeEventRecord: return "event record";
+    default: return "other";
+  }
+}
+
+static size_t node_count(cudaGraph_t g) {
+  size_t n = 0;
+  CHECK(cudaGraphGetNodes(g, nullptr, &n));
+  return n;
+}
+
+static size_t root_count(cudaGraph_t g) {
+  size_t n = 0;
+  CHECK(cudaGraphGetRootNodes(g, nullptr, &n));
+  return n;
+}
+
+static size_t edge_count(cudaGraph_t g) {
+  size_t n = 0;
+  CHECK(cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &n));
+  return n;
+}
+
+// A 1D memset node's parameters: n ints of value v.
+static cudaMemsetParams memset_params(int* dst, unsigned v, int n) {
+  cudaMemsetParams p{};
+  p.dst = dst;
+  p.pitch = 0;
+  p.value = v;
+  p.elementSize = sizeof(int);
+  p.width = n;
+  p.height = 1;
+  return p;
+}
+
+// a) One stream captured: memset, copy pinned -> device, copy device -> device, a launch, copy
+// device -> pinned.  Each replay copies the pinned input as it is then.
+static void capture_one_stream() {
+  int *d_in, *d_out, *scratch, *h_in, *h_out;
+  CHECK(cudaMalloc(&d_in, BYTES));
+  CHECK(cudaMalloc(&d_out, BYTES));
+  CHECK(cudaMalloc(&scratch, BYTES));
+  CHECK(cudaMallocHost(&h_in, BYTES));
+  CHECK(cudaMallocHost(&h_out, BYTES));
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  const char* during = capturing(s);
+  cudaStreamCaptureStatus st0 = cudaStreamCaptureStatusNone, st1 = cudaStreamCaptureStatusNone;
+  unsigned long long id0 = 0, id1 = 0;
+  cudaGraph_t cg = nullptr;
+  const cudaGraphNode_t* deps = nullptr;
+  const cudaGraphEdgeData* edge_data = nullptr;
+  size_t deps0 = 99, deps1 = 99;
+  CHECK(cudaStreamGetCaptureInfo(s, &st0, &id0, &cg, &deps, &edge_data, &deps0));
+  CHECK(cudaMemsetAsync(d_out, 0x01, BYTES, s));
+  CHECK(cudaStreamGetCaptureInfo(s, &st1, &id1, &cg, &deps, &edge_data, &deps1));
+  const bool dep_set = deps != nullptr && deps[0] != nullptr;
+  CHECK(cudaMemcpyAsync(d_in, h_in, BYTES, cudaMemcpyHostToDevice, s));
+  CHECK(cudaMemcpyAsync(d_out, d_in, BYTES / 2, cudaMemcpyDeviceToDevice, s));
+  touch<<<1, 32, 0, s>>>(scratch, 5);
+  CHECK(cudaGetLastError());
+  CHECK(cudaMemcpyAsync(h_out, d_out, BYTES, cudaMemcpyDeviceToHost, s));
+  cudaGraph_t g = nullptr;
+  CHECK(cudaStreamEndCapture(s, &g));
+  std::printf("capture: during %s, after %s\n", during, capturing(s));
+  std::printf("capture info: active %s, id nonzero %s, same id %s, graph %s, dependencies %zu then %zu%s\n",
+              st0 == cudaStreamCaptureStatusActive && st1 == cudaStreamCaptureStatusActive ? "yes" : "no",
+              id0 != 0 ? "yes" : "no", id0 == id1 ? "yes" : "no", cg != nullptr ? "yes" : "no", deps0, deps1,
+              dep_set ? "" : " (no node)");
+
+  // The nodes by type (cudaGraphGetNodes gives no documented order).
+  const size_t n = node_count(g);
+  cudaGraphNode_t nodes[8];
+  size_t got = 8;
+  CHECK(cudaGraphGetNodes(g, nodes, &got));
+  int memsets = 0, memcpys = 0, kernels = 0;
+  for (size_t i = 0; i < got; ++i) {
+    cudaGraphNodeType t;
+    CHECK(cudaGraphNodeGetType(nodes[i], &t));
+    memsets += t == cudaGraphNodeTypeMemset;
+    memcpys += t == cudaGraphNodeTypeMemcpy;
+    kernels += t == cudaGraphNodeTypeKernel;
+  }
+
+  cudaGraphExec_t exec;
+  CHECK(cudaGraphInstantiate(&exec, g, 0));
+  bool ok = true;
+  for (int r = 0; r < 3; ++r) {
+    for (int i = 0; i < N; ++i) {
+      h_in[i] = i + 1000 * r;
+      h_out[i] = -1;
+    }
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    for (int i = 0; i < N / 2; ++i) ok = ok && h_out[i] == i + 1000 * r;
+    ok = ok && all(h_out + N / 2, N / 2, 0x01010101);
+  }
+  std::printf("capture: %zu nodes (%d memset, %d memcpy, %d kernel), %zu edges, replay x3 %s\n", n, memsets,
+              memcpys, kernels, edge_count(g), ok ? "ok" : "FAIL");
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(g));
+  CHECK(cudaStreamDestroy(s));
+  CHECK(cudaFree(d_in));
+  CHECK(cudaFree(d_out));
+  CHECK(cudaFree(scratch));
+  CHECK(cudaFreeHost(h_in));
+  CHECK(cudaFreeHost(h_out));
+}
+
+// b) A fork to a second stream by an event and a join back: a memset on each, to the two halves
+// of a buffer, then a copy of the whole to pinned memory on the origin stream.
+static void capture_two_streams() {
+  int *d, *h;
+  CHECK(cudaMalloc(&d, BYTES));
+  CHECK(cudaMallocHost(&h, BYTES));
+  cudaStream_t s1, s2;
+  CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  cudaEvent_t fork, join;
+  CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+
+  CHECK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeGlobal));
+  CHECK(cudaEventRecord(fork, s1));
+  CHECK(cudaStreamWaitEvent(s2, fork, 0));
+  const char* during = capturing(s2);
+  CHECK(cudaMemsetAsync(d, 0x02, BYTES / 2, s1));
+  CHECK(cudaMemsetAsync(d + N / 2, 0x03, BYTES / 2, s2));
+  CHECK(cudaEventRecord(join, s2));
+  CHECK(cudaStreamWaitEvent(s1, join, 0));
+  CHECK(cudaMemcpyAsync(h, d, BYTES, cudaMemcpyDeviceToHost, s1));
+  cudaGraph_t g = nullptr;
+  CHECK(cudaStreamEndCapture(s1, &g));
+  std::printf("two streams: s2 %s during, %s after\n", during, capturing(s2));
+
+  cudaGraphExec_t exec;
+  CHECK(cudaGraphInstantiate(&exec, g, 0));
+  bool ok = true;
+  for (int r = 0; r < 2; ++r) {
+    for (int i = 0; i < N; ++i) h[i] = 0;
+    CHECK(cudaGraphLaunch(exec, s1));
+    CHECK(cudaStreamSynchronize(s1));
+    ok = ok && all(h, N / 2, 0x02020202) && all(h + N / 2, N / 2, 0x03030303);
+  }
+  std::printf("two streams: %zu nodes, %zu roots, %zu edges, replay x2 %s\n", node_count(g), root_count(g),
+              edge_count(g), ok ? "ok" : "FAIL");
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(g));
+  CHECK(cudaEventDestroy(fork));
+  CHECK(cudaEventDestroy(join));
+  CHECK(cudaStreamDestroy(s1));
+  CHECK(cudaStreamDestroy(s2));
+  CHECK(cudaFree(d));
+  CHECK(cudaFreeHost(h));
+}
+
+// c) The other capture modes: one memset captured, replayed twice (the buffer cleared between).
+static void capture_mode(cudaStreamCaptureMode mode, const char* name, int value) {
+  int* d;
+  CHECK(cudaMalloc(&d, BYTES));
+  int h[N];
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CHECK(cudaStreamBeginCapture(s, mode));
+  CHECK(cudaMemsetAsync(d, value, BYTES, s));
+  cudaGraph_t g = nullptr;
+  CHECK(cudaStreamEndCapture(s, &g));
+  cudaGraphExec_t exec;
+  CHECK(cudaGraphInstantiate(&exec, g, 0));
+  bool ok = true;
+  for (int r = 0; r < 2; ++r) {
+    CHECK(cudaMemsetAsync(d, 0, BYTES, s));  // on s: a non-blocking stream ignores the legacy one
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaMemcpy(h, d, BYTES, cudaMemcpyDeviceToHost));
+    ok = ok && all(h, N, value * 0x01010101);
+  }
+  std::printf("capture mode %s: %zu node, replay x2 %s\n", name, node_count(g), ok ? "ok" : "FAIL");
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(g));
+  CHECK(cudaStreamDestroy(s));
+  CHECK(cudaFree(d));
+}
+
+// d) An explicit graph, kept for the clone of f):
+//   memset a=7 -> copy a->b -> empty -> kernel -> copy b->h[0..N)   (the last edge added afterwards)
+//   child graph {memset c=9} -> copy c->h[N..2N)
+struct Explicit {
+  cudaGraph_t g = nullptr;
+  int *a = nullptr, *b = nullptr, *c = nullptr, *scratch = nullptr, *h = nullptr;
+};
+
+static void explicit_graph(Explicit& x, cudaStream_t s) {
+  CHECK(cudaMalloc(&x.a, BYTES));
+  CHECK(cudaMalloc(&x.b, BYTES));
+  CHECK(cudaMalloc(&x.c, BYTES));
+  CHECK(cudaMalloc(&x.scratch, BYTES));
+  CHECK(cudaMallocHost(&x.h, 2 * BYTES));
+  CHECK(cudaGraphCreate(&x.g, 0));
+  cudaGraphNode_t m, c1, e, k, c2, ch, c3;
+  const cudaMemsetParams mp = memset_params(x.a, 7, N);
+  CHECK(cudaGraphAddMemsetNode(&m, x.g, nullptr, 0, &mp));
+  CHECK(cudaGraphAddMemcpyNode1D(&c1, x.g, &m, 1, x.b, x.a, BYTES, cudaMemcpyDeviceToDevice));
+  CHECK(cudaGraphAddEmptyNode(&e, x.g, &c1, 1));
+  int* kp = x.scratch;
+  int kv = 11;
+  void* args[] = {&kp, &kv};
+  cudaKernelNodeParams kn{};
+  kn.func = reinterpret_cast<void*>(touch);
+  kn.gridDim = dim3(1);
+  kn.blockDim = dim3(32);
+  kn.sharedMemBytes = 0;
+  kn.kernelParams = args;
+  kn.extra = nullptr;
+  CHECK(cudaGraphAddKernelNode(&k, x.g, &e, 1, &kn));
+  CHECK(cudaGraphAddMemcpyNode1D(&c2, x.g, nullptr, 0, x.h, x.b, BYTES, cudaMemcpyDeviceToHost));
+  CHECK(cudaGraphAddDependencies(x.g, &k, &c2, nullptr, 1));
+  cudaGraph_t child;
+  CHECK(cudaGraphCreate(&child, 0));
+  cudaGraphNode_t cm;
+  const cudaMemsetParams cmp = memset_params(x.c, 9, N);
+  CHECK(cudaGraphAddMemsetNode(&cm, child, nullptr, 0, &cmp));
+  CHECK(cudaGraphAddChildGraphNode(&ch, x.g, nullptr, 0, child));
+  CHECK(cudaGraphDestroy(child));  // the node holds its own copy
+  CHECK(cudaGraphAddMemcpyNode1D(&c3, x.g, &ch, 1, x.h + N, x.c, BYTES, cudaMemcpyDeviceToHost));
+  std::printf("explicit graph: %s %s %s %s %s %s %s\n", type_name(m), type_name(c1), type_name(e), type_name(k),
+              type_name(c2), type_name(ch), type_name(c3));
+  std::printf("explicit graph: %zu nodes, %zu roots, %zu edges\n", node_count(x.g), root_count(x.g),
+              edge_count(x.g));
+
+  cudaGraphExec_t exec;
+  CHECK(cudaGraphInstantiateWithFlags(&exec, x.g, 0));
+  CHECK(cudaGraphUpload(exec, s));
+  bool ok = true;
+  for (int r = 0; r < 2; ++r) {
+    for (int i = 0; i < 2 * N; ++i) x.h[i] = 0;
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    ok = ok && all(x.h, N, 7) && all(x.h + N, N, 9);
+  }
+  std::printf("explicit graph: upload, launch x2 %s\n", ok ? "ok" : "FAIL");
+  CHECK(cudaGraphExecDestroy(exec));
+}
+
+// e) Updates: memset d=value -> kernel(scratch, kv) -> copy d->h, optionally one more (empty)
+// node after the copy.
+static cudaGraph_t small_graph(int* d, int* scratch, int* h, unsigned value, int kv, bool extra,
+                               cudaGraphNode_t out[3]) {
+  cudaGraph_t g;
+  CHECK(cudaGraphCreate(&g, 0));
+  const cudaMemsetParams mp = memset_params(d, value, N);
+  CHECK(cudaGraphAddMemsetNode(&out[0], g, nullptr, 0, &mp));
+  void* args[] = {&scratch, &kv};
+  cudaKernelNodeParams kn{};
+  kn.func = reinterpret_cast<void*>(touch);
+  kn.gridDim = dim3(1);
+  kn.blockDim = dim3(32);
+  kn.kernelParams = args;
+  CHECK(cudaGraphAddKernelNode(&out[1], g, &out[0], 1, &kn));
+  CHECK(cudaGraphAddMemcpyNode1D(&out[2], g, &out[1], 1, h, d, BYTES, cudaMemcpyDeviceToHost));
+  if (extra) {
+    cudaGraphNode_t e;
+    CHECK(cudaGraphAddEmptyNode(&e, g, &out[2], 1));
+  }
+  return g;
+}
+
+static void updates(cudaStream_t s) {
+  int *d, *scratch, *h1, *h2;
+  CHECK(cudaMalloc(&d, BYTES));
+  CHECK(cudaMalloc(&scratch, BYTES));
+  CHECK(cudaMallocHost(&h1, BYTES));
+  CHECK(cudaMallocHost(&h2, BYTES));
+  cudaGraphNode_t n[3];
+  cudaGraph_t g = small_graph(d, scratch, h1, 1, 1, false, n);
+  cudaGraphExec_t exec;
+  CHECK(cudaGraphInstantiate(&exec, g, 0));
+  // Clears both pinned buffers to -1, launches, waits; then h1 and h2 are checked.
+  auto run = [&]() {
+    for (int i = 0; i < N; ++i) h1[i] = h2[i] = -1;
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaStreamSynchronize(s));
+  };
+  run();
+  const bool first = all(h1, N, 1) && all(h2, N, -1);
+
+  const cudaMemsetParams mp = memset_params(d, 2, N);
+  CHECK(cudaGraphExecMemsetNodeSetParams(exec, n[0], &mp));
+  run();
+  std::printf("update memset value: %s\n", first && all(h1, N, 2) && all(h2, N, -1) ? "ok" : "FAIL");
+
+  CHECK(cudaGraphExecMemcpyNodeSetParams1D(exec, n[2], h2, d, BYTES, cudaMemcpyDeviceToHost));
+  run();
+  std::printf("update memcpy destination: %s\n", all(h1, N, -1) && all(h2, N, 2) ? "ok" : "FAIL");
+
+  int* kp = scratch;
+  int kv = 6;
+  void* args[] = {&kp, &kv};
+  cudaKernelNodeParams kn{};
+  kn.func = reinterpret_cast<void*>(touch);
+  kn.gridDim = dim3(1);
+  kn.blockDim = dim3(32);
+  kn.kernelParams = args;
+  std::printf("update kernel argument: %s\n", cudaGetErrorName(cudaGraphExecKernelNodeSetParams(exec, n[1], &kn)));
+  cudaGetLastError();
+
+  cudaGraphNode_t n2[3], n3[3];
+  cudaGraph_t same = small_graph(d, scratch, h1, 3, 4, false, n2);
+  cudaGraphExecUpdateResultInfo info{};
+  info.result = cudaGraphExecUpdateError;
+  const cudaError_t r_same = cudaGraphExecUpdate(exec, same, &info);
+  cudaGetLastError();
+  run();
+  std::printf("update from a graph of the same topology: %s, result %d, launch %s\n", cudaGetErrorName(r_same),
+              static_cast<int>(info.result), all(h1, N, 3) && all(h2, N, -1) ? "ok" : "FAIL");
+
+  cudaGraph_t other = small_graph(d, scratch, h1, 4, 4, true, n3);
+  info = cudaGraphExecUpdateResultInfo{};
+  info.result = cudaGraphExecUpdateSuccess;
+  const cudaError_t r_other = cudaGraphExecUpdate(exec, other, &info);
+  cudaGetLastError();
+  std::printf("update from a graph of another topology: %s, result %d\n", cudaGetErrorName(r_other),
+              static_cast<int>(info.result));
+  run();
+  std::printf("after the failed update: launch %s\n", all(h1, N, 3) && all(h2, N, -1) ? "ok" : "FAIL");
+
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(g));
+  CHECK(cudaGraphDestroy(same));
+  CHECK(cudaGraphDestroy(other));
+  CHECK(cudaFree(d));
+  CHECK(cudaFree(scratch));
+  CHECK(cudaFreeHost(h1));
+  CHECK(cudaFreeHost(h2));
+}
+
+// f) A clone of d)'s graph, instantiated and launched; then everything of d) is destroyed.
+static void clone(Explicit& x, cudaStream_t s) {
+  cudaGraph_t cl;
+  CHECK(cudaGraphClone(&cl, x.g));
+  cudaGraphExec_t exec;
+  CHECK(cudaGraphInstantiate(&exec, cl, 0));
+  for (int i = 0; i < 2 * N; ++i) x.h[i] = 0;
+  CHECK(cudaGraphLaunch(exec, s));
+  CHECK(cudaStreamSynchronize(s));
+  std::printf("clone: %zu nodes, %zu edges, launch %s\n", node_count(cl), edge_count(cl),
+              all(x.h, N, 7) && all(x.h + N, N, 9) ? "ok" : "FAIL");
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(cl));
+  CHECK(cudaGraphDestroy(x.g));
+  CHECK(cudaFree(x.a));
+  CHECK(cudaFree(x.b));
+  CHECK(cudaFree(x.c));
+  CHECK(cudaFree(x.scratch));
+  CHECK(cudaFreeHost(x.h));
+}
+
+// g) An event record node after a memset: the event completes with the graph.
+static void event_node(cudaStream_t s) {
+  int* d;
+  CHECK(cudaMalloc(&d, BYTES));
+  cudaEvent_t ev;
+  CHECK(cudaEventCreate(&ev));
+  cudaGraph_t g;
+  CHECK(cudaGraphCreate(&g, 0));
+  cudaGraphNode_t m, rec;
+  const cudaMemsetParams mp = memset_params(d, 12, N);
+  CHECK(cudaGraphAddMemsetNode(&m, g, nullptr, 0, &mp));
+  CHECK(cudaGraphAddEventRecordNode(&rec, g, &m, 1, ev));
+  cudaGraphExec_t exec;
+  CHECK(cudaGraphInstantiate(&exec, g, 0));
+  CHECK(cudaGraphLaunch(exec, s));
+  const cudaError_t sync = cudaEventSynchronize(ev);
+  const cudaError_t query = cudaEventQuery(ev);
+  int h[N];
+  CHECK(cudaMemcpy(h, d, BYTES, cudaMemcpyDeviceToHost));
+  std::printf("event record node: %s, synchronize %s, query %s, data %s\n", type_name(rec), cudaGetErrorName(sync),
+              cudaGetErrorName(query), all(h, N, 12) ? "ok" : "FAIL");
+  CHECK(cudaStreamSynchronize(s));
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(g));
+  CHECK(cudaEventDestroy(ev));
+  CHECK(cudaFree(d));
+}
+
+// h) Captures gone wrong.  The error names are CUDA 13's as documented or as its own tests show
+// (hip-tests mirror them on NVIDIA).  Least sure: that after an unjoined fork fails
+// cudaStreamEndCapture, the forked stream has left the capture too (the programming guide: all
+// streams of the capture leave capture mode at cudaStreamEndCapture).
+static void errors() {
+  std::printf("begin capture on the legacy stream: %s\n",
+              cudaGetErrorName(cudaStreamBeginCapture(0, cudaStreamCaptureModeGlobal)));
+  cudaGetLastError();
+
+  int* d;
+  CHECK(cudaMalloc(&d, BYTES));
+  cudaStream_t s1, s2;
+  CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+
+  // A synchronisation of the capturing stream: refused, and the capture is invalidated.
+  CHECK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeGlobal));
+  CHECK(cudaMemsetAsync(d, 0, BYTES, s1));
+  const cudaError_t sync = cudaStreamSynchronize(s1);
+  cudaGetLastError();
+  std::printf("synchronize a capturing stream: %s, then %s\n", cudaGetErrorName(sync), capturing(s1));
+  static int not_a_graph;
+  cudaGraph_t g = reinterpret_cast<cudaGraph_t>(&not_a_graph);
+  const cudaError_t end = cudaStreamEndCapture(s1, &g);
+  cudaGetLastError();
+  std::printf("end an invalidated capture: %s, graph %s, then %s\n", cudaGetErrorName(end),
+              g == nullptr ? "null" : "set", capturing(s1));
+
+  // Ending a capture that was never begun.
+  g = nullptr;
+  std::printf("end capture on a stream not capturing: %s\n", cudaGetErrorName(cudaStreamEndCapture(s1, &g)));
+  cudaGetLastError();
+
+  // A fork that is not joined back.
+  cudaEvent_t fork;
+  CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  CHECK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeGlobal));
+  CHECK(cudaEventRecord(fork, s1));
+  CHECK(cudaStreamWaitEvent(s2, fork, 0));
+  CHECK(cudaMemsetAsync(d, 1, BYTES / 2, s1));
+  CHECK(cudaMemsetAsync(d + N / 2, 2, BYTES / 2, s2));
+  g = nullptr;
+  const cudaError_t unjoined = cudaStreamEndCapture(s1, &g);
+  cudaGetLastError();
+  std::printf("end capture with an unjoined fork: %s\n", cudaGetErrorName(unjoined));
+  if (g != nullptr) CHECK(cudaGraphDestroy(g));
+  const char* st1 = capturing(s1);
+  const char* st2 = capturing(s2);
+  // Work on s2 afterwards (its error printed, not fatal, should s2 still be in the capture).
+  cudaError_t work = cudaMemsetAsync(d, 0x05, BYTES, s2);
+  if (work == cudaSuccess) work = cudaStreamSynchronize(s2);
+  cudaGetLastError();
+  int h[N] = {};
+  CHECK(cudaMemcpy(h, d, BYTES, cudaMemcpyDeviceToHost));
+  std::printf("after it: s1 %s, s2 %s, work on s2 %s\n", st1, st2,
+              work != cudaSuccess ? cudaGetErrorName(work) : all(h, N, 0x05050505) ? "ok" : "FAIL");
+
+  CHECK(cudaEventDestroy(fork));
+  CHECK(cudaStreamDestroy(s1));
+  CHECK(cudaStreamDestroy(s2));
+  CHECK(cudaFree(d));
+}
+
+int main() {
+  capture_one_stream();
+  capture_two_streams();
+  capture_mode(cudaStreamCaptureModeThreadLocal, "thread-local", 0x07);
+  capture_mode(cudaStreamCaptureModeRelaxed, "relaxed", 0x08);
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  Explicit x;
+  explicit_graph(x, s);
+  updates(s);
+  clone(x, s);
+  event_node(s);
+  errors();
+  CHECK(cudaStreamDestroy(s));
+  CHECK(cudaDeviceSynchronize());
+  std::printf("graphs: done\n");
+  return 0;
+}

@@ -1,0 +1,212 @@
+// CUDA graphs whose kernels really run (issue 30; GPU only): a capture of a chain of 100 kernels
+// replayed 50 times; the same with one kernel node's scalar argument changed in the instantiated
+// graph (its node found through cudaStreamGetCaptureInfo); one graph launched on two streams in
+// turn; a kernel node reading mapped pinned memory that the host rewrites between replays; a
+// capture over two streams whose kernels both run before a joined kernel adds their results.
+// Results checked on the CPU; sums printed.
+// Build: nvcc -cudart shared graph_kernels.cu
+#include <cuda_runtime.h>
+
+#include <cstdio>
+
+#include "libcheck.h"
+
+static void expect(bool ok, const char* what) { libcheck::expect("graph_kernels", ok, what); }
+
+static const int N = 4096, BLOCK = 256, GRID = (N + BLOCK - 1) / BLOCK;
+static const size_t BYTES = N * sizeof(int);
+
+__global__ void add_k(int* p, int n, int k) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) p[i] += k;
+}
+
+// out[i] = 2 * in[i] + 1 (in: mapped pinned memory).
+__global__ void twice_plus_one(const int* in, int* out, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = 2 * in[i] + 1;
+}
+
+__global__ void add_arrays(const int* a, const int* b, int* c, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) c[i] = a[i] + b[i];
+}
+
+static bool all(const int* p, int n, int v) {
+  for (int i = 0; i < n; ++i)
+    if (p[i] != v) return false;
+  return true;
+}
+
+static long long sum(const int* p, int n) {
+  long long s = 0;
+  for (int i = 0; i < n; ++i) s += p[i];
+  return s;
+}
+
+static size_t node_count(cudaGraph_t g) {
+  size_t n = 0;
+  CUDA_CHECK(cudaGraphGetNodes(g, nullptr, &n));
+  return n;
+}
+
+int main() {
+  int *d, *h;
+  CUDA_CHECK(cudaMalloc(&d, BYTES));
+  CUDA_CHECK(cudaMallocHost(&h, BYTES));
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+  // 1. 100 kernels in a chain (kernel k adds k), then a copy to pinned memory; no memset in the
+  // graph, so the 50 replays accumulate: every element ends at 50 * (0 + ... + 99) = 247500.
+  // The node of kernel 42 is the capture's dependency just after its launch.
+  CUDA_CHECK(cudaMemsetAsync(d, 0, BYTES, s));  // on s (non-blocking), where the graph runs
+  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  cudaGraphNode_t node42 = nullptr;
+  for (int k = 0; k < 100; ++k) {
+    add_k<<<GRID, BLOCK, 0, s>>>(d, N, k);
+    CUDA_CHECK(cudaGetLastError());
+    if (k == 42) {
+      cudaStreamCaptureStatus st;
+      const cudaGraphNode_t* deps = nullptr;
+      size_t nd = 0;
+      CUDA_CHECK(cudaStreamGetCaptureInfo(s, &st, nullptr, nullptr, &deps, nullptr, &nd));
+      if (nd == 1) node42 = deps[0];
+    }
+  }
+  CUDA_CHECK(cudaMemcpyAsync(h, d, BYTES, cudaMemcpyDeviceToHost, s));
+  cudaGraph_t chain;
+  CUDA_CHECK(cudaStreamEndCapture(s, &chain));
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, chain, 0));
+  for (int r = 0; r < 50; ++r) CUDA_CHECK(cudaGraphLaunch(exec, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  std::printf("chain: %zu nodes, 50 replays, element 0 = %d, sum %lld\n", node_count(chain), h[0], sum(h, N));
+  expect(all(h, N, 50 * 4950), "a captured chain of 100 kernels replayed 50 times");
+
+  // 2. Kernel 42 adds 1042 instead: each replay adds 4950 + 1000.
+  cudaGraphNodeType t = cudaGraphNodeTypeEmpty;
+  if (node42 != nullptr) CUDA_CHECK(cudaGraphNodeGetType(node42, &t));
+  expect(t == cudaGraphNodeTypeKernel, "cudaStreamGetCaptureInfo gives the last kernel's node");
+  int* dp = d;
+  int n = N, k42 = 1042;
+  void* args[] = {&dp, &n, &k42};
+  cudaKernelNodeParams kp{};
+  kp.func = reinterpret_cast<void*>(add_k);
+  kp.gridDim = dim3(GRID);
+  kp.blockDim = dim3(BLOCK);
+  kp.kernelParams = args;
+  CUDA_CHECK(cudaGraphExecKernelNodeSetParams(exec, node42, &kp));
+  CUDA_CHECK(cudaMemsetAsync(d, 0, BYTES, s));
+  for (int r = 0; r < 50; ++r) CUDA_CHECK(cudaGraphLaunch(exec, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  std::printf("chain with kernel 42 updated: element 0 = %d, sum %lld\n", h[0], sum(h, N));
+  expect(all(h, N, 50 * 5950), "cudaGraphExecKernelNodeSetParams changed one kernel's argument");
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(chain));
+
+  // 3. One graph (add 1, copy out) launched on two streams in turn, each launch waited for.
+  cudaStream_t s2;
+  CUDA_CHECK(cudaStreamCreate(&s2));
+  CUDA_CHECK(cudaMemsetAsync(d, 0, BYTES, s));
+  cudaGraph_t one;
+  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  add_k<<<GRID, BLOCK, 0, s>>>(d, N, 1);
+  CUDA_CHECK(cudaGetLastError());
+  CUDA_CHECK(cudaMemcpyAsync(h, d, BYTES, cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaStreamEndCapture(s, &one));
+  CUDA_CHECK(cudaGraphInstantiate(&exec, one, 0));
+  bool steps = true;
+  for (int r = 1; r <= 20; ++r) {
+    cudaStream_t on = r % 2 ? s : s2;
+    CUDA_CHECK(cudaGraphLaunch(exec, on));
+    CUDA_CHECK(cudaStreamSynchronize(on));
+    steps = steps && all(h, N, r);
+  }
+  std::printf("two streams in turn: 20 launches, element 0 = %d, sum %lld\n", h[0], sum(h, N));
+  expect(steps, "a graph launched on two streams alternately, each launch seen");
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(one));
+
+  // 4. An explicit kernel node reading mapped pinned memory, then a copy out; the host rewrites
+  // the input between replays.
+  int *in = nullptr, *din = nullptr;
+  CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&in), BYTES, cudaHostAllocMapped));
+  CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&din), in, 0));
+  cudaGraph_t mapped;
+  CUDA_CHECK(cudaGraphCreate(&mapped, 0));
+  void* margs[] = {&din, &dp, &n};
+  cudaKernelNodeParams mk{};
+  mk.func = reinterpret_cast<void*>(twice_plus_one);
+  mk.gridDim = dim3(GRID);
+  mk.blockDim = dim3(BLOCK);
+  mk.kernelParams = margs;
+  cudaGraphNode_t kn, cn;
+  CUDA_CHECK(cudaGraphAddKernelNode(&kn, mapped, nullptr, 0, &mk));
+  CUDA_CHECK(cudaGraphAddMemcpyNode1D(&cn, mapped, &kn, 1, h, d, BYTES, cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaGraphInstantiate(&exec, mapped, 0));
+  bool follows = true;
+  long long total = 0;
+  for (int r = 0; r < 10; ++r) {
+    for (int i = 0; i < N; ++i) in[i] = i * (r + 1) - 7 * r;
+    CUDA_CHECK(cudaGraphLaunch(exec, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    for (int i = 0; i < N; ++i) follows = follows && h[i] == 2 * (i * (r + 1) - 7 * r) + 1;
+    total += sum(h, N);
+  }
+  std::printf("mapped pinned input: 10 replays, sum of outputs %lld\n", total);
+  expect(follows, "a kernel node reads mapped pinned memory as the host rewrote it");
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(mapped));
+  CUDA_CHECK(cudaFreeHost(in));
+
+  // 5. A capture over two streams: a += 3 on s, b += 5 on s2 (forked), joined, c = a + b on s,
+  // copied out.  a and b accumulate over the replays: c = 8 * r after replay r.
+  int *a, *b;
+  CUDA_CHECK(cudaMalloc(&a, BYTES));
+  CUDA_CHECK(cudaMalloc(&b, BYTES));
+  CUDA_CHECK(cudaMemsetAsync(a, 0, BYTES, s));
+  CUDA_CHECK(cudaMemsetAsync(b, 0, BYTES, s));
+  cudaEvent_t fork, join;
+  CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  cudaStream_t side;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CUDA_CHECK(cudaEventRecord(fork, s));
+  CUDA_CHECK(cudaStreamWaitEvent(side, fork, 0));
+  add_k<<<GRID, BLOCK, 0, s>>>(a, N, 3);
+  add_k<<<GRID, BLOCK, 0, side>>>(b, N, 5);
+  CUDA_CHECK(cudaGetLastError());
+  CUDA_CHECK(cudaEventRecord(join, side));
+  CUDA_CHECK(cudaStreamWaitEvent(s, join, 0));
+  add_arrays<<<GRID, BLOCK, 0, s>>>(a, b, d, N);
+  CUDA_CHECK(cudaGetLastError());
+  CUDA_CHECK(cudaMemcpyAsync(h, d, BYTES, cudaMemcpyDeviceToHost, s));
+  cudaGraph_t two;
+  CUDA_CHECK(cudaStreamEndCapture(s, &two));
+  size_t roots = 0;
+  CUDA_CHECK(cudaGraphGetRootNodes(two, nullptr, &roots));
+  CUDA_CHECK(cudaGraphInstantiate(&exec, two, 0));
+  bool joined = true;
+  for (int r = 1; r <= 10; ++r) {
+    CUDA_CHECK(cudaGraphLaunch(exec, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    joined = joined && all(h, N, 8 * r);
+  }
+  std::printf("two-stream capture: %zu nodes, %zu roots, 10 replays, sum %lld\n", node_count(two), roots, sum(h, N));
+  expect(joined, "kernels on both streams of a capture ran before the joined kernel");
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(two));
+  CUDA_CHECK(cudaEventDestroy(fork));
+  CUDA_CHECK(cudaEventDestroy(join));
+  CUDA_CHECK(cudaStreamDestroy(side));
+  CUDA_CHECK(cudaStreamDestroy(s2));
+  CUDA_CHECK(cudaStreamDestroy(s));
+  CUDA_CHECK(cudaFree(a));
+  CUDA_CHECK(cudaFree(b));
+  CUDA_CHECK(cudaFree(d));
+  CUDA_CHECK(cudaFreeHost(h));
+  std::printf("graph_kernels: all ok\n");
+  return 0;
+}

@@ -247,12 +247,12 @@ const std::vector<SettingInfo>& setting_table() {
         "host threads (the caller included) that copy a large pageable transfer into or out of the staging "
         "buffers; never more than the CPUs the process may run on"},
        IntegerRange{1, 64}, [](auto& s, auto& v) { s.copy_threads = u32(v); }, [](auto& s) { return std::to_string(s.copy_threads); }},
-      {{"FUNNEL_DEVICE_CONNECTIONS", "8", "integer 1..32",
+      {{"FUNNEL_DEVICE_CONNECTIONS", "16", "integer 1..32",
         "hardware work queues of the server's context on each GPU (it sets CUDA_DEVICE_MAX_CONNECTIONS to this "
-        "for itself). Every client's streams share them: with more than this many clients some clients' kernels "
-        "queue behind others'. 32 raised the small-kernel launch rate of 16 clients by 14 % on an H100 but made "
-        "every synchronising round trip (event record + synchronize) about 0.7 us slower, so the default is the "
-        "driver's 8; raise it for jobs of many clients that launch many tiny kernels and rarely synchronise"},
+        "for itself). Every client's streams share them: with more streams than queues, one client's kernels may "
+        "queue behind another's (16 clients replaying CUDA graphs on an H100: 0.54-0.80 of MPS with 8 queues, "
+        "1.01 with 16 or 32; the synchronising round trip measured the same with 8, 16 and 32). Raise it to 32 "
+        "for more than 16 busy clients per GPU"},
        IntegerRange{1, 32}, [](auto& s, auto& v) { s.device_connections = u32(v); }, [](auto& s) { return std::to_string(s.device_connections); }, "--device-connections",
        "hardware work queues of the context on each GPU"},
       {{"FUNNEL_SERVER_SPIN_US", "2000", "integer 0..100000",

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "funnel/ipc/module_digest.hpp"
@@ -205,6 +206,67 @@ void write_all(const std::filesystem::path& dir) {
       .trailing(Opcode::SymbolGet, ipc::SymbolGetCmd{1, static_cast<uint32_t>(table.size()), 0}, table.data(),
                 table.size(), true)
       .write(dir, "kernels");
+  // Graphs: a build of a memset, a copy after it, a kernel and an event record; instantiated,
+  // launched, updated, uploaded, destroyed; a launch after the memory went.
+  auto node = [](uint64_t graph, uint32_t index, ipc::GraphNodeKind kind) {
+    ipc::GraphNodeCmd n{};
+    n.graph = graph;
+    n.index = index;
+    n.kind = static_cast<uint32_t>(kind);
+    return n;
+  };
+  auto with_deps = [](ipc::GraphNodeCmd n, std::vector<uint32_t> deps) {
+    n.dep_count = static_cast<uint32_t>(deps.size());
+    return std::pair{n, deps};
+  };
+  ipc::GraphNodeCmd gm = node(3, 0, ipc::GraphNodeKind::Memset);
+  gm.memset = ipc::MemsetCmd{fuzz::address_token(0, 0), 4096, 4096, 1, 0x3c, 4};
+  ipc::GraphNodeCmd gc = node(3, 1, ipc::GraphNodeKind::Copy);
+  gc.copy = copy(device(1, 0), device(0, 0), 4096);
+  ipc::GraphNodeCmd gk = node(3, 2, ipc::GraphNodeKind::Kernel);
+  gk.launch = launch(11, 0);
+  ipc::GraphNodeCmd ge = node(3, 3, ipc::GraphNodeKind::EventRecord);
+  ge.event = ipc::EventCmd{7, 0, 0};
+  const auto [cn, cdeps] = with_deps(gc, {0});
+  const auto [kn, kdeps] = with_deps(gk, {0, 1});
+  const auto [en, edeps] = with_deps(ge, {2});
+  ipc::GraphNodeCmd um = gm;
+  um.graph = 4;
+  um.memset.value = 0x7;
+  ipc::GraphNodeCmd uc = cn;
+  uc.graph = 4;
+  ipc::GraphNodeCmd uk = kn;
+  uk.graph = 4;
+  ipc::GraphNodeCmd ue = en;
+  ue.graph = 4;
+  const std::string none_name = "no_params";
+  Seed()
+      .cmd(Opcode::MemAlloc, ipc::MemAllocCmd{4096}, true)
+      .cmd(Opcode::MemAlloc, ipc::MemAllocCmd{4096}, true)
+      .cmd(Opcode::StreamCreate, ipc::StreamCreateCmd{5, 0, 0})
+      .cmd(Opcode::EventCreate, ipc::EventCreateCmd{7, 0, 0})
+      .trailing(Opcode::KernelGet, ipc::KernelGetCmd{11, 1, static_cast<uint32_t>(none_name.size()), 0},
+                none_name.data(), none_name.size(), true)
+      .cmd(Opcode::GraphNode, gm)
+      .trailing(Opcode::GraphNode, cn, cdeps.data(), cdeps.size() * 4, false)
+      .trailing(Opcode::GraphNode, kn, kdeps.data(), kdeps.size() * 4, false)
+      .trailing(Opcode::GraphNode, en, edeps.data(), edeps.size() * 4, false)
+      .cmd(Opcode::GraphInstantiate, ipc::GraphBuildCmd{3, 9, 4, 0}, true)
+      .cmd(Opcode::GraphLaunch, ipc::GraphExecCmd{9}, false, 5)
+      .cmd(Opcode::GraphLaunch, ipc::GraphExecCmd{9}, false, 0)
+      .cmd(Opcode::GraphUpload, ipc::GraphExecCmd{9}, false, 5)
+      .cmd(Opcode::GraphNode, um)
+      .trailing(Opcode::GraphNode, uc, cdeps.data(), cdeps.size() * 4, false)
+      .trailing(Opcode::GraphNode, uk, kdeps.data(), kdeps.size() * 4, false)
+      .trailing(Opcode::GraphNode, ue, edeps.data(), edeps.size() * 4, false)
+      .cmd(Opcode::GraphUpdate, ipc::GraphBuildCmd{4, 9, 4, 0}, true)
+      .cmd(Opcode::GraphLaunch, ipc::GraphExecCmd{9}, false, 5)
+      .cmd(Opcode::EventSynchronize, ipc::EventCmd{7, 0, 0}, true)
+      .cmd(Opcode::MemFree, ipc::AddressCmd{fuzz::address_token(0, 0)}, true)
+      .cmd(Opcode::GraphLaunch, ipc::GraphExecCmd{9}, true, 5)
+      .cmd(Opcode::GraphExecDestroy, ipc::GraphExecCmd{9})
+      .bare(Opcode::DeviceSynchronize, true)
+      .write(dir, "graphs");
   // Modules: a second upload (whose bytes are no fat binary) and an unload.
   ipc::ModuleCmd m{};
   m.module_id = 2;

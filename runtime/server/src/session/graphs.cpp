@@ -171,7 +171,7 @@ Status Worker::graph_launch(const ipc::CommandHeader& h, const ipc::GraphExecCmd
     CopyEndpoint where{};
     bool device = false;
     if (res_.resolve_location(r.where, r.pitch, r.width, r.height, where, device) != Status::Success) {
-      spdlog::info("client {}: a graph launch refused: a node's memory was freed since it was made", shared_.id);
+      spdlog::debug("client {}: a graph launch refused: a node's memory was freed since it was made", shared_.id);
       return Status::InvalidValue;
     }
   }

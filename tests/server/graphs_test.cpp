@@ -1,0 +1,183 @@
+// Graph commands against the server (sim backend): a build node by node, its instantiation,
+// launches that really copy and set memory, updates, and what the worker refuses (nodes out of
+// order, staging slots in a graph, unknown handles, memory freed since the graph was made).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "fixture.hpp"
+#include "test_client.hpp"
+
+namespace funnel::test {
+namespace {
+
+using ipc::GraphNodeKind;
+
+// A GraphNode record: the command, then its dependencies.
+uint64_t send_node(TestClient& c, ipc::GraphNodeCmd n, const std::vector<uint32_t>& deps) {
+  n.dep_count = static_cast<uint32_t>(deps.size());
+  std::vector<std::byte> rec(sizeof n + deps.size() * 4);
+  std::memcpy(rec.data(), &n, sizeof n);
+  if (!deps.empty()) std::memcpy(rec.data() + sizeof n, deps.data(), deps.size() * 4);
+  return c.send(Opcode::GraphNode, rec.data(), rec.size());
+}
+
+ipc::GraphNodeCmd memset_node(uint64_t graph, uint32_t index, uint64_t address, uint64_t bytes, uint32_t value,
+                              uint32_t element = 4) {
+  ipc::GraphNodeCmd n{};
+  n.graph = graph;
+  n.index = index;
+  n.kind = static_cast<uint32_t>(GraphNodeKind::Memset);
+  n.memset = ipc::MemsetCmd{address, bytes, bytes, 1, value, element};
+  return n;
+}
+
+ipc::GraphNodeCmd copy_node(uint64_t graph, uint32_t index, const ipc::CopyCmd& cp) {
+  ipc::GraphNodeCmd n{};
+  n.graph = graph;
+  n.index = index;
+  n.kind = static_cast<uint32_t>(GraphNodeKind::Copy);
+  n.copy = cp;
+  return n;
+}
+
+std::vector<uint32_t> read_words(TestClient& c, uint64_t address, size_t words) {
+  std::vector<uint32_t> out(words);
+  c.d2h(out.data(), address, words * 4);
+  return out;
+}
+
+bool all_equal(const std::vector<uint32_t>& v, uint32_t x) {
+  for (uint32_t w : v)
+    if (w != x) return false;
+  return true;
+}
+
+TEST_F(ServerTest, GraphsRunTheirNodesOnEveryLaunchAndTakeNewParameters) {
+  start_server();
+  TestClient c(run_dir_);
+  ASSERT_TRUE(c.ok());
+  constexpr uint64_t kBytes = 4096;
+  const uint64_t a = c.alloc(kBytes), b = c.alloc(kBytes);
+  c.create_stream(1);
+  // memset a -> copy a to b
+  send_node(c, memset_node(10, 0, a, kBytes, 0x11223344u), {});
+  send_node(c, copy_node(10, 1, device_copy(b, a, kBytes)), {0});
+  ASSERT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{10, 7, 2, 0}).status, Status::Success);
+  EXPECT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{10, 8, 2, 0}).status, Status::InvalidValue)
+      << "a build is consumed by its instantiation";
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<uint32_t> zero(kBytes / 4, 0);
+    c.h2d(b, zero.data(), kBytes, 1);
+    c.post(Opcode::GraphLaunch, ipc::GraphExecCmd{7}, 1);
+    EXPECT_TRUE(all_equal(read_words(c, b, kBytes / 4), 0x11223344u)) << "launch " << i;
+  }
+  EXPECT_EQ(c.call(Opcode::GraphUpload, ipc::GraphExecCmd{7}, 1).status, Status::Success);
+
+  // New parameters, the same shape: a byte memset now.
+  send_node(c, memset_node(11, 0, a, kBytes, 0x55, 1), {});
+  send_node(c, copy_node(11, 1, device_copy(b, a, kBytes)), {0});
+  ASSERT_EQ(c.call(Opcode::GraphUpdate, ipc::GraphBuildCmd{11, 7, 2, 0}).status, Status::Success);
+  c.post(Opcode::GraphLaunch, ipc::GraphExecCmd{7}, 1);
+  EXPECT_TRUE(all_equal(read_words(c, b, kBytes / 4), 0x55555555u));
+  // Another shape (the copy no longer after the memset): refused, the exec unchanged.
+  send_node(c, memset_node(12, 0, a, kBytes, 0x66, 1), {});
+  send_node(c, copy_node(12, 1, device_copy(b, a, kBytes)), {});
+  EXPECT_EQ(c.call(Opcode::GraphUpdate, ipc::GraphBuildCmd{12, 7, 2, 0}).status, Status::InvalidValue);
+  c.post(Opcode::GraphLaunch, ipc::GraphExecCmd{7}, 1);
+  EXPECT_TRUE(all_equal(read_words(c, b, kBytes / 4), 0x55555555u));
+
+  // An event record node: the event is complete after the launch.
+  c.create_event(5);
+  ipc::GraphNodeCmd rec{};
+  rec.graph = 13;
+  rec.kind = static_cast<uint32_t>(GraphNodeKind::EventRecord);
+  rec.event = ipc::EventCmd{5, 0, 0};
+  send_node(c, rec, {});
+  ASSERT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{13, 9, 1, 0}).status, Status::Success);
+  c.post(Opcode::GraphLaunch, ipc::GraphExecCmd{9}, 1);
+  EXPECT_EQ(c.call(Opcode::EventSynchronize, ipc::EventCmd{5, 0, 0}).status, Status::Success);
+  EXPECT_EQ(c.call(Opcode::EventQuery, ipc::EventCmd{5, 0, 0}).status, Status::Success);
+
+  // Destroyed: its launches are refused.
+  c.post(Opcode::GraphExecDestroy, ipc::GraphExecCmd{9});
+  EXPECT_EQ(c.call(Opcode::GraphLaunch, ipc::GraphExecCmd{9}, 1).status, Status::InvalidResourceHandle);
+  EXPECT_EQ(c.call(Opcode::GraphExecDestroy, ipc::GraphExecCmd{9}).status, Status::InvalidResourceHandle);
+
+  // Memory freed since the graph was made: the launch is refused and touches nothing.
+  const uint64_t d = c.alloc(kBytes);
+  send_node(c, memset_node(14, 0, d, kBytes, 0x77, 1), {});
+  send_node(c, copy_node(14, 1, device_copy(b, d, kBytes)), {0});
+  ASSERT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{14, 20, 2, 0}).status, Status::Success);
+  ASSERT_EQ(c.free(d), Status::Success);
+  EXPECT_EQ(c.call(Opcode::GraphLaunch, ipc::GraphExecCmd{20}, 1).status, Status::InvalidValue);
+  EXPECT_TRUE(all_equal(read_words(c, b, kBytes / 4), 0x55555555u));
+  c.take_deferred();
+  // The client leaves with graphs still instantiated: the server frees them (no crash, the
+  // next client is served).
+  c.detach();
+  TestClient next(run_dir_);
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next.call(Opcode::GraphLaunch, ipc::GraphExecCmd{7}).status, Status::InvalidResourceHandle);
+}
+
+TEST_F(ServerTest, GraphBuildsAreCheckedNodeByNode) {
+  start_server();
+  TestClient c(run_dir_);
+  ASSERT_TRUE(c.ok());
+  const uint64_t a = c.alloc(4096);
+  auto instantiate = [&](uint64_t graph, uint32_t nodes) {
+    return c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{graph, graph + 100, nodes, 0}).status;
+  };
+  // The status a one-way node got (the deferred error, once a fence has passed it).
+  auto node_fails = [&](ipc::GraphNodeCmd n, const std::vector<uint32_t>& deps) {
+    c.take_deferred();
+    send_node(c, n, deps);
+    EXPECT_EQ(c.call(Opcode::Fence).status, Status::Success);
+    return static_cast<Status>(c.take_deferred());
+  };
+  // A dependency on itself or on a later node, twice the same one.
+  send_node(c, memset_node(1, 0, a, 4096, 1), {});
+  EXPECT_EQ(node_fails(memset_node(1, 1, a, 4096, 1), {1}), Status::InvalidValue);
+  EXPECT_EQ(instantiate(1, 2), Status::InvalidValue) << "a refused node spoils its build";
+  send_node(c, memset_node(2, 0, a, 4096, 1), {});
+  EXPECT_EQ(node_fails(memset_node(2, 1, a, 4096, 1), {0, 0}), Status::InvalidValue);
+  // Out of order (index 2 after 0), or a node of a build never started.
+  send_node(c, memset_node(3, 0, a, 4096, 1), {});
+  EXPECT_EQ(node_fails(memset_node(3, 2, a, 4096, 1), {}), Status::InvalidValue);
+  EXPECT_EQ(node_fails(memset_node(4, 1, a, 4096, 1), {}), Status::InvalidValue);
+  // Memory of no allocation, a staging slot, an unknown event or kernel.
+  EXPECT_EQ(node_fails(memset_node(5, 0, a + 4096 * 1024, 4096, 1), {}), Status::InvalidValue);
+  ipc::CopyCmd staged = device_copy(a, a, 64);
+  staged.src = {ipc::MemSpace::Staging, 0, 0, 0};
+  EXPECT_EQ(node_fails(copy_node(6, 0, staged), {}), Status::InvalidValue);
+  ipc::GraphNodeCmd ev{};
+  ev.graph = 7;
+  ev.kind = static_cast<uint32_t>(GraphNodeKind::EventWait);
+  ev.event = ipc::EventCmd{999, 0, 0};
+  EXPECT_EQ(node_fails(ev, {}), Status::InvalidResourceHandle);
+  ipc::GraphNodeCmd k{};
+  k.graph = 8;
+  k.kind = static_cast<uint32_t>(GraphNodeKind::Kernel);
+  k.launch.kernel_id = 12345;
+  EXPECT_EQ(node_fails(k, {}), Status::InvalidResourceHandle);
+  ipc::GraphNodeCmd bad{};
+  bad.graph = 9;
+  bad.kind = 77;
+  EXPECT_EQ(node_fails(bad, {}), Status::InvalidValue);
+  // A node count that is not the build's, flags the server does not know.
+  send_node(c, memset_node(10, 0, a, 4096, 1), {});
+  EXPECT_EQ(instantiate(10, 2), Status::InvalidValue);
+  send_node(c, memset_node(11, 0, a, 4096, 1), {});
+  EXPECT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{11, 500, 1, 0x4}).status, Status::InvalidValue);
+  // At most kMaxGraphBuilds builds under way.
+  for (uint64_t g = 0; g < ipc::kMaxGraphBuilds; ++g) send_node(c, memset_node(1000 + g, 0, a, 4096, 1), {});
+  EXPECT_EQ(node_fails(memset_node(2000, 0, a, 4096, 1), {}), Status::InvalidValue);
+  // The builds under way still instantiate.
+  EXPECT_EQ(instantiate(1000, 1), Status::Success);
+  EXPECT_FALSE(c.server_hung_up());
+}
+
+}  // namespace
+}  // namespace funnel::test

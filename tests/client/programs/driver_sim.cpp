@@ -540,6 +540,105 @@ int main() {
     std::printf("stream memory operations: writes %s, waits %s\n", writes ? "ok" : "FAIL", waits ? "ok" : "FAIL");
   }
 
+  // Graphs through the driver front: a capture of a memset and copies into cuMemAllocHost memory,
+  // replayed; an explicit graph of a memset and a copy after it, its memset updated in the
+  // executable graph and the whole graph updated from another of the same shape; the capture
+  // refusing a synchronisation.
+  {
+    constexpr size_t n = 4096;
+    CUdeviceptr a = 0, b = 0;
+    CHECK(cuMemAlloc(&a, n), CUDA_SUCCESS);
+    CHECK(cuMemAlloc(&b, n), CUDA_SUCCESS);
+    void* host = nullptr;
+    CHECK(cuMemAllocHost(&host, n), CUDA_SUCCESS);
+    auto* h = static_cast<unsigned char*>(host);
+    CUstream s = nullptr;
+    CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    CHECK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    CHECK(cuStreamIsCapturing(s, &st), CUDA_SUCCESS);
+    const bool active = st == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    CHECK(cuMemsetD8Async(a, 0x21, n, s), CUDA_SUCCESS);
+    CHECK(cuMemcpyDtoDAsync(b, a, n, s), CUDA_SUCCESS);
+    CHECK(cuMemcpyDtoHAsync(host, b, n, s), CUDA_SUCCESS);
+    CUgraph g = nullptr;
+    CHECK(cuStreamEndCapture(s, &g), CUDA_SUCCESS);
+    size_t count = 0;
+    CHECK(cuGraphGetNodes(g, nullptr, &count), CUDA_SUCCESS);
+    CUgraphExec x = nullptr;
+    CHECK(cuGraphInstantiate(&x, g, 0), CUDA_SUCCESS);
+    bool replays = true;
+    for (int i = 0; i < 3; ++i) {
+      std::memset(host, 0, n);
+      CHECK(cuGraphLaunch(x, s), CUDA_SUCCESS);
+      CHECK(cuStreamSynchronize(s), CUDA_SUCCESS);
+      replays = replays && h[0] == 0x21 && h[n - 1] == 0x21;
+    }
+    // Explicit: memset b (32-bit words), then copy b to the host.
+    CUgraph e = nullptr;
+    CHECK(cuGraphCreate(&e, 0), CUDA_SUCCESS);
+    CUDA_MEMSET_NODE_PARAMS ms{};
+    ms.dst = b;
+    ms.value = 0x01020304u;
+    ms.elementSize = 4;
+    ms.width = n / 4;
+    ms.height = 1;
+    CUgraphNode set = nullptr, cp = nullptr;
+    CHECK(cuGraphAddMemsetNode(&set, e, nullptr, 0, &ms, nullptr), CUDA_SUCCESS);
+    CUDA_MEMCPY3D m{};
+    m.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    m.srcDevice = b;
+    m.dstMemoryType = CU_MEMORYTYPE_HOST;
+    m.dstHost = host;
+    m.WidthInBytes = n;
+    m.Height = 1;
+    m.Depth = 1;
+    CHECK(cuGraphAddMemcpyNode(&cp, e, &set, 1, &m, nullptr), CUDA_SUCCESS);
+    CUgraphNodeType type{};
+    CHECK(cuGraphNodeGetType(cp, &type), CUDA_SUCCESS);
+    CUgraphExec ex = nullptr;
+    CHECK(cuGraphInstantiate(&ex, e, 0), CUDA_SUCCESS);
+    CHECK(cuGraphLaunch(ex, s), CUDA_SUCCESS);
+    CHECK(cuStreamSynchronize(s), CUDA_SUCCESS);
+    uint32_t w = 0;
+    std::memcpy(&w, h + n - 4, 4);
+    bool explicit_ok = type == CU_GRAPH_NODE_TYPE_MEMCPY && w == 0x01020304u;
+    ms.value = 0x0a0b0c0du;
+    CHECK(cuGraphExecMemsetNodeSetParams(ex, set, &ms, nullptr), CUDA_SUCCESS);
+    CHECK(cuGraphLaunch(ex, s), CUDA_SUCCESS);
+    CHECK(cuStreamSynchronize(s), CUDA_SUCCESS);
+    std::memcpy(&w, h, 4);
+    explicit_ok = explicit_ok && w == 0x0a0b0c0du;
+    CUgraph same = nullptr;
+    CHECK(cuGraphClone(&same, e), CUDA_SUCCESS);
+    CUgraphNode set2 = nullptr;
+    CHECK(cuGraphNodeFindInClone(&set2, set, same), CUDA_SUCCESS);
+    ms.value = 0x55555555u;
+    CHECK(cuGraphMemsetNodeSetParams(set2, &ms), CUDA_SUCCESS);
+    CUgraphExecUpdateResultInfo info{};
+    CHECK(cuGraphExecUpdate(ex, same, &info), CUDA_SUCCESS);
+    CHECK(cuGraphLaunch(ex, s), CUDA_SUCCESS);
+    CHECK(cuStreamSynchronize(s), CUDA_SUCCESS);
+    explicit_ok = explicit_ok && info.result == CU_GRAPH_EXEC_UPDATE_SUCCESS && all(std::vector<unsigned char>(h, h + n), 0x55);
+    // A synchronisation of a capturing stream invalidates the capture.
+    CHECK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+    CHECK(cuStreamSynchronize(s), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    CUgraph none = nullptr;
+    CHECK(cuStreamEndCapture(s, &none), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    CHECK(cuGraphExecDestroy(x), CUDA_SUCCESS);
+    CHECK(cuGraphExecDestroy(ex), CUDA_SUCCESS);
+    CHECK(cuGraphDestroy(g), CUDA_SUCCESS);
+    CHECK(cuGraphDestroy(e), CUDA_SUCCESS);
+    CHECK(cuGraphDestroy(same), CUDA_SUCCESS);
+    CHECK(cuStreamDestroy(s), CUDA_SUCCESS);
+    CHECK(cuMemFreeHost(host), CUDA_SUCCESS);
+    CHECK(cuMemFree(a), CUDA_SUCCESS);
+    CHECK(cuMemFree(b), CUDA_SUCCESS);
+    std::printf("graphs: capture %s, %zu nodes, replays %s; explicit graph and its updates %s; a capture invalidated "
+                "by a synchronisation: ok\n",
+                active ? "active" : "FAIL", count, replays ? "ok" : "FAIL", explicit_ok ? "ok" : "FAIL");
+  }
+
   // A wait left pending at exit, on a word nothing writes: the server meets it when the client
   // goes, so the client detaches cleanly (run_program.sh) and the server's teardown ends.  In the
   // last exit handler (registered first): a free after it would wait for it, as under CUDA.

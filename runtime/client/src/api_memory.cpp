@@ -13,6 +13,7 @@
 #include "copy_engine.hpp"
 #include "device_memory.hpp"
 #include "graphs.hpp"
+#include "managed.hpp"
 #include "funnel/ipc/protocol.hpp"
 #include "mem_pool.hpp"
 #include "pinned.hpp"
@@ -74,8 +75,45 @@ FUNNEL_API cudaError_t cudaFree(void* ptr) {
   return guarded(__func__, [&] {
     if (ptr == nullptr) return cudaSuccess;
     if (cudaError_t e = attach(); e != cudaSuccess) return e;
+    if (cudaError_t managed = cudaSuccess; managed_free(ptr, managed)) return managed;
     return device_free(ptr, Opcode::MemFree, legacy());
   });
+}
+
+// ---- managed memory (managed.hpp) ---------------------------------------------------------
+
+FUNNEL_API cudaError_t cudaMallocManaged(void** ptr, size_t size, unsigned flags) {
+  return guarded(__func__, [&] { return managed_alloc(ptr, size, flags); });
+}
+FUNNEL_API cudaError_t cudaMemPrefetchAsync(const void* p, size_t n, cudaMemLocation location, unsigned flags,
+                                            cudaStream_t s) {
+  return guarded(__func__, [&] { return managed_prefetch(p, n, location, flags, s, false); });
+}
+FUNNEL_API cudaError_t cudaMemPrefetchAsync_ptsz(const void* p, size_t n, cudaMemLocation location, unsigned flags,
+                                                 cudaStream_t s) {
+  return guarded(__func__, [&] { return managed_prefetch(p, n, location, flags, s, true); });
+}
+FUNNEL_API cudaError_t cudaMemAdvise(const void* p, size_t n, cudaMemoryAdvise advice, cudaMemLocation location) {
+  return guarded(__func__, [&] { return managed_advise(p, n, advice, location); });
+}
+FUNNEL_API cudaError_t cudaMemRangeGetAttribute(void* data, size_t size, cudaMemRangeAttribute attribute,
+                                                const void* p, size_t n) {
+  return guarded(__func__, [&] { return managed_range_attribute(data, size, attribute, p, n); });
+}
+FUNNEL_API cudaError_t cudaMemRangeGetAttributes(void** data, size_t* sizes, cudaMemRangeAttribute* attributes,
+                                                 size_t count, const void* p, size_t n) {
+  return guarded(__func__, [&] {
+    if (count == 0 || data == nullptr || sizes == nullptr || attributes == nullptr) return cudaErrorInvalidValue;
+    for (size_t i = 0; i < count; ++i)
+      if (cudaError_t e = managed_range_attribute(data[i], sizes[i], attributes[i], p, n); e != cudaSuccess) return e;
+    return cudaSuccess;
+  });
+}
+FUNNEL_API cudaError_t cudaStreamAttachMemAsync(cudaStream_t s, void* p, size_t length, unsigned flags) {
+  return guarded(__func__, [&] { return managed_attach(s, p, length, flags, false); });
+}
+FUNNEL_API cudaError_t cudaStreamAttachMemAsync_ptsz(cudaStream_t s, void* p, size_t length, unsigned flags) {
+  return guarded(__func__, [&] { return managed_attach(s, p, length, flags, true); });
 }
 
 static cudaError_t malloc_async(void** ptr, size_t size, cudaStream_t stream, bool ptds) {
@@ -171,9 +209,11 @@ FUNNEL_API cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attr, con
       attr->type = cudaMemoryTypeDevice;
       attr->devicePointer = const_cast<void*>(ptr);
     } else if (c.kind == Classified::Pinned) {
-      // Pinned memory is host memory only: funnel maps no host memory into kernels.
-      attr->type = cudaMemoryTypeHost;
+      // Pinned and managed memory: host memory the GPU sees at the server's address.
+      attr->type = c.managed ? cudaMemoryTypeManaged : cudaMemoryTypeHost;
       attr->hostPointer = const_cast<void*>(ptr);
+      if (c.pinned_device != 0)
+        attr->devicePointer = reinterpret_cast<void*>(c.pinned_device + (reinterpret_cast<uint64_t>(ptr) - c.base));
     } else {
       const bool reg = rt.tables.is_registered(reinterpret_cast<uintptr_t>(ptr));
       attr->type = reg ? cudaMemoryTypeHost : cudaMemoryTypeUnregistered;

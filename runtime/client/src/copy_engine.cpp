@@ -24,6 +24,8 @@ struct End {
   uint64_t addr = 0;  // the pointer as a number
   bool on_device() const { return c.kind == Classified::Device; }
   bool host_direct() const { return c.kind == Classified::Pinned; }
+  // Where a device pointer is expected: device memory, or managed memory (the GPU's too).
+  bool device_like() const { return on_device() || (c.kind == Classified::Pinned && c.managed); }
   // `offset` bytes past the pointer (a later slice).
   Location location(uint64_t offset = 0) const {
     if (c.kind == Classified::Device) return {MemSpace::Device, 0, 0, addr + offset};
@@ -234,17 +236,17 @@ cudaError_t direct_copy_command(void* dst, Pitches dp, const void* src, Pitches 
   const bool explicit_kind = kind != cudaMemcpyDefault;
   End d = resolve(rt, dst, dst_dev, explicit_kind && !dst_dev);
   End sr = resolve(rt, src, src_dev, explicit_kind && !src_dev);
-  if ((dst_dev && !d.on_device()) || (src_dev && !sr.on_device())) return cudaErrorInvalidValue;
+  if ((dst_dev && !d.device_like()) || (src_dev && !sr.device_like())) return cudaErrorInvalidValue;
   if (!inside(d, span(dp, e)) || !inside(sr, span(sp, e))) return cudaErrorInvalidValue;
   const bool direct = (d.on_device() || d.host_direct()) && (sr.on_device() || sr.host_direct());
-  if (!direct || (!d.on_device() && !sr.on_device()) || e.depth != 1) {
+  if (!direct || (!d.device_like() && !sr.device_like()) || e.depth != 1) {
     const char* why = !direct ? "pageable host memory (use cudaMallocHost or cudaHostAlloc memory)"
                       : e.depth != 1 ? "3-D slices that are not one 2-D region"
                                      : "host memory on both sides";
     report_unsupported(fmt::format("{} with {}", call, why).c_str());
     return cudaErrorNotSupported;
   }
-  device = d.on_device() ? d.c.device : sr.c.device;
+  device = d.on_device() ? d.c.device : sr.on_device() ? sr.c.device : current_device();
   out = CopyCmd{d.location(), sr.location(), e.width, e.height, dp.pitch, sp.pitch};
   return cudaSuccess;
 }
@@ -271,7 +273,7 @@ cudaError_t copy_3d(void* dst, Pitches dp, const void* src, Pitches sp, Extent3 
     const bool explicit_kind = kind != cudaMemcpyDefault;
     End d = resolve(rt, dst, dst_dev, explicit_kind && !dst_dev);
     End sr = resolve(rt, src, src_dev, explicit_kind && !src_dev);
-    if ((dst_dev && !d.on_device()) || (src_dev && !sr.on_device())) return cudaErrorInvalidValue;
+    if ((dst_dev && !d.device_like()) || (src_dev && !sr.device_like())) return cudaErrorInvalidValue;
     if (!inside(d, span(dp, e)) || !inside(sr, span(sp, e))) return cudaErrorInvalidValue;
 
     auto* dst_bytes = static_cast<std::byte*>(dst);
@@ -336,12 +338,19 @@ cudaError_t memset_3d(void* dst, Pitches p, int value, Extent3 e, cudaStream_t s
     return capture_memset(s, mp);
   }
   Runtime& rt = Runtime::get();
-  const auto addr = reinterpret_cast<uint64_t>(dst);
-  const auto alloc = rt.tables.device_range(addr, span(p, e));
-  if (!alloc) return cudaErrorInvalidValue;
+  uint64_t addr = reinterpret_cast<uint64_t>(dst);
+  int device = s.device;
+  if (const auto alloc = rt.tables.device_range(addr, span(p, e))) {
+    if (s.id == 0) device = alloc->device;
+  } else {
+    // Managed memory: set where the GPU sees it (the server checks it is this client's).
+    End m{rt.tables.classify(dst), addr};
+    if (!m.device_like() || m.on_device() || !inside(m, span(p, e))) return cudaErrorInvalidValue;
+    addr = m.c.pinned_device + (addr - m.c.base);
+  }
   for (size_t z = 0; z < e.depth; ++z) {
     ipc::MemsetCmd cmd{addr + z * p.slice, p.pitch, e.width, e.height, element_value(value, element), element};
-    const Status st = rt.post(Opcode::Memset, s.id == 0 ? alloc->device : s.device, s.id, &cmd, sizeof cmd);
+    const Status st = rt.post(Opcode::Memset, device, s.id, &cmd, sizeof cmd);
     if (st != Status::Success) return to_cuda(st);
   }
   return cudaSuccess;

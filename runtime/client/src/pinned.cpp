@@ -36,12 +36,11 @@ void report_pinned_failure(Runtime& rt, size_t size) noexcept {
 
 }  // namespace
 
-cudaError_t pinned_alloc(void** ptr, size_t size, unsigned flags) {
-  if (ptr == nullptr) return cudaErrorInvalidValue;
-  *ptr = nullptr;
-  if (size == 0) return cudaSuccess;
-  Runtime& rt = Runtime::get();
-  if (cudaError_t e = to_cuda(rt.ready()); e != cudaSuccess) return e;
+namespace {
+
+// One PinnedAlloc round trip and the mapping here: at the server's address when it is free here;
+// elsewhere if not, unless `same_address` (then nullptr, the server's buffer freed again).
+cudaError_t map_pinned(Runtime& rt, size_t size, unsigned flags, bool same_address, void*& out, PinnedAlloc& entry) {
   funnel::ipc::PinnedAllocCmd c{size, flags, 0};
   Reply r;
   if (cudaError_t e = to_cuda(rt.call(Opcode::PinnedAlloc, current_device(), 0, &c, sizeof c, &r)); e != cudaSuccess) {
@@ -51,14 +50,20 @@ cudaError_t pinned_alloc(void** ptr, size_t size, unsigned flags) {
   const uint64_t id = r.value[0];
   const auto path =
       rt.settings()->run_dir / fmt::format("{}{}.{}", funnel::ipc::kPinnedFilePrefix, rt.view().header().client_id, id);
-  // At the server's address if that is free here: the GPU sees registered memory at the
-  // server's address, so the program's pointer is then the one its kernels may use (zero-copy,
-  // as under unified addressing); elsewhere if not (cudaHostGetDevicePointer then differs).
   const uint64_t server_address = r.value[2];
   auto file = std::make_shared<funnel::ipc::MappedFile>();
+  auto give_back = [&] {
+    funnel::ipc::PinnedFreeCmd f{id};
+    (void)rt.call(Opcode::PinnedFree, current_device(), 0, &f, sizeof f);
+  };
   try {
     if (server_address != 0 && server_address % 4096 == 0)
       *file = funnel::ipc::MappedFile::open_at(path, r.value[1], reinterpret_cast<const void*>(server_address));
+    if (!*file && same_address) {
+      give_back();
+      out = nullptr;
+      return cudaSuccess;
+    }
     if (!*file) {
       *file = funnel::ipc::MappedFile::open(path, r.value[1]);
       static std::atomic<bool> said{false};
@@ -69,13 +74,39 @@ cudaError_t pinned_alloc(void** ptr, size_t size, unsigned flags) {
     }
   } catch (const std::exception& e) {
     log_error(fmt::format("funnel: cudaMallocHost: {}", e.what()));
-    funnel::ipc::PinnedFreeCmd f{id};
-    (void)rt.call(Opcode::PinnedFree, current_device(), 0, &f, sizeof f);
+    give_back();
     return cudaErrorMemoryAllocation;
   }
   ::unlink(path.c_str());  // mapped: the name is no longer needed (see channel.md)
-  void* p = file->data();
-  rt.tables.add_pinned(reinterpret_cast<uintptr_t>(p), PinnedAlloc{id, size, std::move(file), server_address});
+  out = file->data();
+  entry = PinnedAlloc{id, size, std::move(file), server_address};
+  return cudaSuccess;
+}
+
+}  // namespace
+
+// At the server's address if that is free here: the GPU sees registered memory at the server's
+// address, so the program's pointer is then the one its kernels may use (zero-copy, as under
+// unified addressing); elsewhere if not (cudaHostGetDevicePointer then differs).  Managed memory
+// must be at the same address: a few more tries, then it fails.
+cudaError_t pinned_alloc(void** ptr, size_t size, unsigned flags, bool managed) {
+  if (ptr == nullptr) return cudaErrorInvalidValue;
+  *ptr = nullptr;
+  if (size == 0) return cudaSuccess;
+  Runtime& rt = Runtime::get();
+  if (cudaError_t e = to_cuda(rt.ready()); e != cudaSuccess) return e;
+  void* p = nullptr;
+  PinnedAlloc entry{};
+  for (int attempt = 0; attempt < (managed ? 8 : 1) && p == nullptr; ++attempt)
+    if (cudaError_t e = map_pinned(rt, size, flags, managed, p, entry); e != cudaSuccess) return e;
+  if (p == nullptr) {
+    log_error(fmt::format("funnel: cudaMallocManaged({} bytes) failed: no address the server chose for it was free "
+                          "in this process (its managed memory must have the same address in both)",
+                          size));
+    return cudaErrorMemoryAllocation;
+  }
+  entry.managed = managed;
+  rt.tables.add_pinned(reinterpret_cast<uintptr_t>(p), std::move(entry));
   *ptr = p;
   return cudaSuccess;
 }
@@ -97,10 +128,13 @@ cudaError_t pinned_device_pointer(void** device, void* host, unsigned flags, con
   return cudaSuccess;
 }
 
-cudaError_t pinned_free(void* ptr) {
+cudaError_t pinned_free(void* ptr, bool managed) {
   if (ptr == nullptr) return cudaSuccess;
   Runtime& rt = Runtime::get();
   if (cudaError_t e = to_cuda(rt.ready()); e != cudaSuccess) return e;
+  const Classified what = rt.tables.classify(ptr);
+  if (what.kind != Classified::Pinned || what.base != reinterpret_cast<uint64_t>(ptr) || what.managed != managed)
+    return cudaErrorInvalidValue;
   std::optional<PinnedAlloc> a = rt.tables.remove_pinned(reinterpret_cast<uintptr_t>(ptr));
   if (!a) return cudaErrorInvalidValue;
   // Synchronous on the server (after earlier work), then our mapping goes.

@@ -276,6 +276,7 @@ Classified ClientTables::classify(const void* p) noexcept {
       c.size = it->second.size;
       c.pinned_id = it->second.id;
       c.pinned_device = it->second.device;
+      c.managed = it->second.managed;
       return c;
     }
   }

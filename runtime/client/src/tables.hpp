@@ -41,6 +41,7 @@ struct PinnedAlloc {
   uint64_t size;
   std::shared_ptr<ipc::MappedFile> file;
   uint64_t device = 0;  // its address in the server, which kernels use (== the host address when mapped there)
+  bool managed = false;  // cudaMallocManaged's (managed.hpp): always mapped at the server's address
 };
 struct StreamObj {
   uint64_t id;
@@ -77,6 +78,7 @@ struct Classified {
   uint64_t size = 0;    // allocation size
   uint64_t pinned_id = 0;
   uint64_t pinned_device = 0;  // Pinned: the buffer's address in the server (the GPU's)
+  bool managed = false;        // Pinned: managed memory (cudaMallocManaged), usable where device memory is
   int device = 0;
 };
 

@@ -5,6 +5,7 @@
 #include "copy_engine.hpp"
 #include "device_memory.hpp"
 #include "front.hpp"
+#include "managed.hpp"
 #include "pinned.hpp"
 
 using funnel::client::Reply;
@@ -133,7 +134,78 @@ FUNNEL_DRIVER_API CUresult cuMemFree_v2(CUdeviceptr p) {
   int d = 0;
   if (CUresult r = funnel::driver::in_context(d); r != CUDA_SUCCESS) return r;
   if (p == 0) return CUDA_SUCCESS;  // as NVIDIA's driver: the runtime passes cudaFree(nullptr) on
+  if (cudaError_t managed = cudaSuccess; funnel::client::managed_free(host(p), managed))
+    return funnel::driver::to_cu(managed);
   return funnel::driver::to_cu(funnel::client::device_free(host(p), Opcode::MemFree, StreamRef{0, d}));
+}
+
+// ---- managed memory (managed.hpp) ---------------------------------------------------------
+
+static_assert(sizeof(CUmemLocation) == sizeof(cudaMemLocation) && static_cast<int>(CU_MEM_LOCATION_TYPE_DEVICE) ==
+                                                                         static_cast<int>(cudaMemLocationTypeDevice));
+static_assert(static_cast<int>(CU_MEM_ADVISE_SET_ACCESSED_BY) == cudaMemAdviseSetAccessedBy &&
+              static_cast<int>(CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_ID) ==
+                  cudaMemRangeAttributeLastPrefetchLocationId);
+namespace {
+cudaMemLocation location_of(CUmemLocation l) { return cudaMemLocation{static_cast<cudaMemLocationType>(l.type), l.id}; }
+// The first versions took a device: CU_DEVICE_CPU (-1) for the host.
+cudaMemLocation location_of(CUdevice d) {
+  return d == CU_DEVICE_CPU ? cudaMemLocation{cudaMemLocationTypeHost, 0} : cudaMemLocation{cudaMemLocationTypeDevice, d};
+}
+CUresult prefetch(CUdeviceptr p, size_t n, cudaMemLocation l, unsigned flags, CUstream s, bool ptds) {
+  return funnel::driver::to_cu(
+      funnel::client::managed_prefetch(host(p), n, l, flags, reinterpret_cast<cudaStream_t>(s), ptds));
+}
+}  // namespace
+
+FUNNEL_DRIVER_API CUresult cuMemAllocManaged(CUdeviceptr* p, size_t size, unsigned flags) {
+  int d = 0;
+  if (CUresult r = funnel::driver::in_context(d); r != CUDA_SUCCESS) return r;
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  void* out = nullptr;
+  const CUresult r = funnel::driver::to_cu(funnel::client::managed_alloc(&out, size, flags));
+  if (r == CUDA_SUCCESS) *p = reinterpret_cast<CUdeviceptr>(out);
+  return r;
+}
+FUNNEL_DRIVER_API CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, CUmemLocation l, unsigned flags, CUstream s) {
+  return prefetch(p, n, location_of(l), flags, s, false);
+}
+FUNNEL_DRIVER_API CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr p, size_t n, CUmemLocation l, unsigned flags,
+                                                      CUstream s) {
+  return prefetch(p, n, location_of(l), flags, s, true);
+}
+FUNNEL_DRIVER_API CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t n, CUdevice d, CUstream s) {
+  return prefetch(p, n, location_of(d), 0, s, false);
+}
+FUNNEL_DRIVER_API CUresult cuMemPrefetchAsync_ptsz(CUdeviceptr p, size_t n, CUdevice d, CUstream s) {
+  return prefetch(p, n, location_of(d), 0, s, true);
+}
+FUNNEL_DRIVER_API CUresult cuMemAdvise_v2(CUdeviceptr p, size_t n, CUmem_advise advice, CUmemLocation l) {
+  return funnel::driver::to_cu(funnel::client::managed_advise(host(p), n, advice, location_of(l)));
+}
+FUNNEL_DRIVER_API CUresult cuMemAdvise(CUdeviceptr p, size_t n, CUmem_advise advice, CUdevice d) {
+  return funnel::driver::to_cu(funnel::client::managed_advise(host(p), n, advice, location_of(d)));
+}
+FUNNEL_DRIVER_API CUresult cuMemRangeGetAttribute(void* data, size_t size, CUmem_range_attribute a, CUdeviceptr p,
+                                                  size_t n) {
+  return funnel::driver::to_cu(funnel::client::managed_range_attribute(data, size, a, host(p), n));
+}
+FUNNEL_DRIVER_API CUresult cuMemRangeGetAttributes(void** data, size_t* sizes, CUmem_range_attribute* attrs,
+                                                   size_t count, CUdeviceptr p, size_t n) {
+  if (count == 0 || data == nullptr || sizes == nullptr || attrs == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < count; ++i)
+    if (CUresult r = funnel::driver::to_cu(funnel::client::managed_range_attribute(data[i], sizes[i], attrs[i], host(p), n));
+        r != CUDA_SUCCESS)
+      return r;
+  return CUDA_SUCCESS;
+}
+FUNNEL_DRIVER_API CUresult cuStreamAttachMemAsync(CUstream s, CUdeviceptr p, size_t length, unsigned flags) {
+  return funnel::driver::to_cu(
+      funnel::client::managed_attach(reinterpret_cast<cudaStream_t>(s), host(p), length, flags, false));
+}
+FUNNEL_DRIVER_API CUresult cuStreamAttachMemAsync_ptsz(CUstream s, CUdeviceptr p, size_t length, unsigned flags) {
+  return funnel::driver::to_cu(
+      funnel::client::managed_attach(reinterpret_cast<cudaStream_t>(s), host(p), length, flags, true));
 }
 
 // Stream-ordered allocations from the device's default pool, as cudaMallocAsync/cudaFreeAsync.
@@ -362,11 +434,15 @@ CUresult pointer_attribute(void* data, CUpointer_attribute a, CUdeviceptr ptr) {
     case CU_POINTER_ATTRIBUTE_CONTEXT:
       *static_cast<CUcontext*>(data) = funnel::driver::context_of(dev);
       return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-      *static_cast<unsigned*>(data) = device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:  // managed memory says "device", as the driver does
+      *static_cast<unsigned*>(data) = device || c.managed ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
-      if (!device) return CUDA_ERROR_INVALID_VALUE;  // funnel maps no host memory into kernels
+      if (pinned && c.pinned_device != 0) {  // where the GPU sees a pinned or managed buffer
+        *static_cast<CUdeviceptr*>(data) = c.pinned_device + (ptr - c.base);
+        return CUDA_SUCCESS;
+      }
+      if (!device) return CUDA_ERROR_INVALID_VALUE;  // registered memory stays the program's own
       *static_cast<CUdeviceptr*>(data) = ptr;
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:
@@ -374,7 +450,7 @@ CUresult pointer_attribute(void* data, CUpointer_attribute a, CUdeviceptr ptr) {
       *static_cast<void**>(data) = host(ptr);
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-      *static_cast<unsigned*>(data) = 0;
+      *static_cast<unsigned*>(data) = c.managed ? 1 : 0;
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
       *static_cast<int*>(data) = dev;

@@ -316,7 +316,7 @@ Status Worker::memset(const ipc::CommandHeader& h, const ipc::MemsetCmd& c) {
     answers_.answer(h);
     return Status::Success;
   }
-  if (!res_.device_range_ok(c.address, extent)) return Status::InvalidValue;
+  if (!res_.device_range_ok(c.address, extent) && !res_.pinned_range_ok(c.address, extent)) return Status::InvalidValue;
   const uint32_t element = c.element == 0 ? 1 : c.element;
   if (element != 1 && element != 2 && element != 4) return Status::InvalidValue;
   const uint64_t pitch = c.height > 1 ? c.pitch : c.width;

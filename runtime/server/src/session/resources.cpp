@@ -13,6 +13,14 @@
 
 namespace funnel::server {
 
+bool ClientResources::pinned_range_ok(uint64_t address, uint64_t extent) const {
+  for (const auto& [id, p] : pinned) {
+    const auto base = reinterpret_cast<uint64_t>(p.file.data());
+    if (address >= base && within(address - base, extent == 0 ? 1 : extent, p.size)) return true;
+  }
+  return false;
+}
+
 bool ClientResources::device_range_ok(uint64_t address, uint64_t extent) const {
   if (containing(allocations, address, extent) != allocations.end() ||
       containing(symbols, address, extent) != symbols.end())

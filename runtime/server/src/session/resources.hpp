@@ -70,6 +70,9 @@ class ClientResources {
   void free_pinned(PinnedEntry& p);
   // Whether [address, address+extent) lies in one allocation or one symbol of this client.
   bool device_range_ok(uint64_t address, uint64_t extent) const;
+  // Whether it lies in one pinned buffer of this client, at the buffer's address here (which the
+  // GPU sees too): managed memory, which memsets may set.
+  bool pinned_range_ok(uint64_t address, uint64_t extent) const;
   // A copy's source or destination: device memory of the client's, a staging slot or a pinned
   // buffer, checked to hold the whole region.
   Status resolve_location(const ipc::Location& l, uint64_t pitch, uint64_t width, uint64_t height,

@@ -57,8 +57,9 @@ int legacy_id(const cudaMemLocation& l) {
 }  // namespace
 
 cudaError_t managed_alloc(void** ptr, size_t size, unsigned flags) {
-  if (ptr == nullptr || size == 0 || (flags != cudaMemAttachGlobal && flags != cudaMemAttachHost))
-    return cudaErrorInvalidValue;
+  if (ptr == nullptr || (flags != cudaMemAttachGlobal && flags != cudaMemAttachHost)) return cudaErrorInvalidValue;
+  *ptr = nullptr;
+  if (size == 0) return cudaSuccess;  // as CUDA since 11.2
   const cudaError_t e = pinned_alloc(ptr, size, cudaHostAllocPortable | cudaHostAllocMapped, true);
   if (e == cudaSuccess) {
     AdviceTable& t = advice_table();

@@ -8,7 +8,7 @@
 
 namespace funnel::client {
 
-// cudaMallocManaged: flags cudaMemAttachGlobal or cudaMemAttachHost; size 0 is invalid.
+// cudaMallocManaged: flags cudaMemAttachGlobal or cudaMemAttachHost; size 0 gives nullptr.
 cudaError_t managed_alloc(void** ptr, size_t size, unsigned flags);
 // cudaFree of a managed buffer (false: `ptr` starts none, nothing done).
 bool managed_free(void* ptr, cudaError_t& result);

@@ -3,7 +3,7 @@
 
     bench/collect.py OUT
 
-Reads OUT/env.json, OUT/steps.tsv, OUT/{kernels,nbody,graphs}/rep*/results.jsonl,
+Reads OUT/env.json, OUT/steps.tsv, OUT/{kernels,nbody,graphs,managed}/rep*/results.jsonl,
 OUT/membench/rep*/{native,funnel,mps}.jsonl and OUT/stencil/rep*/results.jsonl.  Every figure is
 one record: bench, mode, n (clients, ranks or copies), size (bytes, copies only), unit, better
 ("higher" or "lower"), values (one per repetition that produced one), median, min, max, and notes
@@ -80,8 +80,8 @@ def collect(out):
     figs = Figures()
     problems = []
 
-    # kernels.sh, nbody.sh and graphs.sh: {"mode","bench","n","value","unit"[,"note"][,"failed"]}
-    for step in ("kernels", "nbody", "graphs"):
+    # kernels.sh, nbody.sh, graphs.sh and managed.sh: {"mode","bench","n","value","unit"[,"note"][,"failed"]}
+    for step in ("kernels", "nbody", "graphs", "managed"):
         for path in sorted(glob.glob(os.path.join(out, step, "rep*", "results.jsonl"))):
             r = rep_of(path)
             for row in read_jsonl(path):

@@ -32,8 +32,13 @@ TITLES = {
     "nbody_aggregate": "apps/nbody: N copies at once, summed steps/s",
     "graph_replay": "a captured graph of small kernels replayed by N clients at once, graphs/s in all",
 }
+# bench/managed.sh: a managed-memory program over three kinds of memory, one process: rows
+# managed_prog_<kind> (seconds), managed_first_<kind> (its first kernel, ms) and
+# managed_kernel_<kind> (its later kernels, mean ms); reported, no target (no plot)
+MANAGED_KINDS = ("managed", "zerocopy", "device")
 ORDER = ["issue_empty", "roundtrip_empty", "throughput_empty", "throughput_small", "startup", "idle_memory",
-         "stencil_ms_per_step", "nbody_aggregate", "graph_replay"]
+         "stencil_ms_per_step", "nbody_aggregate", "graph_replay"] + [
+             f"managed_{f}_{k}" for k in MANAGED_KINDS for f in ("prog", "first", "kernel")]
 
 
 def load(paths):
@@ -222,6 +227,15 @@ def targets(figs):
     for n in (1, 16) if any(k[0] == "graph_replay" for k in figs) else ():
         r, why = one("graph_replay", n, "mps")
         line(f"graph replays, {n} client{'s' if n > 1 else ''}, funnel/MPS", r, ">=", 1.0, why)
+    # the managed-memory program: figures only (reported), where the run measured it
+    if any(k[0].startswith("managed_prog_") for k in figs):
+        parts = []
+        for kind in MANAGED_KINDS:
+            if any(k[0] == f"managed_prog_{kind}" for k in figs):
+                parts.append(f"{kind} {rstr(one(f'managed_prog_{kind}', 1, 'native')[0])}"
+                             f" / {rstr(one(f'managed_prog_{kind}', 1, 'mps')[0])}")
+        out.append("info  managed-memory program, 1 process, funnel/native / funnel/MPS seconds (reported, no target): "
+                   + ", ".join(parts))
     return out
 
 

@@ -16,6 +16,9 @@
 #            aggregate steps/s
 #   graphs   bench/graphs.sh: apps/graphbench at GRAPH_NS clients, each replaying a captured
 #            graph of GRAPH_KERNELS small kernels GRAPH_REPLAYS times; aggregate graphs/s
+#   managed  bench/managed.sh: apps/managedbench, one process, over managed, mapped pinned
+#            (zero-copy) and device memory; seconds of MANAGED_ELEMS floats, MANAGED_ITERS
+#            kernels, median of MANAGED_ROUNDS runs (no target: reported figures)
 # Each benchmark runs REPS times (repetition r: every mode, then the next repetition).
 # --quick: REPS=1, NS="1 4 16 32", START_NS=16, RANKS="1 16", NBODY_NS="1 4 16", shorter
 #          windows (GRAPH_NS stays "1 16", the issue's case): about 5 minutes on an H100 after
@@ -31,14 +34,15 @@
 #   NBODY_NS     "1 2 4 8 16" / "1 4 16"       (nbody copies; NBODY_BODIES 16384)
 #   GRAPH_NS     "1 16" / "1 16"               (graph replay clients; GRAPH_KERNELS 100,
 #                GRAPH_REPLAYS 1000 per client)
+#   MANAGED_ELEMS 16777216 (64 MiB)  MANAGED_ITERS 20  MANAGED_SAMPLE_EVERY 5  MANAGED_ROUNDS 3
 #   SECONDS_PER_RUN 1.5 / 1.0 (throughput window)   NBODY_SECONDS 2 / 1.5
 #   STEPS, WARMUP  stencil steps 200 / 100, warm-up 20 / 10 (grid N^3, N default 256)
 #   MEMBENCH_ARGS  "--reps 20" / "--reps 5 --max-bytes 67108864 --sync-iters 3000"
 #   MPS_MAX_CLIENTS 48 (larger N are not run under MPS, recorded with a note)
 #   NATIVE_MAX_N  64 (larger N are not run natively: 128 contexts would not fit in time)
-#   BENCHES      which steps, default "kernels membench stencil nbody graphs"
-#   T_KERNELS, T_MEMBENCH, T_STENCIL, T_NBODY, T_GRAPHS  hard limit (s) per step and
-#                repetition (quick 300/150/200/150/150, full 900/400/600/400/300)
+#   BENCHES      which steps, default "kernels membench stencil nbody graphs managed"
+#   T_KERNELS, T_MEMBENCH, T_STENCIL, T_NBODY, T_GRAPHS, T_MANAGED  hard limit (s) per step
+#                and repetition (quick 300/150/200/150/150/200, full 900/400/600/400/300/300)
 #   BUNDLE       a folder that gets only OUT's essentials, kept current after every step:
 #                results.json, table.txt and bench-out.tgz (all of OUT), at the end also
 #                throughput.png and stencil.png; for machines that return few files (the lent
@@ -52,7 +56,7 @@
 # `bench/report.py OUT/results.json`), and each step's logs under OUT/<step>/.
 set -u -o pipefail
 
-usage() { sed -n '2,52p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,56p' "$0" | sed 's/^# \{0,1\}//'; }
 QUICK=0
 DO_BUILD=1
 BUILD_ONLY=0
@@ -97,7 +101,7 @@ if [[ $QUICK == 1 ]]; then
   MEMBENCH_ARGS=${MEMBENCH_ARGS:---reps 5 --max-bytes 67108864 --sync-iters 3000}
   # hard limits per step and repetition (seconds); the expected times are far below them
   T_KERNELS=${T_KERNELS:-300} T_MEMBENCH=${T_MEMBENCH:-150} T_STENCIL=${T_STENCIL:-200} T_NBODY=${T_NBODY:-150}
-  T_GRAPHS=${T_GRAPHS:-150}
+  T_GRAPHS=${T_GRAPHS:-150} T_MANAGED=${T_MANAGED:-200}
 else
   REPS=${REPS:-3}
   NS=${NS:-1 2 4 8 16 32 48 64 128}
@@ -110,25 +114,32 @@ else
   WARMUP=${WARMUP:-20}
   MEMBENCH_ARGS=${MEMBENCH_ARGS:---reps 20}
   T_KERNELS=${T_KERNELS:-900} T_MEMBENCH=${T_MEMBENCH:-400} T_STENCIL=${T_STENCIL:-600} T_NBODY=${T_NBODY:-400}
-  T_GRAPHS=${T_GRAPHS:-300}
+  T_GRAPHS=${T_GRAPHS:-300} T_MANAGED=${T_MANAGED:-300}
 fi
 MODES=${MODES:-native mps funnel}
 STENCIL_MODES=${STENCIL_MODES:-$MODES}
-BENCHES=${BENCHES:-kernels membench stencil nbody graphs}
+BENCHES=${BENCHES:-kernels membench stencil nbody graphs managed}
 MPS_MAX_CLIENTS=${MPS_MAX_CLIENTS:-48}
 NATIVE_MAX_N=${NATIVE_MAX_N:-64}
 NBODY_BODIES=${NBODY_BODIES:-16384}
 GRAPH_NS=${GRAPH_NS:-1 16}
 GRAPH_KERNELS=${GRAPH_KERNELS:-100}
 GRAPH_REPLAYS=${GRAPH_REPLAYS:-1000}
+MANAGED_ELEMS=${MANAGED_ELEMS:-16777216}
+MANAGED_ITERS=${MANAGED_ITERS:-20}
+MANAGED_SAMPLE_EVERY=${MANAGED_SAMPLE_EVERY:-5}
+MANAGED_ROUNDS=${MANAGED_ROUNDS:-3}
 export MPS_MAX_CLIENTS NATIVE_MAX_N
 [[ $REPS =~ ^[1-9][0-9]*$ ]] || { echo "bench/run.sh: REPS must be a positive integer, not '$REPS'" >&2; exit 2; }
 for v in NS START_NS RANKS NBODY_NS GRAPH_NS; do
   [[ ${!v} =~ ^[[:space:]]*[1-9][0-9]*([[:space:]]+[1-9][0-9]*)*[[:space:]]*$ ]] ||
     { echo "bench/run.sh: $v must be a list of positive integers, not '${!v}'" >&2; exit 2; }
 done
+for v in MANAGED_ELEMS MANAGED_ITERS MANAGED_SAMPLE_EVERY MANAGED_ROUNDS; do
+  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "bench/run.sh: $v must be a positive integer, not '${!v}'" >&2; exit 2; }
+done
 for b in $BENCHES; do
-  case $b in kernels | membench | stencil | nbody | graphs) ;; *) echo "bench/run.sh: unknown benchmark '$b' in BENCHES" >&2; exit 2 ;; esac
+  case $b in kernels | membench | stencil | nbody | graphs | managed) ;; *) echo "bench/run.sh: unknown benchmark '$b' in BENCHES" >&2; exit 2 ;; esac
 done
 for m in $MODES $STENCIL_MODES; do
   case $m in native | mps | funnel | hooks | threads) ;;
@@ -205,7 +216,8 @@ python3 - "$OUT_DIR/env.json" \
   mps="$([[ $HAVE_MPS == 1 ]] && echo "$MPS_CONTROL" || echo "absent: skipped")" \
   modes="$MODES" stencil_modes="$STENCIL_MODES" ns="$NS" start_ns="$START_NS" ranks="$RANKS" \
   nbody_ns="$NBODY_NS" nbody_bodies="$NBODY_BODIES" graph_ns="$GRAPH_NS" graph_kernels="$GRAPH_KERNELS" \
-  graph_replays="$GRAPH_REPLAYS" seconds_per_run="$SECONDS_PER_RUN" \
+  graph_replays="$GRAPH_REPLAYS" managed_elems="$MANAGED_ELEMS" managed_iters="$MANAGED_ITERS" \
+  managed_sample_every="$MANAGED_SAMPLE_EVERY" managed_rounds="$MANAGED_ROUNDS" seconds_per_run="$SECONDS_PER_RUN" \
   nbody_seconds="$NBODY_SECONDS" stencil_steps="$STEPS" stencil_warmup="$WARMUP" stencil_n="${N:-256}" \
   membench_args="$MEMBENCH_ARGS" mps_max_clients="$MPS_MAX_CLIENTS" native_max_n="$NATIVE_MAX_N" <<'PY'
 import json, sys
@@ -214,7 +226,8 @@ for kv in sys.argv[2:]:
     k, _, v = kv.partition("=")
     v = v.strip()
     if k in ("cores", "dirty_files", "reps", "nbody_bodies", "stencil_steps", "stencil_warmup", "stencil_n",
-             "mps_max_clients", "native_max_n", "graph_kernels", "graph_replays"):
+             "mps_max_clients", "native_max_n", "graph_kernels", "graph_replays", "managed_elems", "managed_iters",
+             "managed_sample_every", "managed_rounds"):
         try:
             v = int(v)
         except ValueError:
@@ -233,7 +246,7 @@ if [[ $DO_BUILD == 1 ]]; then
   # BUILD_ALL=1 builds everything, as tests/gpu/run.sh does.
   targets=()
   if [[ ${BUILD_ALL:-0} != 1 ]]; then
-    targets=(--target funnel-server funnel-run funnel_client funnelctl funnel_driver kernelbench graphbench membench nbody gemmbench)
+    targets=(--target funnel-server funnel-run funnel_client funnelctl funnel_driver kernelbench graphbench managedbench membench nbody gemmbench)
   fi
   if cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFUNNEL_BUILD_CUDA_PROGRAMS=ON \
     -DFUNNEL_BUILD_TESTS=OFF >"$OUT_DIR/build/configure.log" 2>&1 &&
@@ -361,6 +374,21 @@ run_graphs() {
   done
 }
 
+# ---- managed: a managed-memory program over managed, mapped and device memory (bench/managed.sh) ----
+run_managed() {
+  [[ -x $BIN/managedbench ]] || { step_done managed "$SECONDS" 2 "SKIPPED: $BIN/managedbench not built"; return; }
+  local r t0 rc
+  for ((r = 1; r <= REPS; r++)); do
+    t0=$SECONDS
+    mkdir -p "$OUT_DIR/managed/rep$r"
+    OUT=$OUT_DIR/managed/rep$r MODES="$(bench_modes "$MODES" "native mps funnel funnel-w*")" ELEMS=$MANAGED_ELEMS \
+      ITERS=$MANAGED_ITERS SAMPLE_EVERY=$MANAGED_SAMPLE_EVERY ROUNDS=$MANAGED_ROUNDS \
+      timeout -k 20 "$T_MANAGED" bench/managed.sh >"$OUT_DIR/managed/rep$r.log" 2>&1
+    rc=$?
+    step_done "managed rep $r/$REPS" "$t0" "$rc" "$([[ $rc == 124 ]] && echo "TIME LIMIT ${T_MANAGED}s")"
+  done
+}
+
 # snapshot: results.json and table.txt of what has run so far, and BUNDLE brought up to date,
 # so that a run cut short still leaves its figures
 snapshot() {
@@ -381,6 +409,7 @@ for b in $BENCHES; do
     stencil) run_stencil ;;
     nbody) run_nbody ;;
     graphs) run_graphs ;;
+    managed) run_managed ;;
   esac
   sweep_mps
   snapshot

@@ -497,6 +497,81 @@ static void errors() {
   CHECK(cudaFree(d));
 }
 
+// Host nodes: the program's function runs where the graph reaches it, after the nodes it depends
+// on and before those that depend on it, on every launch.
+struct HostState {
+  int* h;         // pinned: the copy before the host node fills it, the copy after reads it
+  int runs = 0;
+  bool saw_ok = true;
+  int expect = 0;
+};
+static void CUDART_CB host_step(void* p) {
+  auto* st = static_cast<HostState*>(p);
+  ++st->runs;
+  if (!all(st->h, N, st->expect)) st->saw_ok = false;
+  for (int i = 0; i < N; ++i) st->h[i] = st->expect + 1;  // the next copy uploads this
+}
+
+static void host_nodes(cudaStream_t s) {
+  int *d = nullptr, *h = nullptr, *back = nullptr;
+  CHECK(cudaMalloc(&d, BYTES));
+  CHECK(cudaMallocHost(&h, BYTES));
+  CHECK(cudaMallocHost(&back, BYTES));
+  HostState st{h};
+  // Explicit: memset d -> copy d to h -> host node -> copy h to d -> copy d to back.
+  cudaGraph_t g;
+  CHECK(cudaGraphCreate(&g, 0));
+  cudaGraphNode_t set, down, host, up, out;
+  const cudaMemsetParams mp = memset_params(d, 5, N);
+  CHECK(cudaGraphAddMemsetNode(&set, g, nullptr, 0, &mp));
+  CHECK(cudaGraphAddMemcpyNode1D(&down, g, &set, 1, h, d, BYTES, cudaMemcpyDeviceToHost));
+  const cudaHostNodeParams hp{host_step, &st};
+  CHECK(cudaGraphAddHostNode(&host, g, &down, 1, &hp));
+  CHECK(cudaGraphAddMemcpyNode1D(&up, g, &host, 1, d, h, BYTES, cudaMemcpyHostToDevice));
+  CHECK(cudaGraphAddMemcpyNode1D(&out, g, &up, 1, back, d, BYTES, cudaMemcpyDeviceToHost));
+  cudaGraphExec_t x;
+  CHECK(cudaGraphInstantiate(&x, g, 0));
+  st.expect = 5;
+  bool ok = true;
+  for (int i = 0; i < 3; ++i) {
+    CHECK(cudaGraphLaunch(x, s));
+    CHECK(cudaStreamSynchronize(s));
+    ok = ok && all(back, N, 6);
+  }
+  std::printf("host node: %s, ran %d times, saw the copy before it %s, the copy after it saw its data %s\n",
+              type_name(host), st.runs, st.saw_ok ? "yes" : "no", ok ? "yes" : "no");
+  // Launched three times before one synchronisation: each launch runs it once, in order.
+  st.runs = 0;
+  for (int i = 0; i < 3; ++i) CHECK(cudaGraphLaunch(x, s));
+  CHECK(cudaStreamSynchronize(s));
+  std::printf("host node, three launches queued: ran %d times, data %s\n", st.runs, all(back, N, 6) ? "ok" : "FAIL");
+  CHECK(cudaGraphExecDestroy(x));
+  CHECK(cudaGraphDestroy(g));
+
+  // Captured: cudaLaunchHostFunc between copies becomes a host node.
+  HostState cs{h};
+  cs.expect = 9;
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CHECK(cudaMemsetAsync(d, 0, BYTES, s));
+  CHECK(cudaLaunchHostFunc(s, host_step, &cs));
+  CHECK(cudaMemcpyAsync(d, h, BYTES, cudaMemcpyHostToDevice, s));
+  CHECK(cudaMemcpyAsync(back, d, BYTES, cudaMemcpyDeviceToHost, s));
+  cudaGraph_t cg;
+  CHECK(cudaStreamEndCapture(s, &cg));
+  cudaGraphExec_t cx;
+  CHECK(cudaGraphInstantiate(&cx, cg, 0));
+  for (int i = 0; i < N; ++i) h[i] = 9;
+  CHECK(cudaGraphLaunch(cx, s));
+  CHECK(cudaStreamSynchronize(s));
+  std::printf("captured host function: %zu nodes, ran %d time, data %s\n", node_count(cg), cs.runs,
+              cs.saw_ok && all(back, N, 10) ? "ok" : "FAIL");
+  CHECK(cudaGraphExecDestroy(cx));
+  CHECK(cudaGraphDestroy(cg));
+  CHECK(cudaFree(d));
+  CHECK(cudaFreeHost(h));
+  CHECK(cudaFreeHost(back));
+}
+
 int main() {
   capture_one_stream();
   capture_two_streams();
@@ -509,6 +584,7 @@ int main() {
   updates(s);
   clone(x, s);
   event_node(s);
+  host_nodes(s);
   errors();
   CHECK(cudaStreamDestroy(s));
   CHECK(cudaDeviceSynchronize());

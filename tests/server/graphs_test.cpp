@@ -3,6 +3,8 @@
 // order, staging slots in a graph, unknown handles, memory freed since the graph was made).
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cstring>
 #include <vector>
 
@@ -177,6 +179,52 @@ TEST_F(ServerTest, GraphBuildsAreCheckedNodeByNode) {
   // The builds under way still instantiate.
   EXPECT_EQ(instantiate(1000, 1), Status::Success);
   EXPECT_FALSE(c.server_hung_up());
+}
+
+// Host nodes: each launch waits at the node until the client stores 1 into its done word; a client
+// that is gone (here: one that never answers and hangs up with three launches queued) is answered
+// by the server, launch after launch, so its teardown ends and the server goes on.
+TEST_F(ServerTest, GraphHostNodesWaitForTheClientAndAreAnsweredWhenItGoes) {
+  start_server();
+  const uint64_t kBytes = 4096;
+  {
+    TestClient c(run_dir_);
+    ASSERT_TRUE(c.ok());
+    const uint64_t a = c.alloc(kBytes);
+    c.create_stream(1);
+    ipc::GraphNodeCmd host{};
+    host.graph = 1;
+    host.kind = static_cast<uint32_t>(GraphNodeKind::Host);
+    host.host = ipc::HostFuncCmd{10, 11, 0, 0};
+    auto& reached = c.view().event_state(10);
+    auto& done = c.view().event_state(11);
+    reached.store(0);
+    done.store(0);
+    send_node(c, host, {});
+    send_node(c, memset_node(1, 1, a, kBytes, 0x42, 1), {0});
+    ASSERT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{1, 2, 2, 0}).status, Status::Success);
+    // One launch answered by the client: the memset after the host node runs only then.
+    c.post(Opcode::GraphLaunch, ipc::GraphExecCmd{2}, 1);
+    ASSERT_TRUE(eventually([&] { return reached.load() == 1; }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(reached.load(), 1u) << "the graph went on without the client's answer";
+    done.store(1);
+    ASSERT_TRUE(eventually([&] { return reached.load() == 0 && done.load() == 0; })) << "the graph resets its words";
+    EXPECT_TRUE(all_equal(read_words(c, a, kBytes / 4), 0x42424242u));
+    // Three more, never answered, then the client goes.
+    for (int i = 0; i < 3; ++i) c.post(Opcode::GraphLaunch, ipc::GraphExecCmd{2}, 1);
+    ASSERT_TRUE(eventually([&] { return reached.load() == 1; }));
+    c.detach();
+  }
+  bool gone = false;
+  for (int i = 0; i < 400 && !gone; ++i) {
+    gone = nlohmann::json::parse(control(run_dir_, "stats"))["clients"].empty();
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  EXPECT_TRUE(gone) << "the teardown of a client with launches held at host nodes did not end";
+  TestClient next(run_dir_);
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next.call(Opcode::Fence).status, Status::Success);
 }
 
 }  // namespace

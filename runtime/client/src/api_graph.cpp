@@ -251,6 +251,35 @@ FUNNEL_API cudaError_t cudaGraphMemsetNodeGetParams(cudaGraphNode_t node, cudaMe
 FUNNEL_API cudaError_t cudaGraphMemsetNodeSetParams(cudaGraphNode_t node, const cudaMemsetParams* p) {
   return guarded(__func__, [&] { return set_made(node, [&](auto& made) { return memset_node(p, made); }); });
 }
+static cudaError_t host_node(const cudaHostNodeParams* p, std::unique_ptr<NodeObj>& out) {
+  if (p == nullptr || p->fn == nullptr) return cudaErrorInvalidValue;
+  out = std::make_unique<NodeObj>();
+  out->kind = NodeKind::Host;
+  out->host_fn = p->fn;
+  out->host_data = p->userData;
+  out->device = current_device();
+  return cudaSuccess;
+}
+FUNNEL_API cudaError_t cudaGraphAddHostNode(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n,
+                                            const cudaHostNodeParams* p) {
+  return guarded(__func__, [&] { return add_made(out, g, deps, n, [&](auto& node) { return host_node(p, node); }); });
+}
+FUNNEL_API cudaError_t cudaGraphHostNodeGetParams(cudaGraphNode_t node, cudaHostNodeParams* p) {
+  return guarded(__func__, [&] {
+    if (p == nullptr) return cudaErrorInvalidValue;
+    return with_node(node, NodeKind::Host, [&](NodeObj& h) {
+      *p = cudaHostNodeParams{h.host_fn, h.host_data};
+      return cudaSuccess;
+    });
+  });
+}
+FUNNEL_API cudaError_t cudaGraphHostNodeSetParams(cudaGraphNode_t node, const cudaHostNodeParams* p) {
+  return guarded(__func__, [&] { return set_made(node, [&](auto& made) { return host_node(p, made); }); });
+}
+FUNNEL_API cudaError_t cudaGraphExecHostNodeSetParams(cudaGraphExec_t x, cudaGraphNode_t node,
+                                                      const cudaHostNodeParams* p) {
+  return guarded(__func__, [&] { return exec_set_made(x, node, [&](auto& made) { return host_node(p, made); }); });
+}
 FUNNEL_API cudaError_t cudaGraphAddChildGraphNode(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
                                                   size_t n, cudaGraph_t child) {
   return guarded(__func__, [&] { return graph_add_child(out, g, deps, n, child); });

@@ -12,12 +12,21 @@
 #include <unordered_set>
 
 #include "events.hpp"
+#include "host_func.hpp"
 
 namespace funnel::client {
 
 namespace {
 
+// The words of one host node of an executable graph (host_func.hpp's key).
+struct HostSlot {
+  uint64_t key;
+  uint32_t reached;
+  uint32_t done;
+};
+
 struct ExecObj {
+  std::vector<HostSlot> hosts;  // its host nodes, in the order they are sent
   uint64_t id = 0;
   int device = 0;
   unsigned long long flags = 0;
@@ -77,6 +86,8 @@ cudaGraphNodeType type_of(NodeKind k) {
       return cudaGraphNodeTypeWaitEvent;
     case NodeKind::Child:
       return cudaGraphNodeTypeGraph;
+    case NodeKind::Host:
+      return cudaGraphNodeTypeHost;
     case NodeKind::Empty:
       break;
   }
@@ -131,6 +142,8 @@ std::unique_ptr<NodeObj> clone_node(const NodeObj& n) {
   c->memset = n.memset;
   c->memset_cmd = n.memset_cmd;
   c->event = n.event;
+  c->host_fn = n.host_fn;
+  c->host_data = n.host_data;
   if (n.child) c->child = clone_graph(*n.child, nullptr);
   return c;
 }
@@ -220,6 +233,7 @@ struct Flat {
   };
   std::vector<Node> nodes;
   std::vector<cudaEvent_t> records;
+  std::vector<const NodeObj*> hosts;  // the host nodes, in order
 };
 
 // The nodes of g in dependency order (Kahn); false for a cycle.
@@ -266,6 +280,7 @@ cudaError_t flatten(const GraphObj& g, const std::vector<uint32_t>& entry, Flat&
     } else {
       f.nodes.push_back({n, std::move(deps)});
       if (n->kind == NodeKind::EventRecord) f.records.push_back(n->event);
+      if (n->kind == NodeKind::Host) f.hosts.push_back(n);
     }
     if (f.nodes.size() > ipc::kMaxGraphNodes) {
       report_unsupported("a graph of more than 65536 nodes");
@@ -296,8 +311,9 @@ cudaError_t graph_device(const Flat& f, int& device) {
   return cudaSuccess;
 }
 
-// Sends f as build `build` (GraphNode records).
-cudaError_t send_build(uint64_t build, const Flat& f, int device) {
+// Sends f as build `build` (GraphNode records); `hosts`: the words of f's host nodes, in order.
+cudaError_t send_build(uint64_t build, const Flat& f, int device, const std::vector<HostSlot>& hosts) {
+  size_t next_host = 0;
   Runtime& rt = Runtime::get();
   std::vector<std::byte> trailing;
   for (size_t i = 0; i < f.nodes.size(); ++i) {
@@ -328,6 +344,12 @@ cudaError_t send_build(uint64_t build, const Flat& f, int device) {
         c.kind = static_cast<uint32_t>(ipc::GraphNodeKind::Memset);
         c.memset = n->memset_cmd;
         break;
+      case NodeKind::Host: {
+        c.kind = static_cast<uint32_t>(ipc::GraphNodeKind::Host);
+        const HostSlot& h = hosts.at(next_host++);
+        c.host = ipc::HostFuncCmd{h.reached, h.done, 0, 0};
+        break;
+      }
       case NodeKind::EventRecord:
       case NodeKind::EventWait: {
         c.kind = static_cast<uint32_t>(kind == NodeKind::EventRecord ? ipc::GraphNodeKind::EventRecord
@@ -348,23 +370,59 @@ cudaError_t send_build(uint64_t build, const Flat& f, int device) {
   return cudaSuccess;
 }
 
-// Flattens and sends g, then GraphInstantiate (or GraphUpdate) of it into exec `exec`.
+// Words for each of f's host nodes, registered with the host function thread (zeroed first: the
+// slots may have served events).  Nothing is kept on a failure.
+cudaError_t take_host_slots(const Flat& f, std::vector<HostSlot>& out) {
+  Runtime& rt = Runtime::get();
+  const uint32_t slots = rt.view().header().event_slots;
+  for (const NodeObj* n : f.hosts) {
+    const uint32_t r = rt.tables.acquire_event_slot(slots);
+    const uint32_t d = r == ipc::kNoEventSlot ? ipc::kNoEventSlot : rt.tables.acquire_event_slot(slots);
+    if (d == ipc::kNoEventSlot) {
+      if (r != ipc::kNoEventSlot) rt.tables.release_event_slot(r);
+      for (const HostSlot& h : out) graph_host_retire(h.key);
+      out.clear();
+      return cudaErrorMemoryAllocation;
+    }
+    rt.view().event_state(r).store(0, std::memory_order_relaxed);
+    rt.view().event_state(d).store(0, std::memory_order_release);
+    out.push_back({graph_host_add(r, d, n->host_fn, n->host_data), r, d});
+  }
+  return cudaSuccess;
+}
+
+// Flattens and sends g, then GraphInstantiate (or GraphUpdate) of it into exec `exec`.  `hosts`:
+// the exec's host node words (made here for an instantiation; for an update, the exec's, whose
+// functions are set to g's).
 cudaError_t build_on_server(const GraphObj& g, Opcode op, uint64_t exec, unsigned flags, int& device,
-                            std::vector<cudaEvent_t>& records) {
+                            std::vector<cudaEvent_t>& records, std::vector<HostSlot>& hosts) {
   Flat f;
   std::vector<uint32_t> exits;
   if (cudaError_t e = flatten(g, {}, f, exits, 0); e != cudaSuccess) return e;
   if (op == Opcode::GraphInstantiate) {
     if (cudaError_t e = graph_device(f, device); e != cudaSuccess) return e;
+    if (cudaError_t e = take_host_slots(f, hosts); e != cudaSuccess) return e;
   } else {
     int d = device;
     if (cudaError_t e = graph_device(f, d); e != cudaSuccess) return e;
     if (d != device && !f.nodes.empty()) return cudaErrorInvalidValue;
+    if (f.hosts.size() != hosts.size()) return cudaErrorInvalidValue;
   }
+  auto give_back = [&] {
+    if (op != Opcode::GraphInstantiate) return;
+    for (const HostSlot& h : hosts) graph_host_retire(h.key);
+    hosts.clear();
+  };
   const uint64_t build = g_next_build.fetch_add(1);
-  if (cudaError_t e = send_build(build, f, device); e != cudaSuccess) return e;
+  cudaError_t e = send_build(build, f, device, hosts);
   const ipc::GraphBuildCmd c{build, exec, static_cast<uint32_t>(f.nodes.size()), flags};
-  if (cudaError_t e = to_cuda(Runtime::get().call(op, device, 0, &c, sizeof c)); e != cudaSuccess) return e;
+  if (e == cudaSuccess) e = to_cuda(Runtime::get().call(op, device, 0, &c, sizeof c));
+  if (e != cudaSuccess) {
+    give_back();
+    return e;
+  }
+  if (op != Opcode::GraphInstantiate)
+    for (size_t i = 0; i < hosts.size(); ++i) graph_host_set(hosts[i].key, f.hosts[i]->host_fn, f.hosts[i]->host_data);
   records = std::move(f.records);
   return cudaSuccess;
 }
@@ -708,6 +766,8 @@ static void take_params(NodeObj& n, NodeObj& made) {
   n.memset = made.memset;
   n.memset_cmd = made.memset_cmd;
   n.event = made.event;
+  n.host_fn = made.host_fn;
+  n.host_data = made.host_data;
   point_args(n);
 }
 
@@ -755,7 +815,8 @@ cudaError_t instantiate(cudaGraphExec_t* out, cudaGraph_t h, unsigned long long 
   const unsigned server_flags = static_cast<unsigned>(flags & (cudaGraphInstantiateFlagAutoFreeOnLaunch |
                                                                cudaGraphInstantiateFlagUseNodePriority));
   std::vector<cudaEvent_t> records;
-  if (cudaError_t e = build_on_server(*x->graph, Opcode::GraphInstantiate, x->id, server_flags, x->device, records);
+  if (cudaError_t e =
+          build_on_server(*x->graph, Opcode::GraphInstantiate, x->id, server_flags, x->device, records, x->hosts);
       e != cudaSuccess)
     return e;
   set_records(*x, std::move(records));
@@ -780,6 +841,7 @@ cudaError_t exec_destroy(cudaGraphExec_t h) {
     x = std::move(it->second);
     r.execs.erase(it);
   }
+  for (const HostSlot& slot : x->hosts) graph_host_retire(slot.key);  // the words go once every launch ran
   const ipc::GraphExecCmd c{x->id};
   return to_cuda(Runtime::get().post(Opcode::GraphExecDestroy, x->device, 0, &c, sizeof c));
 }
@@ -801,6 +863,7 @@ cudaError_t exec_launch(cudaGraphExec_t h, cudaStream_t stream, bool ptds) {
   uint64_t id = 0;
   int device = 0;
   std::vector<cudaEvent_t> records;
+  std::vector<uint64_t> host_keys;
   std::unique_ptr<NodeObj> child;
   {
     std::lock_guard lk(r.mu);
@@ -809,6 +872,7 @@ cudaError_t exec_launch(cudaGraphExec_t h, cudaStream_t stream, bool ptds) {
     id = x->id;
     device = x->device;
     if (!x->records.empty()) records = x->records;
+    for (const HostSlot& hs : x->hosts) host_keys.push_back(hs.key);
     if (s.id != 0 && r.captures.contains(s.id)) {  // captured: the graph becomes a child graph node
       child = std::make_unique<NodeObj>();
       child->kind = NodeKind::Child;
@@ -821,6 +885,8 @@ cudaError_t exec_launch(cudaGraphExec_t h, cudaStream_t stream, bool ptds) {
   Runtime& rt = Runtime::get();
   // A record by the graph stores no state word: the event's next query asks the server.
   for (cudaEvent_t e : records) rt.tables.use_event(reinterpret_cast<EventObj*>(e), EventUse::Graph);
+  // Announced first: the host function thread must be looking when the GPU gets there.
+  for (uint64_t k : host_keys) graph_host_launched(k);
   const ipc::GraphExecCmd c{id};
   if (cudaError_t e = to_cuda(rt.post(Opcode::GraphLaunch, device, s.id, &c, sizeof c)); e != cudaSuccess) return e;
   for (cudaEvent_t e : records) {
@@ -851,9 +917,10 @@ cudaError_t exec_upload(cudaGraphExec_t h, cudaStream_t stream, bool ptds) {
 }
 
 // Sends the exec's (changed) copy of its graph as its new parameters.  r.mu not held.
-static cudaError_t push_update(uint64_t id, int device, const GraphObj& g, std::vector<cudaEvent_t>& records) {
+static cudaError_t push_update(uint64_t id, int device, const GraphObj& g, std::vector<cudaEvent_t>& records,
+                               std::vector<HostSlot> hosts) {
   int d = device;
-  return build_on_server(g, Opcode::GraphUpdate, id, 0, d, records);
+  return build_on_server(g, Opcode::GraphUpdate, id, 0, d, records, hosts);
 }
 
 cudaError_t exec_update(cudaGraphExec_t h, cudaGraph_t gh, cudaGraphExecUpdateResult* result,
@@ -866,6 +933,7 @@ cudaError_t exec_update(cudaGraphExec_t h, cudaGraph_t gh, cudaGraphExecUpdateRe
   };
   std::unique_ptr<GraphObj> fresh;
   std::unordered_map<const NodeObj*, NodeObj*> map;
+  std::vector<HostSlot> hosts;
   uint64_t id = 0;
   int device = 0;
   {
@@ -885,9 +953,10 @@ cudaError_t exec_update(cudaGraphExec_t h, cudaGraph_t gh, cudaGraphExecUpdateRe
     fresh = clone_graph(*g, &map);
     id = x->id;
     device = x->device;
+    hosts = x->hosts;
   }
   std::vector<cudaEvent_t> records;
-  if (cudaError_t e = push_update(id, device, *fresh, records); e != cudaSuccess) {
+  if (cudaError_t e = push_update(id, device, *fresh, records, hosts); e != cudaSuccess) {
     set(cudaGraphExecUpdateError, nullptr);
     return e == cudaErrorInvalidValue ? cudaErrorGraphExecUpdateFailure : e;
   }
@@ -908,6 +977,7 @@ cudaError_t exec_update(cudaGraphExec_t h, cudaGraph_t gh, cudaGraphExecUpdateRe
 static cudaError_t exec_change(cudaGraphExec_t h, cudaGraphNode_t node, const std::function<cudaError_t(NodeObj&)>& f) {
   Registry& r = reg();
   std::unique_ptr<GraphObj> snapshot;
+  std::vector<HostSlot> hosts;
   uint64_t id = 0;
   int device = 0;
   NodeObj* target = nullptr;
@@ -925,9 +995,10 @@ static cudaError_t exec_change(cudaGraphExec_t h, cudaGraphNode_t node, const st
     snapshot = clone_graph(*x->graph, nullptr);
     id = x->id;
     device = x->device;
+    hosts = x->hosts;
   }
   std::vector<cudaEvent_t> records;
-  const cudaError_t e = push_update(id, device, *snapshot, records);
+  const cudaError_t e = push_update(id, device, *snapshot, records, hosts);
   std::lock_guard lk(r.mu);
   ExecObj* x = find_exec(r, h);
   if (x == nullptr) return cudaErrorInvalidValue;
@@ -1137,6 +1208,15 @@ cudaError_t capture_copy(const StreamRef& s, const CopyParams& c) {
 cudaError_t capture_memset(const StreamRef& s, const cudaMemsetParams& p) {
   auto n = std::make_unique<NodeObj>();
   if (cudaError_t e = make_memset_node(*n, p); e != cudaSuccess) return capture_failed(s, e);
+  return capture_add(s, std::move(n));
+}
+
+cudaError_t capture_host(const StreamRef& s, cudaHostFn_t fn, void* data) {
+  auto n = std::make_unique<NodeObj>();
+  n->kind = NodeKind::Host;
+  n->host_fn = fn;
+  n->host_data = data;
+  n->device = s.device;
   return capture_add(s, std::move(n));
 }
 

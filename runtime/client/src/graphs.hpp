@@ -24,7 +24,7 @@ namespace funnel::client {
 
 struct GraphObj;
 
-enum class NodeKind { Empty, Kernel, Memcpy, Memset, EventRecord, EventWait, Child };
+enum class NodeKind { Empty, Kernel, Memcpy, Memset, EventRecord, EventWait, Child, Host };
 
 // A copy as the program described it (for a node's parameters), and its command.
 struct CopyParams {
@@ -57,6 +57,9 @@ struct NodeObj {
   ipc::MemsetCmd memset_cmd{};
   // EventRecord, EventWait
   cudaEvent_t event = nullptr;
+  // Host: run by this process when a launch gets there (host_func.hpp)
+  cudaHostFn_t host_fn = nullptr;
+  void* host_data = nullptr;
   // Child: the node's own copy of the graph it was given
   std::unique_ptr<GraphObj> child;
 };
@@ -144,6 +147,8 @@ cudaError_t exchange_capture_mode(cudaStreamCaptureMode* mode);
 cudaError_t capture_launch(const StreamRef& s, Kernel& k, const LaunchSpec& l, void** args);
 cudaError_t capture_copy(const StreamRef& s, const CopyParams& c);
 cudaError_t capture_memset(const StreamRef& s, const cudaMemsetParams& p);
+// cudaLaunchHostFunc on a capturing stream: a host node.
+cudaError_t capture_host(const StreamRef& s, cudaHostFn_t fn, void* data);
 // cudaEventRecord on a capturing stream: the event stands for the stream's place in the
 // capture (cudaEventRecordExternal: an event record node too).
 cudaError_t capture_record(const StreamRef& s, cudaEvent_t e, unsigned flags);

@@ -45,6 +45,20 @@ struct Pair {
 
 using StreamKey = std::pair<int, uint64_t>;  // device, stream id
 
+// A host node of an executable graph (doc/design/graphs.md, "Host nodes"): each launch stores 1
+// into `reached`, waits for 1 in `done`, then stores 0 into `reached` and then `done`.  This
+// process runs the function when it sees `reached` 1 and stores `done` 1; it then waits for the
+// graph to store `done` 0 (by then `reached` is 0 again) before it looks at `reached` again.
+struct GraphHost {
+  uint32_t reached;
+  uint32_t done;
+  cudaHostFn_t fn;
+  void* data;
+  uint64_t pending = 0;        // launches not yet run here
+  bool waiting_reset = false;  // ran; `done` not yet back to 0
+  bool retired = false;        // its graph was destroyed: the words go back once nothing is pending
+};
+
 class HostFuncs {
  public:
   explicit HostFuncs(Runtime& rt) : rt_(rt) {}
@@ -73,6 +87,35 @@ class HostFuncs {
   uint64_t uses() {
     std::lock_guard lk(mu_);
     return uses_;
+  }
+
+  uint64_t graph_add(uint32_t reached, uint32_t done, cudaHostFn_t fn, void* data) {
+    std::lock_guard lk(mu_);
+    const uint64_t key = next_graph_key_++;
+    graph_hosts_.emplace(key, GraphHost{reached, done, fn, data});
+    return key;
+  }
+  void graph_set(uint64_t key, cudaHostFn_t fn, void* data) {
+    std::lock_guard lk(mu_);
+    if (auto it = graph_hosts_.find(key); it != graph_hosts_.end()) it->second.fn = fn, it->second.data = data;
+  }
+  void graph_launched(uint64_t key) {
+    {
+      std::lock_guard lk(mu_);
+      auto it = graph_hosts_.find(key);
+      if (it == graph_hosts_.end()) return;
+      ++it->second.pending;
+      ++pending_;
+      if (!started_) start();
+    }
+    cv_.notify_one();
+  }
+  void graph_retire(uint64_t key) {
+    std::lock_guard lk(mu_);
+    auto it = graph_hosts_.find(key);
+    if (it == graph_hosts_.end()) return;
+    it->second.retired = true;
+    forget_if_idle(it);
   }
 
   // The device's streams (or only `stream`, when given) got past everything enqueued
@@ -110,6 +153,7 @@ class HostFuncs {
   // Runs one host function whose stream got there; false if none has.  (It returns
   // after one: pairs_ may change while mu_ is released.)
   bool run_one(std::unique_lock<std::mutex>& lk, cudaError_t failed) {
+    if (run_graph_host(lk, failed)) return true;
     for (auto& [key, pair] : pairs_) {
       if (pair.queue.empty() || (failed == cudaSuccess && !reached(pair, pair.queue.front()))) continue;
       const Pending f = pair.queue.front();
@@ -125,6 +169,48 @@ class HostFuncs {
         f.fn(f.data);
       rt_.view().event_state(done).store(f.gen, std::memory_order_release);
       lk.lock();
+      return true;
+    }
+    return false;
+  }
+
+  // A retired graph host node whose launches all ran and whose words the graph reset: the words
+  // go back to the pool.  mu_ held.
+  void forget_if_idle(std::map<uint64_t, GraphHost>::iterator it) {
+    const GraphHost& g = it->second;
+    if (!g.retired || g.pending != 0 || g.waiting_reset) return;
+    rt_.tables.release_event_slot_pair(g.reached, g.done);
+    graph_hosts_.erase(it);
+  }
+
+  // Runs one graph host node that a launch reached; false if none did.  A node waiting for its
+  // reset counts as pending (the loop keeps looking).
+  bool run_graph_host(std::unique_lock<std::mutex>& lk, cudaError_t failed) {
+    auto& words = rt_.view();
+    for (auto it = graph_hosts_.begin(); it != graph_hosts_.end(); ++it) {
+      GraphHost& g = it->second;
+      if (g.waiting_reset) {
+        if (words.event_state(g.done).load(std::memory_order_acquire) != 0) continue;
+        g.waiting_reset = false;
+        --pending_;
+        forget_if_idle(it);
+        return true;  // the map may have changed
+      }
+      if (g.pending == 0) continue;
+      if (failed == cudaSuccess && words.event_state(g.reached).load(std::memory_order_acquire) != 1) continue;
+      --g.pending;
+      g.waiting_reset = true;  // pending_ stays counted until the reset
+      const cudaHostFn_t fn = g.fn;
+      void* data = g.data;
+      const uint32_t done = g.done;
+      lk.unlock();
+      if (failed == cudaSuccess && fn != nullptr) fn(data);  // a failed context never gets there
+      words.event_state(done).store(1, std::memory_order_release);
+      lk.lock();
+      if (failed != cudaSuccess) {  // no graph resets the words any more
+        for (auto& [k, h] : graph_hosts_)
+          if (h.waiting_reset) h.waiting_reset = false, --pending_;
+      }
       return true;
     }
     return false;
@@ -192,6 +278,8 @@ class HostFuncs {
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<StreamKey, Pair> pairs_;
+  std::map<uint64_t, GraphHost> graph_hosts_;
+  uint64_t next_graph_key_ = 1;
   uint64_t uses_ = 0;
   size_t pending_ = 0;
   bool started_ = false;
@@ -226,7 +314,10 @@ HostFuncs& host_funcs(Runtime& rt) {
 cudaError_t add(cudaStream_t stream, bool per_thread, Pending p) {
   StreamRef s;
   if (cudaError_t e = resolve_stream(stream, per_thread, s); e != cudaSuccess) return e;
-  if (s.capturing()) return capture_refuse(s, "a host function in a stream capture (cudaLaunchHostFunc)");
+  if (s.capturing()) {
+    if (p.fn != nullptr) return capture_host(s, p.fn, p.data);  // a host node
+    return capture_refuse(s, "a stream callback in a stream capture (cudaStreamAddCallback)");
+  }
   p.handle = stream;
   return host_funcs(Runtime::get()).submit(s, p);
 }
@@ -244,6 +335,13 @@ cudaError_t add_callback(cudaStream_t stream, cudaStreamCallback_t cb, void* dat
   if (cb == nullptr || flags != 0) return cudaErrorInvalidValue;
   return add(stream, per_thread, Pending{0, nullptr, cb, nullptr, data});
 }
+
+uint64_t graph_host_add(uint32_t reached, uint32_t done, cudaHostFn_t fn, void* data) {
+  return host_funcs(Runtime::get()).graph_add(reached, done, fn, data);
+}
+void graph_host_set(uint64_t key, cudaHostFn_t fn, void* data) { host_funcs(Runtime::get()).graph_set(key, fn, data); }
+void graph_host_launched(uint64_t key) { host_funcs(Runtime::get()).graph_launched(key); }
+void graph_host_retire(uint64_t key) { host_funcs(Runtime::get()).graph_retire(key); }
 
 uint64_t hf_uses() noexcept {
   HostFuncs* h = g_host_funcs.load(std::memory_order_acquire);

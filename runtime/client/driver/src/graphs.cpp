@@ -272,6 +272,32 @@ FUNNEL_DRIVER_API CUresult cuGraphMemsetNodeGetParams(CUgraphNode node, CUDA_MEM
     return cudaSuccess;
   }));
 }
+static CUresult host_node(const CUDA_HOST_NODE_PARAMS* p, std::unique_ptr<NodeObj>& out) {
+  if (p == nullptr || p->fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  out = std::make_unique<NodeObj>();
+  out->kind = NodeKind::Host;
+  out->host_fn = reinterpret_cast<cudaHostFn_t>(p->fn);
+  out->host_data = p->userData;
+  out->device = funnel::client::current_device();
+  return CUDA_SUCCESS;
+}
+FUNNEL_DRIVER_API CUresult cuGraphAddHostNode(CUgraphNode* out, CUgraph g, const CUgraphNode* deps, size_t n,
+                                              const CUDA_HOST_NODE_PARAMS* p) {
+  return add_made(out, g, deps, n, [&](auto& node) { return host_node(p, node); });
+}
+FUNNEL_DRIVER_API CUresult cuGraphHostNodeGetParams(CUgraphNode node, CUDA_HOST_NODE_PARAMS* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return to_cu(funnel::client::with_node(rt(node), NodeKind::Host, [&](NodeObj& h) {
+    *p = CUDA_HOST_NODE_PARAMS{reinterpret_cast<CUhostFn>(h.host_fn), h.host_data};
+    return cudaSuccess;
+  }));
+}
+FUNNEL_DRIVER_API CUresult cuGraphHostNodeSetParams(CUgraphNode node, const CUDA_HOST_NODE_PARAMS* p) {
+  return set_made(node, [&](auto& made) { return host_node(p, made); });
+}
+FUNNEL_DRIVER_API CUresult cuGraphExecHostNodeSetParams(CUgraphExec x, CUgraphNode node, const CUDA_HOST_NODE_PARAMS* p) {
+  return exec_set_made(x, node, [&](auto& made) { return host_node(p, made); });
+}
 FUNNEL_DRIVER_API CUresult cuGraphAddChildGraphNode(CUgraphNode* out, CUgraph g, const CUgraphNode* deps, size_t n,
                                                     CUgraph child) {
   return to_cu(funnel::client::graph_add_child(rt(out), rt(g), rt(deps), n, rt(child)));

@@ -57,6 +57,12 @@ Status Backend::graph_launch(BackendStream& s, BackendGraph& g) {
       case ipc::GraphNodeKind::EventWait:
         st = wait(s, *n.event);
         break;
+      case ipc::GraphNodeKind::Host:
+        st = write_value(s, *n.reached, 1);
+        if (st == Status::Success) st = wait_value(s, *n.done, 1);
+        if (st == Status::Success) st = write_value(s, *n.reached, 0);
+        if (st == Status::Success) st = write_value(s, *n.done, 0);
+        break;
     }
     if (st != Status::Success) return st;
   }

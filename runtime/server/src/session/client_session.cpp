@@ -213,6 +213,10 @@ void Worker::teardown() noexcept {
     streams_.clear();
     res_.release_pinned();
     stop_profiling(-1);  // a range the client left open
+    {
+      const std::lock_guard lock(graph_hosts_->mu);
+      graph_hosts_->stopped = true;  // the channel's words go with the session
+    }
   } catch (const std::exception& e) {
     spdlog::error("client {}: teardown failed: {}", shared_.id, e.what());
   }

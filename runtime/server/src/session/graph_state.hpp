@@ -5,9 +5,12 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
+#include "funnel/ipc/channel_layout.hpp"
 #include "funnel/ipc/commands.hpp"
 #include "funnel/server/backend.hpp"
 
@@ -26,6 +29,7 @@ struct GraphNodes {
   std::vector<GraphNodeDesc> nodes;
   std::vector<GraphRegion> regions;
   std::vector<uint64_t> recorded_events;  // event ids of the EventRecord nodes
+  std::vector<std::pair<uint32_t, uint32_t>> host_words;  // Host nodes: reached and done slots
   std::vector<std::shared_ptr<BackendModule>> modules;
   std::vector<std::shared_ptr<BackendKernel>> kernels;
   std::vector<std::shared_ptr<BackendEvent>> events;
@@ -41,6 +45,25 @@ struct GraphNodes {
 struct GraphExecEntry {
   GraphNodes nodes;
   std::unique_ptr<BackendGraph> graph;  // declared last: destroyed before what it uses
+};
+
+// The words of every host node of a client's executable graphs, for a release when the client is
+// gone (Worker::release_host_funcs): a launch waits at each host node until the client answers, so
+// a gone client's launches would hold their streams for ever.  A released node is answered by a
+// thread of its own for as long as launches keep reaching host nodes (each launch needs its own
+// answer), until the worker's teardown ends (`stopped`, after which the channel goes).
+struct GraphHostWords {
+  std::mutex mu;
+  std::vector<std::pair<uint32_t, uint32_t>> words;  // reached, done
+  bool releasing = false;
+  bool stopped = false;
+  // Answers every host node a launch waits at (reached 1, done 0).  mu held.
+  void answer_waiting(const ipc::ChannelView& v) {
+    for (const auto& [reached, done] : words)
+      if (v.event_state(reached).load(std::memory_order_acquire) == 1 &&
+          v.event_state(done).load(std::memory_order_acquire) == 0)
+        v.event_state(done).store(1, std::memory_order_release);
+  }
 };
 
 struct ClientGraphs {

@@ -4,7 +4,9 @@
 // GraphLaunch runs it on a stream after checking again that the memory it touches is still
 // the client's.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -91,6 +93,16 @@ Status Worker::add_graph_node(GraphNodes& b, const ipc::CommandHeader& h, const 
       b.regions.push_back({{ipc::MemSpace::Device, 0, 0, m.address}, pitch, m.width, m.height});
       break;
     }
+    case Kind::Host: {
+      const uint32_t slots = view_.header().event_slots;
+      const ipc::HostFuncCmd& hc = c.host;
+      if (hc.reached_slot >= slots || hc.done_slot >= slots || hc.reached_slot == hc.done_slot)
+        return Status::InvalidValue;
+      n.reached = &view_.event_state(hc.reached_slot);
+      n.done = &view_.event_state(hc.done_slot);
+      b.host_words.emplace_back(hc.reached_slot, hc.done_slot);
+      break;
+    }
     case Kind::EventRecord:
     case Kind::EventWait: {
       EventEntry* e = res_.find_event(c.event.event_id);
@@ -143,6 +155,12 @@ Status Worker::graph_instantiate(const ipc::CommandHeader& h, const ipc::GraphBu
   if (graphs_.execs.contains(c.exec)) return Status::InvalidValue;
   GraphExecEntry e;
   if (Status st = backend_.graph_instantiate(b.device, b.nodes, e.graph); st != Status::Success) return st;
+  if (!b.host_words.empty()) {
+    const std::lock_guard lock(graph_hosts_->mu);
+    auto& w = graph_hosts_->words;
+    w.insert(w.end(), b.host_words.begin(), b.host_words.end());
+    if (graph_hosts_->releasing) graph_hosts_->answer_waiting(view_);
+  }
   e.nodes = std::move(b);
   graphs_.execs.emplace(c.exec, std::move(e));
   answers_.answer(h);
@@ -156,6 +174,7 @@ Status Worker::graph_update(const ipc::CommandHeader& h, const ipc::GraphBuildCm
   if (it == graphs_.execs.end()) return Status::InvalidResourceHandle;
   GraphExecEntry& e = it->second;
   if (b.device != e.nodes.device || !e.nodes.same_shape(b)) return Status::InvalidValue;
+  if (b.host_words != e.nodes.host_words) return Status::InvalidValue;  // the client keeps them
   if (Status st = backend_.graph_update(*e.graph, b.nodes); st != Status::Success) return st;
   e.nodes = std::move(b);  // the new parameters' kernels and events now kept instead
   answers_.answer(h);
@@ -212,6 +231,32 @@ Status Worker::graph_exec_destroy(const ipc::CommandHeader& h, const ipc::GraphE
   if (graphs_.execs.erase(c.exec) == 0) return Status::InvalidResourceHandle;
   answers_.answer(h);
   return Status::Success;
+}
+
+void Worker::release_graph_hosts() noexcept {
+  std::shared_ptr<GraphHostWords> w = graph_hosts_;
+  {
+    const std::lock_guard lock(w->mu);
+    if (w->releasing || w->stopped || w->words.empty()) return;
+    w->releasing = true;
+  }
+  try {
+    // Launches already queued reach their host nodes one after another: answered as they come,
+    // every 200 us, until the teardown ends (at most 10 minutes).
+    std::thread([w, view = view_] {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+      while (std::chrono::steady_clock::now() < until) {
+        {
+          const std::lock_guard lock(w->mu);
+          if (w->stopped) return;
+          w->answer_waiting(view);
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    }).detach();
+  } catch (const std::exception& e) {
+    spdlog::error("client {}: cannot start the thread that answers its graph host nodes: {}", shared_.id, e.what());
+  }
 }
 
 }  // namespace funnel::server

@@ -70,7 +70,12 @@ Worker::Worker(SessionShared& shared, const ipc::ChannelView& view)
       res_(shared, *shared.backend, view),
       record_(ipc::kMaxRecordSize) {}
 
-Worker::~Worker() = default;
+Worker::~Worker() {
+  // Before the channel goes (the session destroys its worker first): no more answers to graph
+  // host nodes through its words.
+  const std::lock_guard lock(graph_hosts_->mu);
+  graph_hosts_->stopped = true;
+}
 
 void Worker::run(WorkerGroup* group) noexcept {
   shared_.worker_tid.store(::gettid(), std::memory_order_release);

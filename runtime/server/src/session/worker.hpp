@@ -71,6 +71,7 @@ class Worker {
   // functions and its stream memory waits.  Any thread.
   void release_holds() noexcept {
     release_host_funcs();
+    release_graph_hosts();
     waits_.release();
   }
 
@@ -199,6 +200,9 @@ class Worker {
   ClientResources res_;      // allocations, pinned buffers, events, symbols
   ClientKernels kernels_;    // modules and kernels
   ClientGraphs graphs_;      // graph builds and executable graphs
+  std::shared_ptr<GraphHostWords> graph_hosts_ = std::make_shared<GraphHostWords>();
+  // Starts the thread that answers a gone client's graph host nodes (GraphHostWords); any thread.
+  void release_graph_hosts() noexcept;
   std::mutex host_funcs_mutex_;  // the worker, and at a hang-up the watcher and the main thread
   std::vector<HostFuncWait> host_funcs_;
   bool host_funcs_released_ = false;  // the client is gone: every wait is released as it comes

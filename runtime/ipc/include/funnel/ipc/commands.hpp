@@ -365,7 +365,18 @@ struct HostFuncCmd { uint32_t reached_slot; uint32_t done_slot; uint32_t generat
 // of the same build it depends on (each below its own index) and, for a kernel, its parameter
 // buffer, in that order after the payload.  Copies may use device memory and pinned buffers
 // (no staging slot); events are the client's.
-enum class GraphNodeKind : uint32_t { Empty = 0, Kernel = 1, Copy = 2, Memset = 3, EventRecord = 4, EventWait = 5 };
+// Host: a host function the client runs (doc/design/graphs.md, "Host nodes"): the graph stores 1
+// into event state word `reached_slot`, waits until the client stores 1 into `done_slot`, then
+// stores 0 into both (generation unused).
+enum class GraphNodeKind : uint32_t {
+  Empty = 0,
+  Kernel = 1,
+  Copy = 2,
+  Memset = 3,
+  EventRecord = 4,
+  EventWait = 5,
+  Host = 6,
+};
 // The most nodes one build holds, and the most dependencies of one node.
 inline constexpr uint32_t kMaxGraphNodes = 1u << 16;
 inline constexpr uint32_t kMaxGraphDeps = 1024;
@@ -382,6 +393,7 @@ struct GraphNodeCmd {
     CopyCmd copy;      // Copy
     MemsetCmd memset;  // Memset
     EventCmd event;    // EventRecord, EventWait
+    HostFuncCmd host;  // Host
   };
 };
 static_assert(sizeof(GraphNodeCmd) == 104);

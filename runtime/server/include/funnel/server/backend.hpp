@@ -124,6 +124,10 @@ struct GraphNodeDesc {
     uint32_t value = 0, element = 1;
   } memset;                         // Memset, as Backend::memset takes it
   BackendEvent* event = nullptr;    // EventRecord, EventWait
+  // Host: event state words of the channel (registered memory): store 1 into *reached, wait for 1
+  // in *done, store 0 into *reached, then into *done (write_value, wait_value's protocol)
+  std::atomic<uint32_t>* reached = nullptr;
+  std::atomic<uint32_t>* done = nullptr;
 };
 
 // An executable graph of one device (a CUgraphExec): launched whole on a stream.

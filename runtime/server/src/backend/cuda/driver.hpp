@@ -121,6 +121,7 @@ static_assert(sizeof(size_t) == sizeof(uint64_t));
   X(cuGraphAddEventWaitNode, PFN_cuGraphAddEventWaitNode_v11010)           \
   X(cuGraphExecUpdate, PFN_cuGraphExecUpdate_v12000)                       \
   X(cuGraphUpload, PFN_cuGraphUpload_v11010)                               \
+  X(cuGraphAddBatchMemOpNode, PFN_cuGraphAddBatchMemOpNode_v11070)         \
   X(cuProfilerStart, PFN_cuProfilerStart_v4000)                            \
   X(cuProfilerStop, PFN_cuProfilerStop_v4000)
 

@@ -126,6 +126,37 @@ Status CudaBackend::build_graph(int device, std::span<const GraphNodeDesc> nodes
         st = FUNNEL_CU(drv, cuGraphAddEventWaitNode, &node, graph.g, deps.data(), deps.size(),
                        static_cast<CudaEvent&>(*n.event).handle());
         break;
+      case ipc::GraphNodeKind::Host: {
+        // Four memory operations on the channel's words, each its own node after the one before
+        // (registered host memory the GPU reaches at the same address: host_word_op's condition).
+        if (!s_->devices[static_cast<size_t>(device)].host_pointer_is_device_pointer) return Status::NotSupported;
+        const auto op = [&](bool wait, std::atomic<uint32_t>* word, uint32_t value) {
+          CUstreamBatchMemOpParams p{};
+          if (wait) {
+            p.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+            p.waitValue.address = reinterpret_cast<CUdeviceptr>(word);
+            p.waitValue.value = value;
+            p.waitValue.flags = CU_STREAM_WAIT_VALUE_EQ;
+          } else {
+            p.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+            p.writeValue.address = reinterpret_cast<CUdeviceptr>(word);
+            p.writeValue.value = value;
+            p.writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+          }
+          return p;
+        };
+        CUstreamBatchMemOpParams steps[4] = {op(false, n.reached, 1), op(true, n.done, 1), op(false, n.reached, 0),
+                                             op(false, n.done, 0)};
+        for (CUstreamBatchMemOpParams& step : steps) {
+          CUDA_BATCH_MEM_OP_NODE_PARAMS p{ctx, 1, &step, 0};
+          CUgraphNode next = nullptr;
+          st = FUNNEL_CU(drv, cuGraphAddBatchMemOpNode, &next, graph.g, deps.data(), deps.size(), &p);
+          if (!ok(st)) break;
+          deps.assign(1, next);
+          node = next;
+        }
+        break;
+      }
     }
     if (!ok(st)) return st;
     made.push_back(node);

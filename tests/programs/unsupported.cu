@@ -14,8 +14,10 @@ int main() {
   int* d = nullptr;
   CHECK(cudaMalloc(&d, sizeof(int)));
   cudaGraph_t g;
-  std::printf("unsupported: %s\n", cudaGetErrorName(cudaGraphCreate(&g, 0)));
-  std::printf("unsupported again: %s\n", cudaGetErrorName(cudaGraphCreate(&g, 0)));
+  CHECK(cudaGraphCreate(&g, 0));
+  std::printf("unsupported: %s\n", cudaGetErrorName(cudaGraphDebugDotPrint(g, "/dev/null", 0)));
+  std::printf("unsupported again: %s\n", cudaGetErrorName(cudaGraphDebugDotPrint(g, "/dev/null", 0)));
+  CHECK(cudaGraphDestroy(g));
   kernel<<<1, 1>>>(d);
   std::printf("launch with a managed variable: %s\n", cudaGetErrorName(cudaGetLastError()));
   kernel<<<1, 1>>>(d);

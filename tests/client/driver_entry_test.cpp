@@ -105,12 +105,11 @@ TEST(ClientDriver, EveryLookupTheTracedProgramsMadeIsAnswered) {
 
 TEST(ClientDriver, AFunctionNotServedYetSaysSoOnce) {
   testing::internal::CaptureStderr();
-  using Alloc = CUresult (*)(CUdeviceptr*, size_t, unsigned);
-  auto alloc = reinterpret_cast<Alloc>(lookup("cuMemAllocManaged", 13000, 0));
-  ASSERT_NE(alloc, nullptr);
-  CUdeviceptr d = 0;
-  EXPECT_EQ(alloc(&d, 64, CU_MEM_ATTACH_GLOBAL), CUDA_ERROR_NOT_SUPPORTED);
-  EXPECT_EQ(alloc(&d, 64, CU_MEM_ATTACH_GLOBAL), CUDA_ERROR_NOT_SUPPORTED);
+  using EnablePeer = CUresult (*)(CUcontext, unsigned);
+  auto enable = reinterpret_cast<EnablePeer>(lookup("cuCtxEnablePeerAccess", 13000, 0));
+  ASSERT_NE(enable, nullptr);
+  EXPECT_EQ(enable(nullptr, 0), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(enable(nullptr, 0), CUDA_ERROR_NOT_SUPPORTED);
   EXPECT_EQ(cuTexObjectDestroy(0), CUDA_ERROR_NOT_SUPPORTED);
   const CUuuid id{{0x6c, static_cast<char>(0xd5)}};
   const void* table = reinterpret_cast<const void*>(1);
@@ -118,7 +117,7 @@ TEST(ClientDriver, AFunctionNotServedYetSaysSoOnce) {
   EXPECT_EQ(table, nullptr);
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(err,
-            "funnel: cuMemAllocManaged is not supported yet\n"
+            "funnel: cuCtxEnablePeerAccess is not supported yet\n"
             "funnel: cuTexObjectDestroy is not supported yet\n"
             "funnel: cuGetExportTable(6cd50000000000000000000000000000) is not supported yet\n");
 }

@@ -323,7 +323,7 @@ cudaError_t send_build(uint64_t build, const Flat& f, int device, const std::vec
     c.index = static_cast<uint32_t>(i);
     c.dep_count = static_cast<uint32_t>(fn.deps.size());
     trailing.resize(fn.deps.size() * 4);
-    std::memcpy(trailing.data(), fn.deps.data(), trailing.size());
+    if (!fn.deps.empty()) std::memcpy(trailing.data(), fn.deps.data(), trailing.size());
     const NodeObj* n = fn.node;
     const NodeKind kind = n == nullptr ? NodeKind::Empty : n->kind;
     switch (kind) {

@@ -13,6 +13,7 @@
 #include "copy_engine.hpp"
 #include "device_memory.hpp"
 #include "graphs.hpp"
+#include "ipc_memory.hpp"
 #include "managed.hpp"
 #include "funnel/ipc/protocol.hpp"
 #include "mem_pool.hpp"
@@ -78,6 +79,24 @@ FUNNEL_API cudaError_t cudaFree(void* ptr) {
     if (cudaError_t managed = cudaSuccess; managed_free(ptr, managed)) return managed;
     return device_free(ptr, Opcode::MemFree, legacy());
   });
+}
+
+// ---- IPC memory handles (ipc_memory.hpp) --------------------------------------------------
+
+FUNNEL_API cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t* handle, void* ptr) {
+  return guarded(__func__, [&] { return ipc_get_mem_handle(handle, ptr); });
+}
+FUNNEL_API cudaError_t cudaIpcOpenMemHandle(void** ptr, cudaIpcMemHandle_t handle, unsigned flags) {
+  return guarded(__func__, [&] { return ipc_open_mem_handle(ptr, handle, flags); });
+}
+FUNNEL_API cudaError_t cudaIpcCloseMemHandle(void* ptr) {
+  return guarded(__func__, [&] { return ipc_close_mem_handle(ptr); });
+}
+FUNNEL_API cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t* handle, cudaEvent_t event) {
+  return guarded(__func__, [&] { return ipc_get_event_handle(handle, event); });
+}
+FUNNEL_API cudaError_t cudaIpcOpenEventHandle(cudaEvent_t* event, cudaIpcEventHandle_t handle) {
+  return guarded(__func__, [&] { return ipc_open_event_handle(event, handle); });
 }
 
 // ---- managed memory (managed.hpp) ---------------------------------------------------------

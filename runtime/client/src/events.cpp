@@ -16,13 +16,15 @@ constexpr unsigned kKnownEventFlags = cudaEventBlockingSync | cudaEventDisableTi
 
 cudaError_t create_event(cudaEvent_t* out, unsigned flags) {
   if (out == nullptr || (flags & ~kKnownEventFlags) != 0) return cudaErrorInvalidValue;
-  if ((flags & cudaEventInterprocess) != 0) return cudaErrorNotSupported;  // IPC events: out of scope
+  // An interprocess event (ipc_memory.hpp) has no timing, as CUDA requires.
+  if ((flags & cudaEventInterprocess) != 0 && (flags & cudaEventDisableTiming) == 0) return cudaErrorInvalidValue;
   Runtime& rt = Runtime::get();
   if (cudaError_t e = to_cuda(rt.ready()); e != cudaSuccess) return e;
   auto ev = std::make_unique<EventObj>(rt.next_event_id.fetch_add(1), current_device(), flags);
   ev->state_slot = rt.tables.acquire_event_slot(rt.view().header().event_slots);
-  funnel::ipc::EventCreateCmd c{ev->id, flags & (funnel::ipc::kEventBlockingSync | funnel::ipc::kEventDisableTiming),
-                                0};
+  funnel::ipc::EventCreateCmd c{
+      ev->id, flags & (funnel::ipc::kEventBlockingSync | funnel::ipc::kEventDisableTiming | funnel::ipc::kEventInterprocess),
+      0};
   if (cudaError_t e = to_cuda(rt.post(Opcode::EventCreate, ev->device, 0, &c, sizeof c)); e != cudaSuccess) {
     rt.tables.release_event_slot(ev->state_slot);
     return e;
@@ -52,7 +54,9 @@ cudaError_t record_event(cudaEvent_t event, cudaStream_t stream, unsigned flags,
   funnel::ipc::EventRecordCmd c{ev.id, flags, ev.slot, ev.generation, 0};
   // Without timing, nothing tells a record on an idle stream of a complete event from none
   // (doc/design/channel.md, "Records on idle streams"); the server still checks the rest.
-  const bool quiet = flags == 0 && (ev.flags & cudaEventDisableTiming) != 0 && ev.device == ref.device && ref.id != 0;
+  // (Another process can tell for an interprocess event.)
+  const bool quiet = flags == 0 && (ev.flags & cudaEventDisableTiming) != 0 && (ev.flags & cudaEventInterprocess) == 0 &&
+                     ev.device == ref.device && ref.id != 0;
   return to_cuda(Runtime::get().record_event(*reinterpret_cast<EventObj*>(event), ref.device, ref.id, ref.blocking,
                                              quiet, &c, sizeof c));
 }
@@ -77,7 +81,7 @@ cudaError_t event_call(cudaEvent_t event, Opcode op) {
     return cudaErrorInvalidResourceHandle;
   Runtime& rt = Runtime::get();
   auto& obj = *reinterpret_cast<EventObj*>(event);
-  if (obj.known_complete() || completed_locally(ev)) {
+  if (!obj.imported && (obj.known_complete() || completed_locally(ev))) {
     if (cudaError_t e = attach(); e != cudaSuccess) return e;  // sticky error or server gone
     return to_cuda(rt.take_deferred());
   }

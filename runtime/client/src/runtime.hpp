@@ -51,6 +51,12 @@ class Runtime {
   // ordinal: write_record translates).
   int device_count() const noexcept { return device_count_; }
   const ipc::DeviceRecord& device(int i) const noexcept { return view_.devices()[i + device_base_]; }
+  // This process's number of the server's device `server_index` (as commands carry it); -1 for a
+  // device this process does not use.
+  int client_device(int server_index) const noexcept {
+    const int i = server_index - device_base_;
+    return i >= 0 && i < device_count_ ? i : -1;
+  }
 
   // A command that waits for its reply (and takes the deferred error).  StreamSynchronize
   // and StreamQuery of a stream known idle are answered here (doc/design/channel.md,

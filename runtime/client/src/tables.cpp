@@ -166,10 +166,10 @@ bool ClientTables::remove_reservation(uint64_t addr, uint64_t size) noexcept {
   return true;
 }
 
-std::optional<DeviceAlloc> ClientTables::remove_alloc(uint64_t addr, bool mapped) noexcept {
+std::optional<DeviceAlloc> ClientTables::remove_alloc(uint64_t addr, bool mapped, bool imported) noexcept {
   std::lock_guard lk(mu_);
   auto it = allocs_.find(addr);
-  if (it == allocs_.end() || it->second.mapped != mapped) return std::nullopt;
+  if (it == allocs_.end() || it->second.mapped != mapped || it->second.imported != imported) return std::nullopt;
   const DeviceAlloc a = it->second;
   if (a.pooled) {
     if (auto p = pools_.find(a.device); p != pools_.end()) p->second->used -= std::min(a.size, p->second->used);

@@ -24,6 +24,7 @@ struct DeviceAlloc {
   int device;
   bool pooled = false;  // stream-ordered (cudaMallocAsync): counted in the device's MemPoolObj
   bool mapped = false;  // memory mapped over a reserved range (cuMemMap): cuMemUnmap's, not a free's
+  bool imported = false;  // another client's, opened by cudaIpcOpenMemHandle: closed, not freed
 };
 // A device's default memory pool as this client sees it: a cudaMemPool_t points at one
 // (api_mempool.cpp).  The pool itself is the server's; the counters are this client's
@@ -56,6 +57,7 @@ struct EventObj {
   uint32_t state_slot = ipc::kNoEventSlot;  // event state word the GPU stores into (the tables' lock)
   uint32_t generation = 0;  // of the last record if it asked for the store; else 0 (the tables' lock)
   bool polled = false;      // cudaEventQuery was called on it: its records ask for the store
+  bool imported = false;    // another process's (cudaIpcOpenEventHandle): it records it, so ask the server
   // Records of it written to the ring (under the ring lock), and how many of them a
   // synchronize or query found complete.  Equal: the event is complete, and its synchronize
   // and query need no round trip (doc/design/channel.md, "Records on idle streams").
@@ -114,8 +116,9 @@ class ClientTables {
   // Gives back ranges of `size` bytes that reserve_placement() gave and no allocation took.
   void release_placements(std::span<const uint64_t> addrs, uint64_t size) noexcept;
   // Forgets the allocation at exactly `addr` (its pool count and range go too); nullopt
-  // when there is none, or when it is (`mapped`) or is not a mapping of cuMemMap's.
-  std::optional<DeviceAlloc> remove_alloc(uint64_t addr, bool mapped = false) noexcept;
+  // when there is none, or when it is (`mapped`) or is not a mapping of cuMemMap's, or is (`imported`) or is
+  // not another client's memory opened by cudaIpcOpenMemHandle.
+  std::optional<DeviceAlloc> remove_alloc(uint64_t addr, bool mapped = false, bool imported = false) noexcept;
   // A range the server reserved (cuMemAddressReserve), reserved here too: false when part of
   // it is in use in this process.  Mappings in it are add_alloc'd (mapped) as they come.
   bool add_reservation(uint64_t addr, uint64_t size);

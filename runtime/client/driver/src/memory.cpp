@@ -4,7 +4,10 @@
 
 #include "copy_engine.hpp"
 #include "device_memory.hpp"
+#include <cstring>
+
 #include "front.hpp"
+#include "ipc_memory.hpp"
 #include "managed.hpp"
 #include "pinned.hpp"
 
@@ -137,6 +140,47 @@ FUNNEL_DRIVER_API CUresult cuMemFree_v2(CUdeviceptr p) {
   if (cudaError_t managed = cudaSuccess; funnel::client::managed_free(host(p), managed))
     return funnel::driver::to_cu(managed);
   return funnel::driver::to_cu(funnel::client::device_free(host(p), Opcode::MemFree, StreamRef{0, d}));
+}
+
+// ---- IPC memory handles (ipc_memory.hpp): CUipcMemHandle is cudaIpcMemHandle_t ------------
+
+static_assert(sizeof(CUipcMemHandle) == sizeof(cudaIpcMemHandle_t));
+FUNNEL_DRIVER_API CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr p) {
+  if (CUresult r = funnel::driver::ready(); r != CUDA_SUCCESS) return r;
+  return funnel::driver::to_cu(
+      funnel::client::ipc_get_mem_handle(reinterpret_cast<cudaIpcMemHandle_t*>(handle), host(p)));
+}
+static CUresult ipc_open(CUdeviceptr* p, const CUipcMemHandle& handle, unsigned flags) {
+  if (CUresult r = funnel::driver::ready(); r != CUDA_SUCCESS) return r;
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  void* out = nullptr;
+  cudaIpcMemHandle_t h;
+  std::memcpy(&h, &handle, sizeof h);
+  const CUresult r = funnel::driver::to_cu(funnel::client::ipc_open_mem_handle(&out, h, flags));
+  *p = reinterpret_cast<CUdeviceptr>(out);
+  return r;
+}
+FUNNEL_DRIVER_API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* p, CUipcMemHandle handle, unsigned flags) {
+  return ipc_open(p, handle, flags);
+}
+FUNNEL_DRIVER_API CUresult cuIpcOpenMemHandle(CUdeviceptr* p, CUipcMemHandle handle, unsigned flags) {
+  return ipc_open(p, handle, flags);
+}
+static_assert(sizeof(CUipcEventHandle) == sizeof(cudaIpcEventHandle_t));
+FUNNEL_DRIVER_API CUresult cuIpcGetEventHandle(CUipcEventHandle* handle, CUevent event) {
+  if (CUresult r = funnel::driver::ready(); r != CUDA_SUCCESS) return r;
+  return funnel::driver::to_cu(funnel::client::ipc_get_event_handle(reinterpret_cast<cudaIpcEventHandle_t*>(handle),
+                                                                     reinterpret_cast<cudaEvent_t>(event)));
+}
+FUNNEL_DRIVER_API CUresult cuIpcOpenEventHandle(CUevent* event, CUipcEventHandle handle) {
+  if (CUresult r = funnel::driver::ready(); r != CUDA_SUCCESS) return r;
+  cudaIpcEventHandle_t h;
+  std::memcpy(&h, &handle, sizeof h);
+  return funnel::driver::to_cu(funnel::client::ipc_open_event_handle(reinterpret_cast<cudaEvent_t*>(event), h));
+}
+FUNNEL_DRIVER_API CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
+  if (CUresult r = funnel::driver::ready(); r != CUDA_SUCCESS) return r;
+  return funnel::driver::to_cu(funnel::client::ipc_close_mem_handle(host(p)));
 }
 
 // ---- managed memory (managed.hpp) ---------------------------------------------------------

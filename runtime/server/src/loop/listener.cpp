@@ -402,6 +402,7 @@ void Server::Impl::attach(Connection& c, const ipc::HelloMsg& hello) {
   spec.tuning = WorkerTuning{options.pending_spin, options.idle_spin, options.spin_backoff, options.gpu_replies,
                              options.launch_batch};
   spec.modules = modules.get();
+  spec.ipc = ipc.get();
   spec.health = &health;
   spec.submit_order = options.submit_order ? &submit_order : nullptr;
   spec.calls_in_flight = &calls_in_flight;

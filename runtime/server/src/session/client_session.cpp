@@ -45,6 +45,7 @@ void ClientSession::create_channel(const ChannelSpec& spec) {
   shared_.totals = spec.totals;
   shared_.tuning = spec.tuning;
   shared_.modules = spec.modules;
+  shared_.ipc = spec.ipc;
   shared_.health = spec.health;
   shared_.submit_order = spec.submit_order;
   shared_.calls_in_flight = spec.calls_in_flight;

@@ -28,6 +28,7 @@ struct ChannelSpec {
   ServerTotals* totals = nullptr;
   WorkerTuning tuning;
   ModuleCache* modules = nullptr;
+  IpcRegistry* ipc = nullptr;
   DeviceHealth* health = nullptr;
   SubmitOrder* submit_order = nullptr;  // the server's; null unless FUNNEL_SUBMIT_ORDER=1
   CallsInFlight* calls_in_flight = nullptr;  // the server's

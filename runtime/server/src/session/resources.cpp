@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "session/counter_ops.hpp"
+#include "session/ipc_registry.hpp"
 #include "session/validation.hpp"
 
 namespace funnel::server {
@@ -23,7 +24,7 @@ bool ClientResources::pinned_range_ok(uint64_t address, uint64_t extent) const {
 
 bool ClientResources::device_range_ok(uint64_t address, uint64_t extent) const {
   if (containing(allocations, address, extent) != allocations.end() ||
-      containing(symbols, address, extent) != symbols.end())
+      containing(symbols, address, extent) != symbols.end() || containing(imported, address, extent) != imported.end())
     return true;
   // Across mappings of one device that follow each other (cuMemMap'd chunks of a reserved range,
   // as PyTorch's expandable segments map them): each must start where the one before ends.
@@ -77,7 +78,11 @@ Status ClientResources::resolve_location(const ipc::Location& l, uint64_t pitch,
 }
 
 void ClientResources::free_allocation(uint64_t address, const DeviceAllocation& a) {
-  const Status st = a.mapped ? backend_.mem_unmap(a.device, address, a.size) : backend_.mem_free(a.device, address);
+  // Memory other clients have open (IPC) stays until the last of them closes it.
+  const bool now = a.mapped || shared_.ipc == nullptr || shared_.ipc->owner_frees(address);
+  const Status st = !now        ? Status::Success
+                    : a.mapped ? backend_.mem_unmap(a.device, address, a.size)
+                               : backend_.mem_free(a.device, address);
   if (st != Status::Success) spdlog::warn("client {}: freeing {:#x} failed: status {}", shared_.id, address, static_cast<int>(st));
   sub(counters_.device_memory_bytes, a.size);
   sub(counters_.allocations, 1);
@@ -130,6 +135,7 @@ bool ClientResources::uses_device(int device) const {
 void ClientResources::release_device(int device) {
   for (auto it = events.begin(); it != events.end();) {
     if (it->second.device == device) {
+      if (it->second.interprocess && !it->second.imported && shared_.ipc != nullptr) shared_.ipc->forget_event(it->second.event);
       it = events.erase(it);
       sub(counters_.events, 1);
     } else {
@@ -144,6 +150,18 @@ void ClientResources::release_device(int device) {
       ++it;
     }
   }
+  close_imported(device);
+}
+
+void ClientResources::close_imported(int device) {
+  for (auto it = imported.begin(); it != imported.end();) {
+    if (device >= 0 && it->second.device != device) {
+      ++it;
+      continue;
+    }
+    if (shared_.ipc != nullptr) shared_.ipc->close(it->first);
+    it = imported.erase(it);
+  }
 }
 
 void ClientResources::release_allocations_and_events() {
@@ -153,8 +171,11 @@ void ClientResources::release_allocations_and_events() {
     if (const Status st = backend_.address_free(addr, bytes); st != Status::Success)
       spdlog::warn("client {}: freeing the reserved range {:#x} failed: status {}", shared_.id, addr, static_cast<int>(st));
   reservations.clear();
+  close_imported(-1);
   device_used = {};
   sub(counters_.events, events.size());
+  for (const auto& [id, e] : events)
+    if (e.interprocess && !e.imported && shared_.ipc != nullptr) shared_.ipc->forget_event(e.event);
   events.clear();
 }
 

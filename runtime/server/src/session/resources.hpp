@@ -30,6 +30,8 @@ struct EventEntry {
   int device;
   bool timing;
   bool recorded = false;
+  bool interprocess = false;  // cudaEventInterprocess: may be exported (IpcExportEvent)
+  bool imported = false;      // another client's, opened here (IpcOpenEvent)
   // The state word the last record stores before the event itself (nullptr: none): once the
   // client saw it, the event counts as complete to the client though the driver may take a
   // few microseconds more to record it (Worker::event_elapsed waits for that).
@@ -84,6 +86,8 @@ class ClientResources {
   // Teardown: the allocations and events freed; then, once the streams are gone, the pinned buffers.
   void release_allocations_and_events();
   void release_pinned();
+  // Closes the other clients' allocations this one opened (on `device`; -1: all).
+  void close_imported(int device);
 
   std::map<uint64_t, DeviceAllocation> allocations;  // by base address
   std::array<uint64_t, ipc::kMaxDevices> device_used{};  // bytes of allocations by device
@@ -91,6 +95,7 @@ class ClientResources {
   std::unordered_map<uint64_t, PinnedEntry> pinned;
   std::map<uint64_t, SymbolRange> symbols;  // by device address
   std::map<uint64_t, uint64_t> reservations;  // AddressReserve: address -> bytes
+  std::map<uint64_t, DeviceAllocation> imported;  // other clients' allocations opened by IpcOpen, by base
   std::map<uint64_t, uint64_t> unmapping;     // MemUnmap asked for, waiting for earlier work: address -> bytes
   uint64_t next_pinned_id = 1;
 

@@ -43,6 +43,7 @@ namespace funnel::server {
 using CallsInFlight = std::array<std::atomic<uint32_t>, ipc::kMaxDevices>;
 
 class ModuleCache;
+class IpcRegistry;
 class WorkerGroup;
 
 // Relaxed counters: the stats verb reads them without stopping anyone.
@@ -87,6 +88,7 @@ struct SessionShared {
   ServerTotals* totals = nullptr;
   WorkerTuning tuning;
   ModuleCache* modules = nullptr;  // the server's, shared by every session
+  IpcRegistry* ipc = nullptr;      // the server's IPC exports
   DeviceHealth* health = nullptr;  // the server's
   SubmitOrder* submit_order = nullptr;  // the server's; null unless FUNNEL_SUBMIT_ORDER=1
   CallsInFlight* calls_in_flight = nullptr;  // the server's (GpuReplies::Auto)

@@ -13,6 +13,7 @@
 
 #include "funnel/ipc/futex.hpp"
 #include "funnel/ipc/protocol.hpp"
+#include "session/ipc_registry.hpp"
 #include "session/worker.hpp"
 #include "session/validation.hpp"
 
@@ -161,7 +162,9 @@ Status Worker::event_create(const ipc::CommandHeader& h, const ipc::EventCreateC
   const bool timing = (c.flags & ipc::kEventDisableTiming) == 0;
   std::unique_ptr<BackendEvent> e;
   if (Status st = backend_.create_event(h.device, timing, e); st != Status::Success) return st;
-  res_.events.emplace(c.event_id, EventEntry{std::move(e), h.device, timing});
+  EventEntry entry{std::move(e), h.device, timing};
+  entry.interprocess = (c.flags & ipc::kEventInterprocess) != 0;
+  res_.events.emplace(c.event_id, std::move(entry));
   add(counters_.events, 1);
   answers_.answer(h);
   return Status::Success;
@@ -169,7 +172,10 @@ Status Worker::event_create(const ipc::CommandHeader& h, const ipc::EventCreateC
 
 Status Worker::event_destroy(const ipc::CommandHeader& h, const ipc::EventCmd& c) {
   // Pending waits hold their own reference, so the event may go at once.
-  if (res_.events.erase(c.event_id) == 0) return Status::InvalidResourceHandle;
+  auto it = res_.events.find(c.event_id);
+  if (it == res_.events.end()) return Status::InvalidResourceHandle;
+  if (it->second.interprocess && !it->second.imported && shared_.ipc != nullptr) shared_.ipc->forget_event(it->second.event);
+  res_.events.erase(it);
   sub(counters_.events, 1);
   answers_.answer(h);
   return Status::Success;

@@ -174,6 +174,12 @@ class Worker {
   Status take_build(const ipc::GraphBuildCmd& c, GraphNodes& out);
   // The launch checks a kernel node and a launch share.
   static Status check_launch(const ipc::LaunchCmd& c, const KernelEntry& k);
+  // ipc.cpp: IPC memory handles between clients of this server
+  Status ipc_export(const ipc::CommandHeader& h, const ipc::AddressCmd& c);
+  Status ipc_open(const ipc::CommandHeader& h, const ipc::IpcOpenCmd& c);
+  Status ipc_close(const ipc::CommandHeader& h, const ipc::AddressCmd& c);
+  Status ipc_export_event(const ipc::CommandHeader& h, const ipc::EventCmd& c);
+  Status ipc_open_event(const ipc::CommandHeader& h, const ipc::IpcOpenEventCmd& c);
   // Answers h with the module now held for module_id.
   Status add_module(const ipc::CommandHeader& h, uint64_t module_id, std::shared_ptr<BackendModule> m);
   // The kernel `kernel_id` for a command on h.device (InvalidDevice, InvalidResourceHandle).

@@ -109,6 +109,16 @@ namespace funnel::ipc {
   X(GraphLaunch, 83, GraphExecCmd, NoBytes, Queues, graph_launch) /* one-way, on header.stream */           \
   X(GraphUpload, 84, GraphExecCmd, NoBytes, Queues, graph_upload) /* one-way, on header.stream */           \
   X(GraphExecDestroy, 85, GraphExecCmd, NoBytes, NoQueue, graph_exec_destroy) /* one-way */                 \
+  /* IPC memory handles between clients of this server (doc/design/ipc.md).  Waited. */                   \
+  /* The allocation holding address -> value[0] = token, value[1] = its base, value[2] = its size */      \
+  X(IpcExport, 90, AddressCmd, NoBytes, NoQueue, ipc_export)                                                \
+  /* Another client's export -> value[0] = base, value[1] = size, value[2] = device */                    \
+  X(IpcOpen, 91, IpcOpenCmd, NoBytes, NoQueue, ipc_open)                                                    \
+  X(IpcClose, 92, AddressCmd, NoBytes, NoQueue, ipc_close) /* an opened base; the range is gone at once */  \
+  /* An interprocess event of this client -> value[0] = token */                                           \
+  X(IpcExportEvent, 93, EventCmd, NoBytes, NoQueue, ipc_export_event)                                       \
+  /* Another client's exported event as this client's event_id -> value[0] = its device */                 \
+  X(IpcOpenEvent, 94, IpcOpenEventCmd, NoBytes, NoQueue, ipc_open_event)                                    \
   X(Detach, 100, DetachCmd, NoBytes, NoQueue, detach) /* the client leaves; the server frees what it held */
 
 enum class Opcode : uint16_t {
@@ -404,6 +414,12 @@ inline constexpr uint32_t kGraphInstantiateAutoFree = 0x1, kGraphInstantiateUseN
 // GraphUpdate: the same build as exec's new nodes (same kinds and dependencies).  Waited.
 struct GraphBuildCmd { uint64_t graph; uint64_t exec; uint32_t nodes; uint32_t flags; };
 struct GraphExecCmd { uint64_t exec; };
+
+// ---- IPC ---------------------------------------------------------------------------
+struct IpcOpenCmd { uint64_t token; };
+struct IpcOpenEventCmd { uint64_t token; uint64_t event_id; };
+// Event flags: an interprocess event (cudaEventInterprocess; with kEventDisableTiming).
+inline constexpr uint32_t kEventInterprocess = 0x4;
 
 // ---- what the command table says of an opcode ---------------------------------------
 struct NoPayload {};  // a command with nothing after its header

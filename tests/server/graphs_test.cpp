@@ -227,5 +227,44 @@ TEST_F(ServerTest, GraphHostNodesWaitForTheClientAndAreAnsweredWhenItGoes) {
   EXPECT_EQ(next.call(Opcode::Fence).status, Status::Success);
 }
 
+// IPC: an allocation exported by one client is opened by another (the same memory at the same
+// address), refused to its owner and to a third client once the owner freed it, and kept alive
+// while opened: the owner's free leaves it to the opener until it closes it (ASan would see a read
+// of freed memory otherwise).
+TEST_F(ServerTest, IpcExportsAreOpenedByOtherClientsAndOutliveTheOwnersFree) {
+  start_server();
+  constexpr uint64_t kBytes = 4096;
+  TestClient a(run_dir_), b(run_dir_);
+  ASSERT_TRUE(a.ok() && b.ok());
+  const uint64_t x = a.alloc(kBytes);
+  std::vector<uint32_t> data(kBytes / 4, 0x01020304u);
+  a.h2d(x, data.data(), kBytes);
+  const Reply exp = a.call(Opcode::IpcExport, ipc::AddressCmd{x + 16});
+  ASSERT_EQ(exp.status, Status::Success);
+  EXPECT_EQ(exp.value[1], x);
+  EXPECT_EQ(exp.value[2], kBytes);
+  const uint64_t token = exp.value[0];
+  EXPECT_EQ(a.call(Opcode::IpcExport, ipc::AddressCmd{x}).value[0], token) << "the same export again";
+  EXPECT_EQ(a.call(Opcode::IpcOpen, ipc::IpcOpenCmd{token}).status, Status::InvalidResourceHandle) << "its own";
+  EXPECT_EQ(b.call(Opcode::IpcOpen, ipc::IpcOpenCmd{token + 1}).status, Status::InvalidResourceHandle);
+  const Reply open = b.call(Opcode::IpcOpen, ipc::IpcOpenCmd{token});
+  ASSERT_EQ(open.status, Status::Success);
+  EXPECT_EQ(open.value[0], x) << "the owner's address";
+  EXPECT_TRUE(all_equal(read_words(b, x, kBytes / 4), 0x01020304u));
+  ipc::MemsetCmd set{x, kBytes, kBytes, 1, 0x77, 1};
+  ASSERT_EQ(b.call(Opcode::Memset, set).status, Status::Success);
+  EXPECT_TRUE(all_equal(read_words(a, x, kBytes / 4), 0x77777777u)) << "the owner sees the opener's write";
+  // The owner frees it: the opener still has it, nobody else may open it.
+  ASSERT_EQ(a.free(x), Status::Success);
+  EXPECT_TRUE(all_equal(read_words(b, x, kBytes / 4), 0x77777777u));
+  TestClient c(run_dir_);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c.call(Opcode::IpcOpen, ipc::IpcOpenCmd{token}).status, Status::InvalidResourceHandle);
+  // Closed: no longer the opener's (and now freed).
+  ASSERT_EQ(b.call(Opcode::IpcClose, ipc::AddressCmd{x}).status, Status::Success);
+  EXPECT_EQ(b.call(Opcode::IpcClose, ipc::AddressCmd{x}).status, Status::InvalidValue);
+  EXPECT_EQ(b.call(Opcode::Memset, set).status, Status::InvalidValue);
+}
+
 }  // namespace
 }  // namespace funnel::test

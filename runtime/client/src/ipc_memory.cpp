@@ -70,7 +70,7 @@ cudaError_t ipc_open_mem_handle(void** ptr, const cudaIpcMemHandle_t& handle, un
               "funnel-run or funnel's MPI hooks): refused");
     return cudaErrorInvalidResourceHandle;
   }
-  if (d.owner == rt.view().header().client_id) return cudaErrorInvalidContext;  // as CUDA, in its own process
+  if (d.owner == rt.view().header().client_id) return cudaErrorDeviceUninitialized;  // CUDA_ERROR_INVALID_CONTEXT, as CUDA in its own process
   const ipc::IpcOpenCmd cmd{d.token};
   Reply r;
   const cudaError_t e = to_cuda(rt.call(Opcode::IpcOpen, 0, 0, &cmd, sizeof cmd, &r));
@@ -145,7 +145,7 @@ cudaError_t ipc_open_event_handle(cudaEvent_t* event, const cudaIpcEventHandle_t
               "funnel-run or funnel's MPI hooks): refused");
     return cudaErrorInvalidResourceHandle;
   }
-  if (d.owner == rt.view().header().client_id) return cudaErrorInvalidContext;
+  if (d.owner == rt.view().header().client_id) return cudaErrorDeviceUninitialized;
   const uint64_t id = rt.next_event_id.fetch_add(1);
   const ipc::IpcOpenEventCmd cmd{d.token, id};
   Reply r;

@@ -107,7 +107,8 @@ if nvcc -fatbin -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,cod
   -Itests/fatbin -o "$BUILD/smoke_kernels.fatbin" tests/fatbin/kernels.cu >"$OUT_DIR/smoke/compile.log" 2>&1 &&
   g++ -std=c++20 -O2 -Wall -Wextra -Wconversion -Wold-style-cast -Wshadow -Werror \
   -Iruntime/server/include -Iruntime/server/src -Iruntime/ipc/include -Iruntime/common/include -Iruntime/fatbin/include \
-  -I/usr/local/cuda/include runtime/server/src/backend/cuda/*.cpp runtime/fatbin/src/*.cpp tests/gpu/backend_smoke.cpp \
+  -I/usr/local/cuda/include runtime/server/src/backend/*.cpp runtime/server/src/backend/cuda/*.cpp runtime/fatbin/src/*.cpp \
+  tests/gpu/backend_smoke.cpp \
   -o "$BUILD/backend_smoke" -lspdlog -lfmt -ldl -pthread >>"$OUT_DIR/smoke/compile.log" 2>&1; then
   if FUNNEL_SMOKE_FATBIN="$BUILD/smoke_kernels.fatbin" timeout "$TIMEOUT" "$BUILD/backend_smoke" \
     >"$OUT_DIR/smoke/backend_smoke.log" 2>&1; then

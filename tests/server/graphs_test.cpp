@@ -239,6 +239,7 @@ TEST_F(ServerTest, IpcExportsAreOpenedByOtherClientsAndOutliveTheOwnersFree) {
   const uint64_t x = a.alloc(kBytes);
   std::vector<uint32_t> data(kBytes / 4, 0x01020304u);
   a.h2d(x, data.data(), kBytes);
+  ASSERT_EQ(a.sync_device(), Status::Success);  // another client's streams are not ordered after a's
   const Reply exp = a.call(Opcode::IpcExport, ipc::AddressCmd{x + 16});
   ASSERT_EQ(exp.status, Status::Success);
   EXPECT_EQ(exp.value[1], x);
@@ -253,6 +254,7 @@ TEST_F(ServerTest, IpcExportsAreOpenedByOtherClientsAndOutliveTheOwnersFree) {
   EXPECT_TRUE(all_equal(read_words(b, x, kBytes / 4), 0x01020304u));
   ipc::MemsetCmd set{x, kBytes, kBytes, 1, 0x77, 1};
   ASSERT_EQ(b.call(Opcode::Memset, set).status, Status::Success);
+  ASSERT_EQ(b.sync_device(), Status::Success);
   EXPECT_TRUE(all_equal(read_words(a, x, kBytes / 4), 0x77777777u)) << "the owner sees the opener's write";
   // The owner frees it: the opener still has it, nobody else may open it.
   ASSERT_EQ(a.free(x), Status::Success);

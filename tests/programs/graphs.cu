@@ -7,6 +7,8 @@
 // clone; an event record node; and the errors of captures gone wrong.  Every printed value comes
 // from memset and copy nodes, never from a kernel's effect: the sim backend runs no kernel code,
 // and the output is the same natively and through funnel.
+#include <cstring>
+
 #include "check.h"
 
 static const int N = 1024;  // ints per buffer
@@ -45,6 +47,8 @@ static const char* type_name(cudaGraphNode_t n) {
     case cudaGraphNodeTypeMemset: return "memset";
     case cudaGraphNodeTypeHost: return "host";
     case cudaGraphNodeTypeGraph: return "graph";
+    case cudaGraphNodeTypeMemAlloc: return "mem alloc";
+    case cudaGraphNodeTypeMemFree: return "mem free";
     case cudaGraphNodeTypeEmpty: return "empty";
     case cudaGraphNodeTypeWaitEvent: return "event wait";
     case cudaGraphNodeTypeEventRecord: return "event record";
@@ -572,6 +576,62 @@ static void host_nodes(cudaStream_t s) {
   CHECK(cudaFreeHost(back));
 }
 
+// Memory nodes: an allocation the graph makes and frees, used between by a memset and a copy;
+// and the same captured from cudaMallocAsync/cudaFreeAsync.
+static void memory_nodes(cudaStream_t s) {
+  int* h = nullptr;
+  CHECK(cudaMallocHost(&h, BYTES));
+  cudaGraph_t g;
+  CHECK(cudaGraphCreate(&g, 0));
+  cudaMemAllocNodeParams ap{};
+  ap.poolProps.allocType = cudaMemAllocationTypePinned;
+  ap.poolProps.location = {cudaMemLocationTypeDevice, 0};
+  ap.bytesize = BYTES;
+  cudaGraphNode_t alloc, set, down, freed;
+  CHECK(cudaGraphAddMemAllocNode(&alloc, g, nullptr, 0, &ap));
+  int* d = static_cast<int*>(ap.dptr);
+  const cudaMemsetParams mp = memset_params(d, 0x2a, N);
+  CHECK(cudaGraphAddMemsetNode(&set, g, &alloc, 1, &mp));
+  CHECK(cudaGraphAddMemcpyNode1D(&down, g, &set, 1, h, d, BYTES, cudaMemcpyDeviceToHost));
+  CHECK(cudaGraphAddMemFreeNode(&freed, g, &down, 1, d));
+  void* freed_ptr = nullptr;
+  CHECK(cudaGraphMemFreeNodeGetParams(freed, &freed_ptr));
+  cudaGraphExec_t x;
+  CHECK(cudaGraphInstantiate(&x, g, 0));
+  bool ok = d != nullptr && freed_ptr == d;
+  for (int i = 0; i < 2; ++i) {
+    std::memset(h, 0, BYTES);
+    CHECK(cudaGraphLaunch(x, s));
+    CHECK(cudaStreamSynchronize(s));
+    ok = ok && all(h, N, 0x2a);
+  }
+  std::printf("memory nodes: %s %s, launch x2 %s\n", type_name(alloc), type_name(freed), ok ? "ok" : "FAIL");
+  CHECK(cudaGraphExecDestroy(x));
+  CHECK(cudaGraphDestroy(g));
+
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  int* p = nullptr;
+  CHECK(cudaMallocAsync(reinterpret_cast<void**>(&p), BYTES, s));
+  CHECK(cudaMemsetAsync(p, 0x3b, BYTES, s));
+  CHECK(cudaMemcpyAsync(h, p, BYTES, cudaMemcpyDeviceToHost, s));
+  CHECK(cudaFreeAsync(p, s));
+  cudaGraph_t cg;
+  CHECK(cudaStreamEndCapture(s, &cg));
+  cudaGraphExec_t cx;
+  CHECK(cudaGraphInstantiate(&cx, cg, 0));
+  ok = true;
+  for (int i = 0; i < 2; ++i) {
+    std::memset(h, 0, BYTES);
+    CHECK(cudaGraphLaunch(cx, s));
+    CHECK(cudaStreamSynchronize(s));
+    ok = ok && all(h, N, 0x3b3b3b3b);
+  }
+  std::printf("captured cudaMallocAsync and cudaFreeAsync: %zu nodes, launch x2 %s\n", node_count(cg), ok ? "ok" : "FAIL");
+  CHECK(cudaGraphExecDestroy(cx));
+  CHECK(cudaGraphDestroy(cg));
+  CHECK(cudaFreeHost(h));
+}
+
 int main() {
   capture_one_stream();
   capture_two_streams();
@@ -585,6 +645,7 @@ int main() {
   clone(x, s);
   event_node(s);
   host_nodes(s);
+  memory_nodes(s);
   errors();
   CHECK(cudaStreamDestroy(s));
   CHECK(cudaDeviceSynchronize());

@@ -280,6 +280,32 @@ FUNNEL_API cudaError_t cudaGraphExecHostNodeSetParams(cudaGraphExec_t x, cudaGra
                                                       const cudaHostNodeParams* p) {
   return guarded(__func__, [&] { return exec_set_made(x, node, [&](auto& made) { return host_node(p, made); }); });
 }
+FUNNEL_API cudaError_t cudaGraphAddMemAllocNode(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                                                size_t n, cudaMemAllocNodeParams* p) {
+  return guarded(__func__, [&] { return graph_add_mem_alloc(out, g, deps, n, p); });
+}
+FUNNEL_API cudaError_t cudaGraphMemAllocNodeGetParams(cudaGraphNode_t node, cudaMemAllocNodeParams* p) {
+  return guarded(__func__, [&] {
+    if (p == nullptr) return cudaErrorInvalidValue;
+    return with_node(node, NodeKind::MemAlloc, [&](NodeObj& a) {
+      *p = a.alloc;
+      return cudaSuccess;
+    });
+  });
+}
+FUNNEL_API cudaError_t cudaGraphAddMemFreeNode(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                                               size_t n, void* ptr) {
+  return guarded(__func__, [&] { return graph_add_mem_free(out, g, deps, n, ptr); });
+}
+FUNNEL_API cudaError_t cudaGraphMemFreeNodeGetParams(cudaGraphNode_t node, void* ptr_out) {
+  return guarded(__func__, [&] {
+    if (ptr_out == nullptr) return cudaErrorInvalidValue;
+    return with_node(node, NodeKind::MemFree, [&](NodeObj& f) {
+      std::memcpy(ptr_out, &f.free_ptr, sizeof f.free_ptr);
+      return cudaSuccess;
+    });
+  });
+}
 FUNNEL_API cudaError_t cudaGraphAddChildGraphNode(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
                                                   size_t n, cudaGraph_t child) {
   return guarded(__func__, [&] { return graph_add_child(out, g, deps, n, child); });

@@ -138,14 +138,14 @@ FUNNEL_API cudaError_t cudaStreamAttachMemAsync_ptsz(cudaStream_t s, void* p, si
 static cudaError_t malloc_async(void** ptr, size_t size, cudaStream_t stream, bool ptds) {
   StreamRef s;
   if (cudaError_t e = resolve_stream(stream, ptds, s); e != cudaSuccess) return e;
-  if (s.capturing()) return capture_refuse(s, "cudaMallocAsync in a stream capture (graph memory nodes)");
+  if (s.capturing()) return capture_alloc(s, ptr, size);  // a memory alloc node
   return device_alloc(ptr, size, Opcode::MemAllocAsync, s);
 }
 static cudaError_t free_async(void* ptr, cudaStream_t stream, bool ptds) {
   if (ptr == nullptr) return cudaSuccess;
   StreamRef s;
   if (cudaError_t e = resolve_stream(stream, ptds, s); e != cudaSuccess) return e;
-  if (s.capturing()) return capture_refuse(s, "cudaFreeAsync in a stream capture (graph memory nodes)");
+  if (s.capturing()) return capture_free(s, ptr);  // a memory free node
   return device_free(ptr, Opcode::MemFreeAsync, s);
 }
 

@@ -83,6 +83,10 @@ cudaError_t device_alloc(void** ptr, size_t size, Opcode op, const StreamRef& on
 cudaError_t device_free(void* ptr, Opcode op, const StreamRef& on) {
   Runtime& rt = Runtime::get();
   const auto addr = reinterpret_cast<uint64_t>(ptr);
+  // A graph's memory stays the graph's for its later launches (doc/design/graphs.md, "Memory
+  // nodes"): freed with the graph.
+  if (const Classified c = rt.tables.classify(ptr); c.kind == Classified::Device && c.graph && c.base == addr)
+    return cudaSuccess;
   const std::optional<DeviceAlloc> freed = rt.tables.remove_alloc(addr);
   if (!freed) return cudaErrorInvalidValue;
   const int device = freed->device;

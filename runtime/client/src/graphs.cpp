@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "device_memory.hpp"
 #include "events.hpp"
 #include "host_func.hpp"
 
@@ -88,6 +89,10 @@ cudaGraphNodeType type_of(NodeKind k) {
       return cudaGraphNodeTypeGraph;
     case NodeKind::Host:
       return cudaGraphNodeTypeHost;
+    case NodeKind::MemAlloc:
+      return cudaGraphNodeTypeMemAlloc;
+    case NodeKind::MemFree:
+      return cudaGraphNodeTypeMemFree;
     case NodeKind::Empty:
       break;
   }
@@ -144,6 +149,8 @@ std::unique_ptr<NodeObj> clone_node(const NodeObj& n) {
   c->event = n.event;
   c->host_fn = n.host_fn;
   c->host_data = n.host_data;
+  c->alloc = n.alloc;
+  c->free_ptr = n.free_ptr;
   if (n.child) c->child = clone_graph(*n.child, nullptr);
   return c;
 }
@@ -157,6 +164,7 @@ void point_args(NodeObj& n) {
 
 std::unique_ptr<GraphObj> clone_graph(const GraphObj& g, std::unordered_map<const NodeObj*, NodeObj*>* map) {
   auto out = std::make_unique<GraphObj>();
+  out->memory = g.memory;  // a clone (and an executable graph) uses the same memory
   std::unordered_map<const NodeObj*, NodeObj*> local;
   auto& m = map != nullptr ? *map : local;
   for (const auto& n : g.nodes) {
@@ -329,6 +337,8 @@ cudaError_t send_build(uint64_t build, const Flat& f, int device, const std::vec
     switch (kind) {
       case NodeKind::Empty:
       case NodeKind::Child:
+      case NodeKind::MemAlloc:  // the memory exists already (GraphMemory)
+      case NodeKind::MemFree:
         c.kind = static_cast<uint32_t>(ipc::GraphNodeKind::Empty);
         break;
       case NodeKind::Kernel:
@@ -768,6 +778,8 @@ static void take_params(NodeObj& n, NodeObj& made) {
   n.event = made.event;
   n.host_fn = made.host_fn;
   n.host_data = made.host_data;
+  n.alloc = made.alloc;
+  n.free_ptr = made.free_ptr;
   point_args(n);
 }
 
@@ -788,6 +800,107 @@ cudaError_t node_set_event(cudaGraphNode_t h, cudaEvent_t e, bool record) {
   if (n == nullptr || n->kind != (record ? NodeKind::EventRecord : NodeKind::EventWait)) return cudaErrorInvalidValue;
   n->event = e;
   return cudaSuccess;
+}
+
+// ---- memory nodes -------------------------------------------------------------------------------
+
+GraphMemory::~GraphMemory() {
+  Runtime& rt = Runtime::get();
+  for (const auto& [ptr, device] : allocations) {
+    const auto addr = reinterpret_cast<uint64_t>(ptr);
+    if (!rt.tables.remove_alloc(addr)) continue;
+    const ipc::AddressCmd c{addr};
+    (void)rt.call(Opcode::MemFree, device, 0, &c, sizeof c);  // after the work that uses it
+  }
+}
+
+namespace {
+
+// Device memory for a memory alloc node: `p` checked (pinned device memory, no IPC handle types,
+// access descriptors of its own device only), the allocation made and marked as a graph's.
+cudaError_t make_graph_memory(cudaMemAllocNodeParams& p, int& device) {
+  const cudaMemPoolProps& pp = p.poolProps;
+  if (p.bytesize == 0 || pp.allocType != cudaMemAllocationTypePinned || pp.location.type != cudaMemLocationTypeDevice)
+    return cudaErrorInvalidValue;
+  if (pp.handleTypes != cudaMemHandleTypeNone) {
+    report_unsupported("a graph memory alloc node with shareable handle types");
+    return cudaErrorNotSupported;
+  }
+  if (p.accessDescCount != 0 && p.accessDescs == nullptr) return cudaErrorInvalidValue;
+  for (size_t i = 0; i < p.accessDescCount; ++i)
+    if (p.accessDescs[i].location.type != cudaMemLocationTypeDevice || p.accessDescs[i].location.id != pp.location.id) {
+      report_unsupported("a graph memory alloc node with peer access");
+      return cudaErrorNotSupported;
+    }
+  if (cudaError_t e = attach(); e != cudaSuccess) return e;
+  device = pp.location.id;
+  if (device < 0 || device >= Runtime::get().device_count()) return cudaErrorInvalidDevice;
+  void* ptr = nullptr;
+  if (cudaError_t e = device_alloc(&ptr, p.bytesize, Opcode::MemAlloc, StreamRef{0, device}); e != cudaSuccess) return e;
+  Runtime::get().tables.set_graph_alloc(reinterpret_cast<uint64_t>(ptr));
+  p.dptr = ptr;
+  return cudaSuccess;
+}
+
+// Gives back a graph's memory made for a node that was not added.
+void drop_graph_memory(void* ptr, int device) {
+  GraphMemory m;
+  m.allocations.emplace_back(ptr, device);
+}
+
+// The graph's memory list, made on first use.  r.mu held.
+GraphMemory& memory_of(GraphObj& g) {
+  if (!g.memory) g.memory = std::make_shared<GraphMemory>();
+  return *g.memory;
+}
+
+bool graph_owned(const void* ptr) {
+  const Classified c = Runtime::get().tables.classify(ptr);
+  return c.kind == Classified::Device && c.graph && c.base == reinterpret_cast<uint64_t>(ptr);
+}
+
+}  // namespace
+
+cudaError_t graph_add_mem_alloc(cudaGraphNode_t* out, cudaGraph_t h, const cudaGraphNode_t* deps, size_t count,
+                                cudaMemAllocNodeParams* p) {
+  if (out == nullptr || p == nullptr) return cudaErrorInvalidValue;
+  int device = 0;
+  if (cudaError_t e = make_graph_memory(*p, device); e != cudaSuccess) return e;
+  auto n = std::make_unique<NodeObj>();
+  n->kind = NodeKind::MemAlloc;
+  n->alloc = *p;
+  n->alloc.accessDescs = nullptr;  // not kept (the caller's)
+  n->alloc.accessDescCount = 0;
+  n->device = device;
+  Registry& r = reg();
+  std::lock_guard lk(r.mu);
+  GraphObj* g = find_graph(r, h);
+  std::vector<NodeObj*> d;
+  cudaError_t e = g == nullptr ? cudaErrorInvalidValue : deps_of(r, deps, count, d);
+  NodeObj* made = nullptr;
+  if (e == cudaSuccess) e = add_locked(r, *g, d, std::move(n), made);
+  if (e != cudaSuccess) {
+    drop_graph_memory(p->dptr, device);
+    p->dptr = nullptr;
+    return e;
+  }
+  memory_of(*g).allocations.emplace_back(p->dptr, device);
+  *out = reinterpret_cast<cudaGraphNode_t>(made);
+  return cudaSuccess;
+}
+
+cudaError_t graph_add_mem_free(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t count,
+                               void* ptr) {
+  if (!graph_owned(ptr)) {
+    if (Runtime::get().tables.classify(ptr).kind == Classified::Device)
+      report_unsupported("a graph memory free node of memory no graph allocated");
+    return Runtime::get().tables.classify(ptr).kind == Classified::Device ? cudaErrorNotSupported : cudaErrorInvalidValue;
+  }
+  auto n = std::make_unique<NodeObj>();
+  n->kind = NodeKind::MemFree;
+  n->free_ptr = ptr;
+  n->device = Runtime::get().tables.classify(ptr).device;
+  return graph_add(out, g, deps, count, std::move(n));
 }
 
 // ---- executable graphs -----------------------------------------------------------------------
@@ -1208,6 +1321,43 @@ cudaError_t capture_copy(const StreamRef& s, const CopyParams& c) {
 cudaError_t capture_memset(const StreamRef& s, const cudaMemsetParams& p) {
   auto n = std::make_unique<NodeObj>();
   if (cudaError_t e = make_memset_node(*n, p); e != cudaSuccess) return capture_failed(s, e);
+  return capture_add(s, std::move(n));
+}
+
+cudaError_t capture_alloc(const StreamRef& s, void** ptr, size_t size) {
+  if (ptr == nullptr) return cudaErrorInvalidValue;
+  cudaMemAllocNodeParams p{};
+  p.poolProps.allocType = cudaMemAllocationTypePinned;
+  p.poolProps.location = {cudaMemLocationTypeDevice, s.device};
+  p.bytesize = size;
+  int device = 0;
+  if (cudaError_t e = make_graph_memory(p, device); e != cudaSuccess) return capture_failed(s, e);
+  auto n = std::make_unique<NodeObj>();
+  n->kind = NodeKind::MemAlloc;
+  n->alloc = p;
+  n->device = device;
+  if (cudaError_t e = capture_add(s, std::move(n)); e != cudaSuccess) {
+    drop_graph_memory(p.dptr, device);
+    return e;
+  }
+  {
+    Registry& r = reg();
+    std::lock_guard lk(r.mu);
+    if (auto c = capture_of_locked(r, s.id)) memory_of(*c->graph).allocations.emplace_back(p.dptr, device);
+  }
+  *ptr = p.dptr;
+  return cudaSuccess;
+}
+
+cudaError_t capture_free(const StreamRef& s, void* ptr) {
+  if (!graph_owned(ptr)) {
+    report_unsupported("cudaFreeAsync in a stream capture of memory no graph allocated");
+    return capture_failed(s, cudaErrorNotSupported);
+  }
+  auto n = std::make_unique<NodeObj>();
+  n->kind = NodeKind::MemFree;
+  n->free_ptr = ptr;
+  n->device = s.device;
   return capture_add(s, std::move(n));
 }
 

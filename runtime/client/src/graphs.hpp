@@ -24,7 +24,7 @@ namespace funnel::client {
 
 struct GraphObj;
 
-enum class NodeKind { Empty, Kernel, Memcpy, Memset, EventRecord, EventWait, Child, Host };
+enum class NodeKind { Empty, Kernel, Memcpy, Memset, EventRecord, EventWait, Child, Host, MemAlloc, MemFree };
 
 // A copy as the program described it (for a node's parameters), and its command.
 struct CopyParams {
@@ -57,6 +57,9 @@ struct NodeObj {
   ipc::MemsetCmd memset_cmd{};
   // EventRecord, EventWait
   cudaEvent_t event = nullptr;
+  // MemAlloc (alloc.dptr: the memory, made with the node) and MemFree (the memory it names)
+  cudaMemAllocNodeParams alloc{};
+  void* free_ptr = nullptr;
   // Host: run by this process when a launch gets there (host_func.hpp)
   cudaHostFn_t host_fn = nullptr;
   void* host_data = nullptr;
@@ -64,8 +67,20 @@ struct NodeObj {
   std::unique_ptr<GraphObj> child;
 };
 
+// The memory of a graph's memory alloc nodes: device allocations made with the nodes, kept for
+// the graph's launches (a free node frees nothing), freed when the graph, its clones and its
+// executable graphs are all gone.
+struct GraphMemory {
+  std::vector<std::pair<void*, int>> allocations;  // pointer, device
+  GraphMemory() = default;
+  GraphMemory(const GraphMemory&) = delete;
+  GraphMemory& operator=(const GraphMemory&) = delete;
+  ~GraphMemory();
+};
+
 struct GraphObj {
   std::vector<std::unique_ptr<NodeObj>> nodes;
+  std::shared_ptr<GraphMemory> memory;  // null until it has a memory alloc node
 };
 
 // ---- building nodes (the node's fields filled and checked; the node not yet in a graph) ----
@@ -89,6 +104,13 @@ cudaError_t graph_add_child(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraph
                             cudaGraph_t child);
 cudaError_t graph_add_event(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t count,
                             cudaEvent_t e, bool record);
+// cudaGraphAddMemAllocNode: the memory is made now (p->dptr), on p's device, the graph's until it
+// goes; cudaGraphAddMemFreeNode of a graph's memory (a node that frees nothing: the memory stays
+// for the next launch).
+cudaError_t graph_add_mem_alloc(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t count,
+                                cudaMemAllocNodeParams* p);
+cudaError_t graph_add_mem_free(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t count,
+                               void* ptr);
 cudaError_t graph_edges(cudaGraph_t g, const cudaGraphNode_t* from, const cudaGraphNode_t* to, size_t count, bool add);
 // cudaGraphGetNodes / cudaGraphGetRootNodes: the nodes (all, or those without dependencies).
 cudaError_t graph_nodes(cudaGraph_t g, cudaGraphNode_t* out, size_t* count, bool roots_only);
@@ -147,6 +169,9 @@ cudaError_t exchange_capture_mode(cudaStreamCaptureMode* mode);
 cudaError_t capture_launch(const StreamRef& s, Kernel& k, const LaunchSpec& l, void** args);
 cudaError_t capture_copy(const StreamRef& s, const CopyParams& c);
 cudaError_t capture_memset(const StreamRef& s, const cudaMemsetParams& p);
+// cudaMallocAsync / cudaFreeAsync on a capturing stream: memory alloc and free nodes.
+cudaError_t capture_alloc(const StreamRef& s, void** ptr, size_t size);
+cudaError_t capture_free(const StreamRef& s, void* ptr);
 // cudaLaunchHostFunc on a capturing stream: a host node.
 cudaError_t capture_host(const StreamRef& s, cudaHostFn_t fn, void* data);
 // cudaEventRecord on a capturing stream: the event stands for the stream's place in the

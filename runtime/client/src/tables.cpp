@@ -179,6 +179,14 @@ std::optional<DeviceAlloc> ClientTables::remove_alloc(uint64_t addr, bool mapped
   return a;
 }
 
+bool ClientTables::set_graph_alloc(uint64_t addr) noexcept {
+  std::lock_guard lk(mu_);
+  auto it = allocs_.find(addr);
+  if (it == allocs_.end()) return false;
+  it->second.graph = true;
+  return true;
+}
+
 void ClientTables::add_global(uint64_t addr, const DeviceAlloc& a) {
   std::lock_guard lk(mu_);
   globals_[addr] = a;
@@ -259,6 +267,7 @@ Classified ClientTables::classify(const void* p) noexcept {
       c.base = it->first;
       c.size = it->second.size;
       c.device = it->second.device;
+      c.graph = it->second.graph;
       // A cuMemMap'd chunk: with the chunks of the device that follow it without a gap (copies
       // may span them, as on the GPU).
       for (auto next = std::next(it); it->second.mapped && next != table->end() && next->second.mapped &&

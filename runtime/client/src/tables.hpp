@@ -25,6 +25,7 @@ struct DeviceAlloc {
   bool pooled = false;  // stream-ordered (cudaMallocAsync): counted in the device's MemPoolObj
   bool mapped = false;  // memory mapped over a reserved range (cuMemMap): cuMemUnmap's, not a free's
   bool imported = false;  // another client's, opened by cudaIpcOpenMemHandle: closed, not freed
+  bool graph = false;     // a graph's (memory alloc node, graphs.hpp): freed with the graph, not by cudaFree
 };
 // A device's default memory pool as this client sees it: a cudaMemPool_t points at one
 // (api_mempool.cpp).  The pool itself is the server's; the counters are this client's
@@ -81,6 +82,7 @@ struct Classified {
   uint64_t pinned_id = 0;
   uint64_t pinned_device = 0;  // Pinned: the buffer's address in the server (the GPU's)
   bool managed = false;        // Pinned: managed memory (cudaMallocManaged), usable where device memory is
+  bool graph = false;          // Device: a graph's memory (DeviceAlloc::graph)
   int device = 0;
 };
 
@@ -119,6 +121,8 @@ class ClientTables {
   // when there is none, or when it is (`mapped`) or is not a mapping of cuMemMap's, or is (`imported`) or is
   // not another client's memory opened by cudaIpcOpenMemHandle.
   std::optional<DeviceAlloc> remove_alloc(uint64_t addr, bool mapped = false, bool imported = false) noexcept;
+  // Marks the allocation at exactly `addr` as a graph's (DeviceAlloc::graph); false for none.
+  bool set_graph_alloc(uint64_t addr) noexcept;
   // A range the server reserved (cuMemAddressReserve), reserved here too: false when part of
   // it is in use in this process.  Mappings in it are add_alloc'd (mapped) as they come.
   bool add_reservation(uint64_t addr, uint64_t size);

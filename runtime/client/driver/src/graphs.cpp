@@ -298,6 +298,31 @@ FUNNEL_DRIVER_API CUresult cuGraphHostNodeSetParams(CUgraphNode node, const CUDA
 FUNNEL_DRIVER_API CUresult cuGraphExecHostNodeSetParams(CUgraphExec x, CUgraphNode node, const CUDA_HOST_NODE_PARAMS* p) {
   return exec_set_made(x, node, [&](auto& made) { return host_node(p, made); });
 }
+static_assert(sizeof(CUDA_MEM_ALLOC_NODE_PARAMS) == sizeof(cudaMemAllocNodeParams) &&
+              sizeof(CUmemPoolProps) == sizeof(cudaMemPoolProps));
+FUNNEL_DRIVER_API CUresult cuGraphAddMemAllocNode(CUgraphNode* out, CUgraph g, const CUgraphNode* deps, size_t n,
+                                                  CUDA_MEM_ALLOC_NODE_PARAMS* p) {
+  return to_cu(funnel::client::graph_add_mem_alloc(rt(out), rt(g), rt(deps), n,
+                                                   reinterpret_cast<cudaMemAllocNodeParams*>(p)));
+}
+FUNNEL_DRIVER_API CUresult cuGraphMemAllocNodeGetParams(CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARAMS* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return to_cu(funnel::client::with_node(rt(node), NodeKind::MemAlloc, [&](NodeObj& a) {
+    std::memcpy(p, &a.alloc, sizeof *p);
+    return cudaSuccess;
+  }));
+}
+FUNNEL_DRIVER_API CUresult cuGraphAddMemFreeNode(CUgraphNode* out, CUgraph g, const CUgraphNode* deps, size_t n,
+                                                 CUdeviceptr ptr) {
+  return to_cu(funnel::client::graph_add_mem_free(rt(out), rt(g), rt(deps), n, reinterpret_cast<void*>(ptr)));
+}
+FUNNEL_DRIVER_API CUresult cuGraphMemFreeNodeGetParams(CUgraphNode node, CUdeviceptr* ptr) {
+  if (ptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return to_cu(funnel::client::with_node(rt(node), NodeKind::MemFree, [&](NodeObj& f) {
+    *ptr = reinterpret_cast<CUdeviceptr>(f.free_ptr);
+    return cudaSuccess;
+  }));
+}
 FUNNEL_DRIVER_API CUresult cuGraphAddChildGraphNode(CUgraphNode* out, CUgraph g, const CUgraphNode* deps, size_t n,
                                                     CUgraph child) {
   return to_cu(funnel::client::graph_add_child(rt(out), rt(g), rt(deps), n, rt(child)));

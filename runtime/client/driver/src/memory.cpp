@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "front.hpp"
+#include "graphs.hpp"
 #include "ipc_memory.hpp"
 #include "managed.hpp"
 #include "pinned.hpp"
@@ -264,7 +265,8 @@ CUresult alloc_async(CUdeviceptr* dptr, size_t bytes, CUstream stream, bool per_
       r != CUDA_SUCCESS)
     return r;
   void* p = nullptr;
-  const CUresult r = funnel::driver::to_cu(funnel::client::device_alloc(&p, bytes, Opcode::MemAllocAsync, s));
+  const CUresult r = funnel::driver::to_cu(s.capturing() ? funnel::client::capture_alloc(s, &p, bytes)  // an alloc node
+                                                         : funnel::client::device_alloc(&p, bytes, Opcode::MemAllocAsync, s));
   *dptr = r == CUDA_SUCCESS ? static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)) : 0;
   return r;
 }
@@ -277,6 +279,7 @@ CUresult free_async(CUdeviceptr p, CUstream stream, bool per_thread) {
           funnel::client::resolve_stream(reinterpret_cast<cudaStream_t>(stream), per_thread, s));
       r != CUDA_SUCCESS)
     return r;
+  if (s.capturing()) return funnel::driver::to_cu(funnel::client::capture_free(s, host(p)));  // a free node
   return funnel::driver::to_cu(funnel::client::device_free(host(p), Opcode::MemFreeAsync, s));
 }
 }  // namespace

@@ -80,17 +80,15 @@ Status Worker::add_graph_node(GraphNodes& b, const ipc::CommandHeader& h, const 
       uint64_t extent = 0;
       if (Status st = region_extent(m.pitch, m.width, m.height, extent); st != Status::Success) return st;
       if (extent == 0 || !res_.device_range_ok(m.address, extent)) return Status::InvalidValue;
-      const uint32_t element = m.element == 0 ? 1 : m.element;
-      if (element != 1 && element != 2 && element != 4) return Status::InvalidValue;
-      const uint64_t pitch = m.height > 1 ? m.pitch : m.width;
-      if (m.address % element != 0 || m.width % element != 0 || pitch % element != 0) return Status::InvalidValue;
+      MemsetShape shape{};
+      if (Status st = memset_shape(m, shape); st != Status::Success) return st;
       n.memset.address = m.address;
-      n.memset.pitch = pitch;
+      n.memset.pitch = shape.pitch;
       n.memset.width = m.width;
       n.memset.height = m.height;
-      n.memset.value = element == 4 ? m.value : m.value & ((1u << (8 * element)) - 1);
-      n.memset.element = element;
-      b.regions.push_back({{ipc::MemSpace::Device, 0, 0, m.address}, pitch, m.width, m.height});
+      n.memset.value = shape.value;
+      n.memset.element = shape.element;
+      b.regions.push_back({{ipc::MemSpace::Device, 0, 0, m.address}, shape.pitch, m.width, m.height});
       break;
     }
     case Kind::Host: {

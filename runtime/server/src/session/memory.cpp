@@ -317,16 +317,13 @@ Status Worker::memset(const ipc::CommandHeader& h, const ipc::MemsetCmd& c) {
     return Status::Success;
   }
   if (!res_.device_range_ok(c.address, extent) && !res_.pinned_range_ok(c.address, extent)) return Status::InvalidValue;
-  const uint32_t element = c.element == 0 ? 1 : c.element;
-  if (element != 1 && element != 2 && element != 4) return Status::InvalidValue;
-  const uint64_t pitch = c.height > 1 ? c.pitch : c.width;
-  if (c.address % element != 0 || c.width % element != 0 || pitch % element != 0) return Status::InvalidValue;
-  const uint32_t value = element == 4 ? c.value : c.value & ((1u << (8 * element)) - 1);
+  MemsetShape shape{};
+  if (Status st = memset_shape(c, shape); st != Status::Success) return st;
   Status st;
   StreamEntry* s = find_stream(h, st);
   if (s == nullptr) return st;
   if (st = streams_.before_work(*s); st != Status::Success) return st;
-  if (st = backend_.memset(*s->stream, c.address, pitch, c.width, c.height, value, element); st != Status::Success)
+  if (st = backend_.memset(*s->stream, c.address, shape.pitch, c.width, c.height, shape.value, shape.element); st != Status::Success)
     return st;
   streams_.after_work(*s);
   answers_.answer(h);

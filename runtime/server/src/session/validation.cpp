@@ -2,6 +2,15 @@
 
 namespace funnel::server {
 
+Status memset_shape(const ipc::MemsetCmd& c, MemsetShape& out) noexcept {
+  const uint32_t element = c.element == 0 ? 1 : c.element;
+  if (element != 1 && element != 2 && element != 4) return Status::InvalidValue;
+  const uint64_t pitch = c.height > 1 ? c.pitch : c.width;
+  if (c.address % element != 0 || c.width % element != 0 || pitch % element != 0) return Status::InvalidValue;
+  out = MemsetShape{pitch, element, element == 4 ? c.value : c.value & ((1u << (8 * element)) - 1)};
+  return Status::Success;
+}
+
 Status region_extent(uint64_t pitch, uint64_t width, uint64_t height, uint64_t& extent) noexcept {
   if (width == 0 || height == 0) {
     extent = 0;

@@ -12,6 +12,17 @@ namespace funnel::server {
 // InvalidPitchValue when rows overlap, InvalidValue on overflow.  A zero width or height spans 0.
 Status region_extent(uint64_t pitch, uint64_t width, uint64_t height, uint64_t& extent) noexcept;
 
+// A memset's element, row pitch and value as the backend takes them (a memset command's, or a
+// graph memset node's): the element 1 (0 reads as 1), 2 or 4 bytes; the pitch of one row its
+// width; the address, width and pitch multiples of the element; the value cut to one element.
+// InvalidValue otherwise.  The caller checks the region it spans.
+struct MemsetShape {
+  uint64_t pitch;
+  uint32_t element;
+  uint32_t value;
+};
+Status memset_shape(const ipc::MemsetCmd& c, MemsetShape& out) noexcept;
+
 // A launch record as the backend takes it (the priority still the client's).
 LaunchDesc launch_desc(const ipc::LaunchCmd& c) noexcept;
 

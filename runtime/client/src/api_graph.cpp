@@ -252,13 +252,9 @@ FUNNEL_API cudaError_t cudaGraphMemsetNodeSetParams(cudaGraphNode_t node, const 
   return guarded(__func__, [&] { return set_made(node, [&](auto& made) { return memset_node(p, made); }); });
 }
 static cudaError_t host_node(const cudaHostNodeParams* p, std::unique_ptr<NodeObj>& out) {
-  if (p == nullptr || p->fn == nullptr) return cudaErrorInvalidValue;
+  if (p == nullptr) return cudaErrorInvalidValue;
   out = std::make_unique<NodeObj>();
-  out->kind = NodeKind::Host;
-  out->host_fn = p->fn;
-  out->host_data = p->userData;
-  out->device = current_device();
-  return cudaSuccess;
+  return make_host_node(*out, p->fn, p->userData, current_device());
 }
 FUNNEL_API cudaError_t cudaGraphAddHostNode(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n,
                                             const cudaHostNodeParams* p) {

@@ -220,6 +220,20 @@ End resolve(Runtime& rt, const void* p, bool device_expected, bool host_expected
   return e;
 }
 
+// Both ends of a copy, classified by `kind` (an explicit host side is trusted) and checked: the
+// kind's device sides are device or managed memory, and each side holds its region.
+cudaError_t resolve_ends(Runtime& rt, void* dst, Pitches dp, const void* src, Pitches sp, Extent3 e,
+                         cudaMemcpyKind kind, End& d, End& sr) {
+  const bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  const bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  const bool explicit_kind = kind != cudaMemcpyDefault;
+  d = resolve(rt, dst, dst_dev, explicit_kind && !dst_dev);
+  sr = resolve(rt, src, src_dev, explicit_kind && !src_dev);
+  if ((dst_dev && !d.device_like()) || (src_dev && !sr.device_like())) return cudaErrorInvalidValue;
+  if (!inside(d, span(dp, e)) || !inside(sr, span(sp, e))) return cudaErrorInvalidValue;
+  return cudaSuccess;
+}
+
 }  // namespace
 
 cudaError_t direct_copy_command(void* dst, Pitches dp, const void* src, Pitches sp, Extent3 e, cudaMemcpyKind kind,
@@ -231,13 +245,8 @@ cudaError_t direct_copy_command(void* dst, Pitches dp, const void* src, Pitches 
   if (e.height == 1) dp.pitch = sp.pitch = e.width;
   Runtime& rt = Runtime::get();
   if (cudaError_t err = to_cuda(rt.ready()); err != cudaSuccess) return err;
-  const bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
-  const bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
-  const bool explicit_kind = kind != cudaMemcpyDefault;
-  End d = resolve(rt, dst, dst_dev, explicit_kind && !dst_dev);
-  End sr = resolve(rt, src, src_dev, explicit_kind && !src_dev);
-  if ((dst_dev && !d.device_like()) || (src_dev && !sr.device_like())) return cudaErrorInvalidValue;
-  if (!inside(d, span(dp, e)) || !inside(sr, span(sp, e))) return cudaErrorInvalidValue;
+  End d, sr;
+  if (cudaError_t err = resolve_ends(rt, dst, dp, src, sp, e, kind, d, sr); err != cudaSuccess) return err;
   const bool direct = (d.on_device() || d.host_direct()) && (sr.on_device() || sr.host_direct());
   if (!direct || (!d.device_like() && !sr.device_like()) || e.depth != 1) {
     const char* why = !direct ? "pageable host memory (use cudaMallocHost or cudaHostAlloc memory)"
@@ -268,13 +277,8 @@ cudaError_t copy_3d(void* dst, Pitches dp, const void* src, Pitches sp, Extent3 
     }
     Runtime& rt = Runtime::get();
 
-    const bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
-    const bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
-    const bool explicit_kind = kind != cudaMemcpyDefault;
-    End d = resolve(rt, dst, dst_dev, explicit_kind && !dst_dev);
-    End sr = resolve(rt, src, src_dev, explicit_kind && !src_dev);
-    if ((dst_dev && !d.device_like()) || (src_dev && !sr.device_like())) return cudaErrorInvalidValue;
-    if (!inside(d, span(dp, e)) || !inside(sr, span(sp, e))) return cudaErrorInvalidValue;
+    End d, sr;
+    if (cudaError_t err = resolve_ends(rt, dst, dp, src, sp, e, kind, d, sr); err != cudaSuccess) return err;
 
     auto* dst_bytes = static_cast<std::byte*>(dst);
     auto* src_bytes = static_cast<std::byte*>(const_cast<void*>(src));

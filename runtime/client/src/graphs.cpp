@@ -130,30 +130,8 @@ ExecObj* find_exec(Registry& r, cudaGraphExec_t h) {
   return it == r.execs.end() ? nullptr : it->second.get();
 }
 
-// A copy of a node's parameters (not its links); a child graph is copied whole.
+// A copy of a graph, nodes and links (`map`: each node to its copy, when given).
 std::unique_ptr<GraphObj> clone_graph(const GraphObj& g, std::unordered_map<const NodeObj*, NodeObj*>* map);
-
-std::unique_ptr<NodeObj> clone_node(const NodeObj& n) {
-  auto c = std::make_unique<NodeObj>();
-  c->kind = n.kind;
-  c->device = n.device;
-  c->kernel = n.kernel;
-  c->func = n.func;
-  c->launch = n.launch;
-  c->launch_cmd = n.launch_cmd;
-  c->params = n.params;
-  c->copy = n.copy;
-  c->copy_cmd = n.copy_cmd;
-  c->memset = n.memset;
-  c->memset_cmd = n.memset_cmd;
-  c->event = n.event;
-  c->host_fn = n.host_fn;
-  c->host_data = n.host_data;
-  c->alloc = n.alloc;
-  c->free_ptr = n.free_ptr;
-  if (n.child) c->child = clone_graph(*n.child, nullptr);
-  return c;
-}
 
 // The kernel parameters' pointers into a node's own parameter buffer.
 void point_args(NodeObj& n) {
@@ -161,6 +139,37 @@ void point_args(NodeObj& n) {
   if (n.kernel == nullptr) return;
   for (uint64_t p : n.kernel->layout) n.args.push_back(n.params.data() + ipc::param_offset(p));
 }
+
+// The parameters of `from` (a node of the same kind) into `to`, its links and child graph kept;
+// the kernel arguments point into `to`'s own buffer.
+void copy_params(NodeObj& to, const NodeObj& from) {
+  to.device = from.device;
+  to.kernel = from.kernel;
+  to.func = from.func;
+  to.launch = from.launch;
+  to.launch_cmd = from.launch_cmd;
+  to.params = from.params;
+  to.copy = from.copy;
+  to.copy_cmd = from.copy_cmd;
+  to.memset = from.memset;
+  to.memset_cmd = from.memset_cmd;
+  to.event = from.event;
+  to.host_fn = from.host_fn;
+  to.host_data = from.host_data;
+  to.alloc = from.alloc;
+  to.free_ptr = from.free_ptr;
+  point_args(to);
+}
+
+// A copy of a node's parameters (not its links); a child graph is copied whole.
+std::unique_ptr<NodeObj> clone_node(const NodeObj& n) {
+  auto c = std::make_unique<NodeObj>();
+  c->kind = n.kind;
+  copy_params(*c, n);
+  if (n.child) c->child = clone_graph(*n.child, nullptr);
+  return c;
+}
+
 
 std::unique_ptr<GraphObj> clone_graph(const GraphObj& g, std::unordered_map<const NodeObj*, NodeObj*>* map) {
   auto out = std::make_unique<GraphObj>();
@@ -170,7 +179,6 @@ std::unique_ptr<GraphObj> clone_graph(const GraphObj& g, std::unordered_map<cons
   for (const auto& n : g.nodes) {
     auto c = clone_node(*n);
     c->graph = out.get();
-    point_args(*c);
     m[n.get()] = c.get();
     out->nodes.push_back(std::move(c));
   }
@@ -553,6 +561,15 @@ cudaError_t make_memset_node(NodeObj& n, const cudaMemsetParams& p) {
   return cudaSuccess;
 }
 
+cudaError_t make_host_node(NodeObj& n, cudaHostFn_t fn, void* data, int device) {
+  if (fn == nullptr) return cudaErrorInvalidValue;
+  n.kind = NodeKind::Host;
+  n.host_fn = fn;
+  n.host_data = data;
+  n.device = device;
+  return cudaSuccess;
+}
+
 // ---- graphs -------------------------------------------------------------------------------------
 
 cudaError_t graph_create(cudaGraph_t* out, unsigned flags) {
@@ -763,32 +780,13 @@ cudaError_t with_node(cudaGraphNode_t h, NodeKind kind, const std::function<cuda
   return f(*n);
 }
 
-// The parameters of `made` into `n` (the same kind), its links kept.
-static void take_params(NodeObj& n, NodeObj& made) {
-  n.device = made.device;
-  n.kernel = made.kernel;
-  n.func = made.func;
-  n.launch = made.launch;
-  n.launch_cmd = made.launch_cmd;
-  n.params = std::move(made.params);
-  n.copy = made.copy;
-  n.copy_cmd = made.copy_cmd;
-  n.memset = made.memset;
-  n.memset_cmd = made.memset_cmd;
-  n.event = made.event;
-  n.host_fn = made.host_fn;
-  n.host_data = made.host_data;
-  n.alloc = made.alloc;
-  n.free_ptr = made.free_ptr;
-  point_args(n);
-}
 
 cudaError_t node_set(cudaGraphNode_t h, std::unique_ptr<NodeObj> made) {
   Registry& r = reg();
   std::lock_guard lk(r.mu);
   NodeObj* n = find_node(r, h);
   if (n == nullptr || n->kind != made->kind) return cudaErrorInvalidValue;
-  take_params(*n, *made);
+  copy_params(*n, *made);
   return cudaSuccess;
 }
 
@@ -1078,7 +1076,7 @@ cudaError_t exec_update(cudaGraphExec_t h, cudaGraph_t gh, cudaGraphExecUpdateRe
     ExecObj* x = find_exec(r, h);
     if (x == nullptr) return cudaErrorInvalidValue;
     // The exec's nodes stay those of the graph it was made from (the set calls name them).
-    for (size_t i = 0; i < x->graph->nodes.size(); ++i) take_params(*x->graph->nodes[i], *fresh->nodes[i]);
+    for (size_t i = 0; i < x->graph->nodes.size(); ++i) copy_params(*x->graph->nodes[i], *fresh->nodes[i]);
     set_records(*x, std::move(records));
   }
   set(cudaGraphExecUpdateSuccess, nullptr);
@@ -1116,7 +1114,7 @@ static cudaError_t exec_change(cudaGraphExec_t h, cudaGraphNode_t node, const st
   ExecObj* x = find_exec(r, h);
   if (x == nullptr) return cudaErrorInvalidValue;
   if (e != cudaSuccess) {
-    take_params(*target, *before);
+    copy_params(*target, *before);
     return e;
   }
   set_records(*x, std::move(records));
@@ -1128,7 +1126,7 @@ cudaError_t exec_set_node(cudaGraphExec_t h, cudaGraphNode_t node, std::unique_p
     if (n.kind != made->kind) return cudaErrorInvalidValue;
     if (n.kind == NodeKind::Kernel && n.kernel != made->kernel) return cudaErrorInvalidValue;
     if (n.device != made->device) return cudaErrorInvalidValue;
-    take_params(n, *made);
+    copy_params(n, *made);
     return cudaSuccess;
   });
 }
@@ -1154,7 +1152,7 @@ cudaError_t exec_set_child(cudaGraphExec_t h, cudaGraphNode_t node, cudaGraph_t 
   return exec_change(h, node, [&](NodeObj& n) {
     const NodeObj* bad = nullptr;
     if (n.kind != NodeKind::Child || !same_shape(*n.child, *copy, bad)) return cudaErrorInvalidValue;
-    for (size_t i = 0; i < n.child->nodes.size(); ++i) take_params(*n.child->nodes[i], *copy->nodes[i]);
+    for (size_t i = 0; i < n.child->nodes.size(); ++i) copy_params(*n.child->nodes[i], *copy->nodes[i]);
     return cudaSuccess;
   });
 }
@@ -1363,10 +1361,7 @@ cudaError_t capture_free(const StreamRef& s, void* ptr) {
 
 cudaError_t capture_host(const StreamRef& s, cudaHostFn_t fn, void* data) {
   auto n = std::make_unique<NodeObj>();
-  n->kind = NodeKind::Host;
-  n->host_fn = fn;
-  n->host_data = data;
-  n->device = s.device;
+  if (cudaError_t e = make_host_node(*n, fn, data, s.device); e != cudaSuccess) return capture_failed(s, e);
   return capture_add(s, std::move(n));
 }
 

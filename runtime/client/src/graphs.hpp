@@ -90,6 +90,8 @@ cudaError_t make_kernel_node(NodeObj& n, Kernel& k, const void* func, const Laun
 cudaError_t make_copy_node(NodeObj& n, const CopyParams& c, const char* call);
 // cudaMemsetParams: dst, pitch, value, elementSize (1, 2, 4), width (elements), height.
 cudaError_t make_memset_node(NodeObj& n, const cudaMemsetParams& p);
+// A host node of `fn(data)` (fn not null) on `device`.
+cudaError_t make_host_node(NodeObj& n, cudaHostFn_t fn, void* data, int device);
 
 // ---- graphs ----------------------------------------------------------------------------------
 cudaError_t graph_create(cudaGraph_t* out, unsigned flags);

@@ -273,13 +273,10 @@ FUNNEL_DRIVER_API CUresult cuGraphMemsetNodeGetParams(CUgraphNode node, CUDA_MEM
   }));
 }
 static CUresult host_node(const CUDA_HOST_NODE_PARAMS* p, std::unique_ptr<NodeObj>& out) {
-  if (p == nullptr || p->fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
   out = std::make_unique<NodeObj>();
-  out->kind = NodeKind::Host;
-  out->host_fn = reinterpret_cast<cudaHostFn_t>(p->fn);
-  out->host_data = p->userData;
-  out->device = funnel::client::current_device();
-  return CUDA_SUCCESS;
+  return to_cu(funnel::client::make_host_node(*out, reinterpret_cast<cudaHostFn_t>(p->fn), p->userData,
+                                               funnel::client::current_device()));
 }
 FUNNEL_DRIVER_API CUresult cuGraphAddHostNode(CUgraphNode* out, CUgraph g, const CUgraphNode* deps, size_t n,
                                               const CUDA_HOST_NODE_PARAMS* p) {

@@ -52,6 +52,7 @@ static const char* type_name(cudaGraphNode_t n) {
     case cudaGraphNodeTypeEmpty: return "empty";
     case cudaGraphNodeTypeWaitEvent: return "event wait";
     case cudaGraphNodeTypeEventRecord: return "event record";
+    case cudaGraphNodeTypeConditional: return "conditional";
     default: return "other";
   }
 }
@@ -632,6 +633,128 @@ static void memory_nodes(cudaStream_t s) {
   CHECK(cudaFreeHost(h));
 }
 
+// Conditional nodes whose conditions come from their handles' defaults (applied at every launch:
+// cudaGraphCondAssignDefault), so that no kernel decides (libs/graph_kernels.cu has kernels that
+// set them):
+//   memset v[0..4)=0 -> IF(else) {v[0]=0xA1 | v[0]=0xA0} -> SWITCH(3) {v[1]=0xB0 | 0xB1 | 0xB2 + nested
+//   IF {v[2]=0xC1}} -> WHILE {v[3]=0xD1} (condition 0: never runs) -> copy v -> h
+static void add_memset(cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, int* dst, unsigned v,
+                       cudaGraphNode_t* out = nullptr) {
+  cudaGraphNodeParams p{};
+  p.type = cudaGraphNodeTypeMemset;
+  p.memset.dst = dst;
+  p.memset.value = v;
+  p.memset.elementSize = sizeof(int);
+  p.memset.width = 1;
+  p.memset.height = 1;
+  cudaGraphNode_t node;
+  CHECK(cudaGraphAddNode(&node, g, deps, nullptr, n, &p));
+  if (out != nullptr) *out = node;
+}
+
+static cudaGraph_t* add_conditional(cudaGraph_t g, const cudaGraphNode_t* deps, size_t n,
+                                    cudaGraphConditionalHandle h, cudaGraphConditionalNodeType type, unsigned size,
+                                    cudaGraphNode_t* out) {
+  cudaGraphNodeParams p{};
+  p.type = cudaGraphNodeTypeConditional;
+  p.conditional.handle = h;
+  p.conditional.type = type;
+  p.conditional.size = size;
+  CHECK(cudaGraphAddNode(out, g, deps, nullptr, n, &p));
+  return p.conditional.phGraph_out;
+}
+
+static void conditional_nodes(cudaStream_t s) {
+  int *v, *h;
+  CHECK(cudaMalloc(&v, 4 * sizeof(int)));
+  CHECK(cudaMallocHost(&h, 4 * sizeof(int)));
+  cudaGraph_t g;
+  CHECK(cudaGraphCreate(&g, 0));
+  cudaGraphConditionalHandle if_h, switch_h, while_h;
+  CHECK(cudaGraphConditionalHandleCreate(&if_h, g, 0, cudaGraphCondAssignDefault));
+  CHECK(cudaGraphConditionalHandleCreate(&switch_h, g, 2, cudaGraphCondAssignDefault));
+  CHECK(cudaGraphConditionalHandleCreate(&while_h, g, 0, cudaGraphCondAssignDefault));
+  cudaGraphNode_t clear, if_n, switch_n, while_n, copy;
+  cudaMemsetParams mp = memset_params(v, 0, 4);
+  CHECK(cudaGraphAddMemsetNode(&clear, g, nullptr, 0, &mp));
+  cudaGraph_t* if_bodies = add_conditional(g, &clear, 1, if_h, cudaGraphCondTypeIf, 2, &if_n);
+  add_memset(if_bodies[0], nullptr, 0, v, 0xA1);
+  add_memset(if_bodies[1], nullptr, 0, v, 0xA0);
+  cudaGraph_t* sw = add_conditional(g, &if_n, 1, switch_h, cudaGraphCondTypeSwitch, 3, &switch_n);
+  for (unsigned k = 0; k < 3; ++k) add_memset(sw[k], nullptr, 0, v + 1, 0xB0 + k);
+  // A nested IF in body 2, its handle made on that body.
+  cudaGraphConditionalHandle nested_h;
+  CHECK(cudaGraphConditionalHandleCreate(&nested_h, sw[2], 1, cudaGraphCondAssignDefault));
+  cudaGraphNode_t nested;
+  cudaGraph_t* nb = add_conditional(sw[2], nullptr, 0, nested_h, cudaGraphCondTypeIf, 1, &nested);
+  add_memset(nb[0], nullptr, 0, v + 2, 0xC1);
+  cudaGraph_t* wb = add_conditional(g, &switch_n, 1, while_h, cudaGraphCondTypeWhile, 1, &while_n);
+  add_memset(wb[0], nullptr, 0, v + 3, 0xD1);
+  CHECK(cudaGraphAddMemcpyNode1D(&copy, g, &while_n, 1, h, v, 4 * sizeof(int), cudaMemcpyDeviceToHost));
+  std::printf("conditional graph: %zu nodes (%s %s %s), body nodes %zu %zu, nested %s\n", node_count(g),
+              type_name(if_n), type_name(switch_n), type_name(while_n), node_count(if_bodies[0]), node_count(sw[2]),
+              type_name(nested));
+  cudaGraph_t clone;
+  std::printf("clone of a graph with conditional nodes refused: %s\n",
+              cudaGraphClone(&clone, g) != cudaSuccess ? "yes" : "no");
+  cudaGetLastError();
+  cudaGraphExec_t x;
+  CHECK(cudaGraphInstantiate(&x, g, 0));
+  for (int i = 0; i < 2; ++i) {
+    std::memset(h, 0, 4 * sizeof(int));
+    CHECK(cudaGraphLaunch(x, s));
+    CHECK(cudaStreamSynchronize(s));
+    std::printf("conditional launch %d: if-else %#x, switch %#x, nested if %#x, while %#x\n", i, h[0], h[1], h[2], h[3]);
+  }
+  CHECK(cudaGraphExecDestroy(x));
+  // Changed and instantiated again: the SWITCH body 0 now (the handle's default stays 2, so a
+  // node added to body 2 shows the new build).
+  add_memset(sw[2], &nested, 1, v + 3, 0xE2);
+  CHECK(cudaGraphDestroyNode(while_n));
+  CHECK(cudaGraphDestroyNode(copy));
+  CHECK(cudaGraphAddMemcpyNode1D(&copy, g, &switch_n, 1, h, v, 4 * sizeof(int), cudaMemcpyDeviceToHost));
+  CHECK(cudaGraphInstantiate(&x, g, 0));
+  std::memset(h, 0, 4 * sizeof(int));
+  CHECK(cudaGraphLaunch(x, s));
+  CHECK(cudaStreamSynchronize(s));
+  std::printf("changed and instantiated again: %zu nodes, %#x %#x %#x %#x\n", node_count(g), h[0], h[1], h[2], h[3]);
+  CHECK(cudaGraphExecDestroy(x));
+  CHECK(cudaGraphDestroy(g));
+
+  // A capture with an IF node added to the capture's graph, its body filled by a capture too.
+  cudaStream_t cs, bs;
+  CHECK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+  CHECK(cudaStreamCreateWithFlags(&bs, cudaStreamNonBlocking));
+  CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
+  CHECK(cudaMemsetAsync(v, 0, 4 * sizeof(int), cs));
+  cudaStreamCaptureStatus st;
+  cudaGraph_t cg;
+  const cudaGraphNode_t* deps;
+  size_t ndeps;
+  CHECK(cudaStreamGetCaptureInfo(cs, &st, nullptr, &cg, &deps, nullptr, &ndeps));
+  cudaGraphConditionalHandle ch;
+  CHECK(cudaGraphConditionalHandleCreate(&ch, cg, 1, cudaGraphCondAssignDefault));
+  cudaGraphNode_t cn;
+  cudaGraph_t* cb = add_conditional(cg, deps, ndeps, ch, cudaGraphCondTypeIf, 1, &cn);
+  CHECK(cudaStreamUpdateCaptureDependencies(cs, &cn, nullptr, 1, cudaStreamSetCaptureDependencies));
+  CHECK(cudaMemcpyAsync(h, v, 4 * sizeof(int), cudaMemcpyDeviceToHost, cs));
+  CHECK(cudaStreamEndCapture(cs, &cg));
+  CHECK(cudaStreamBeginCaptureToGraph(bs, cb[0], nullptr, nullptr, 0, cudaStreamCaptureModeGlobal));
+  CHECK(cudaMemsetAsync(v + 1, 0x5a, sizeof(int), bs));
+  CHECK(cudaStreamEndCapture(bs, nullptr));
+  CHECK(cudaGraphInstantiate(&x, cg, 0));
+  std::memset(h, 0, 4 * sizeof(int));
+  CHECK(cudaGraphLaunch(x, s));
+  CHECK(cudaStreamSynchronize(s));
+  std::printf("captured IF node: %zu nodes, body %zu, %#x %#x\n", node_count(cg), node_count(cb[0]), h[0], h[1]);
+  CHECK(cudaGraphExecDestroy(x));
+  CHECK(cudaGraphDestroy(cg));
+  CHECK(cudaStreamDestroy(cs));
+  CHECK(cudaStreamDestroy(bs));
+  CHECK(cudaFree(v));
+  CHECK(cudaFreeHost(h));
+}
+
 int main() {
   capture_one_stream();
   capture_two_streams();
@@ -646,6 +769,7 @@ int main() {
   event_node(s);
   host_nodes(s);
   memory_nodes(s);
+  conditional_nodes(s);
   errors();
   CHECK(cudaStreamDestroy(s));
   CHECK(cudaDeviceSynchronize());

@@ -66,8 +66,8 @@ TEST_F(ServerTest, GraphsRunTheirNodesOnEveryLaunchAndTakeNewParameters) {
   // memset a -> copy a to b
   send_node(c, memset_node(10, 0, a, kBytes, 0x11223344u), {});
   send_node(c, copy_node(10, 1, device_copy(b, a, kBytes)), {0});
-  ASSERT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{10, 7, 2, 0}).status, Status::Success);
-  EXPECT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{10, 8, 2, 0}).status, Status::InvalidValue)
+  ASSERT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{10, 7, 2, 0, 0}).status, Status::Success);
+  EXPECT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{10, 8, 2, 0, 0}).status, Status::InvalidValue)
       << "a build is consumed by its instantiation";
   for (int i = 0; i < 3; ++i) {
     const std::vector<uint32_t> zero(kBytes / 4, 0);
@@ -80,13 +80,13 @@ TEST_F(ServerTest, GraphsRunTheirNodesOnEveryLaunchAndTakeNewParameters) {
   // New parameters, the same shape: a byte memset now.
   send_node(c, memset_node(11, 0, a, kBytes, 0x55, 1), {});
   send_node(c, copy_node(11, 1, device_copy(b, a, kBytes)), {0});
-  ASSERT_EQ(c.call(Opcode::GraphUpdate, ipc::GraphBuildCmd{11, 7, 2, 0}).status, Status::Success);
+  ASSERT_EQ(c.call(Opcode::GraphUpdate, ipc::GraphBuildCmd{11, 7, 2, 0, 0}).status, Status::Success);
   c.post(Opcode::GraphLaunch, ipc::GraphExecCmd{7}, 1);
   EXPECT_TRUE(all_equal(read_words(c, b, kBytes / 4), 0x55555555u));
   // Another shape (the copy no longer after the memset): refused, the exec unchanged.
   send_node(c, memset_node(12, 0, a, kBytes, 0x66, 1), {});
   send_node(c, copy_node(12, 1, device_copy(b, a, kBytes)), {});
-  EXPECT_EQ(c.call(Opcode::GraphUpdate, ipc::GraphBuildCmd{12, 7, 2, 0}).status, Status::InvalidValue);
+  EXPECT_EQ(c.call(Opcode::GraphUpdate, ipc::GraphBuildCmd{12, 7, 2, 0, 0}).status, Status::InvalidValue);
   c.post(Opcode::GraphLaunch, ipc::GraphExecCmd{7}, 1);
   EXPECT_TRUE(all_equal(read_words(c, b, kBytes / 4), 0x55555555u));
 
@@ -97,7 +97,7 @@ TEST_F(ServerTest, GraphsRunTheirNodesOnEveryLaunchAndTakeNewParameters) {
   rec.kind = static_cast<uint32_t>(GraphNodeKind::EventRecord);
   rec.event = ipc::EventCmd{5, 0, 0};
   send_node(c, rec, {});
-  ASSERT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{13, 9, 1, 0}).status, Status::Success);
+  ASSERT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{13, 9, 1, 0, 0}).status, Status::Success);
   c.post(Opcode::GraphLaunch, ipc::GraphExecCmd{9}, 1);
   EXPECT_EQ(c.call(Opcode::EventSynchronize, ipc::EventCmd{5, 0, 0}).status, Status::Success);
   EXPECT_EQ(c.call(Opcode::EventQuery, ipc::EventCmd{5, 0, 0}).status, Status::Success);
@@ -111,7 +111,7 @@ TEST_F(ServerTest, GraphsRunTheirNodesOnEveryLaunchAndTakeNewParameters) {
   const uint64_t d = c.alloc(kBytes);
   send_node(c, memset_node(14, 0, d, kBytes, 0x77, 1), {});
   send_node(c, copy_node(14, 1, device_copy(b, d, kBytes)), {0});
-  ASSERT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{14, 20, 2, 0}).status, Status::Success);
+  ASSERT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{14, 20, 2, 0, 0}).status, Status::Success);
   ASSERT_EQ(c.free(d), Status::Success);
   EXPECT_EQ(c.call(Opcode::GraphLaunch, ipc::GraphExecCmd{20}, 1).status, Status::InvalidValue);
   EXPECT_TRUE(all_equal(read_words(c, b, kBytes / 4), 0x55555555u));
@@ -130,7 +130,7 @@ TEST_F(ServerTest, GraphBuildsAreCheckedNodeByNode) {
   ASSERT_TRUE(c.ok());
   const uint64_t a = c.alloc(4096);
   auto instantiate = [&](uint64_t graph, uint32_t nodes) {
-    return c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{graph, graph + 100, nodes, 0}).status;
+    return c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{graph, graph + 100, nodes, 0, 0}).status;
   };
   // The status a one-way node got (the deferred error, once a fence has passed it).
   auto node_fails = [&](ipc::GraphNodeCmd n, const std::vector<uint32_t>& deps) {
@@ -172,7 +172,7 @@ TEST_F(ServerTest, GraphBuildsAreCheckedNodeByNode) {
   send_node(c, memset_node(10, 0, a, 4096, 1), {});
   EXPECT_EQ(instantiate(10, 2), Status::InvalidValue);
   send_node(c, memset_node(11, 0, a, 4096, 1), {});
-  EXPECT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{11, 500, 1, 0x4}).status, Status::InvalidValue);
+  EXPECT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{11, 500, 1, 0x4, 0}).status, Status::InvalidValue);
   // At most kMaxGraphBuilds builds under way.
   for (uint64_t g = 0; g < ipc::kMaxGraphBuilds; ++g) send_node(c, memset_node(1000 + g, 0, a, 4096, 1), {});
   EXPECT_EQ(node_fails(memset_node(2000, 0, a, 4096, 1), {}), Status::InvalidValue);
@@ -202,7 +202,7 @@ TEST_F(ServerTest, GraphHostNodesWaitForTheClientAndAreAnsweredWhenItGoes) {
     done.store(0);
     send_node(c, host, {});
     send_node(c, memset_node(1, 1, a, kBytes, 0x42, 1), {0});
-    ASSERT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{1, 2, 2, 0}).status, Status::Success);
+    ASSERT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{1, 2, 2, 0, 0}).status, Status::Success);
     // One launch answered by the client: the memset after the host node runs only then.
     c.post(Opcode::GraphLaunch, ipc::GraphExecCmd{2}, 1);
     ASSERT_TRUE(eventually([&] { return reached.load() == 1; }));

@@ -4,6 +4,8 @@
 // themselves.
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "graphs.hpp"
 
 using namespace funnel::client;
@@ -469,4 +471,91 @@ FUNNEL_API cudaError_t cudaGraphExecEventRecordNodeSetEvent(cudaGraphExec_t x, c
 }
 FUNNEL_API cudaError_t cudaGraphExecEventWaitNodeSetEvent(cudaGraphExec_t x, cudaGraphNode_t node, cudaEvent_t e) {
   return guarded(__func__, [&] { return exec_set_event(x, node, e, false); });
+}
+
+// ---- conditional nodes and the generic node calls ---------------------------------------------
+
+FUNNEL_API cudaError_t cudaGraphConditionalHandleCreate(cudaGraphConditionalHandle* out, cudaGraph_t g,
+                                                        unsigned default_value, unsigned flags) {
+  return guarded(__func__, [&] { return conditional_handle_create(out, g, default_value, flags); });
+}
+
+namespace {
+
+static_assert(sizeof(cudaMemAllocNodeParamsV2) == sizeof(cudaMemAllocNodeParams));
+
+// The node a cudaGraphNodeParams of a kind with parameters to make (kernel, memcpy, memset, host)
+// describes; `call` names the generic call for what it refuses.
+cudaError_t node_of(const cudaGraphNodeParams* p, std::unique_ptr<NodeObj>& out, const char* call) {
+  switch (p->type) {
+    case cudaGraphNodeTypeKernel: {
+      const cudaKernelNodeParamsV2& k = p->kernel;
+      const cudaKernelNodeParams v1{k.func, k.gridDim, k.blockDim, k.sharedMemBytes, k.kernelParams, k.extra};
+      return kernel_node(&v1, out);
+    }
+    case cudaGraphNodeTypeMemcpy:
+      if (p->memcpy.flags != 0) return cudaErrorInvalidValue;
+      return copy_node(&p->memcpy.copyParams, out);
+    case cudaGraphNodeTypeMemset: {
+      const cudaMemsetParamsV2& m = p->memset;
+      const cudaMemsetParams v1{m.dst, m.pitch, m.value, m.elementSize, m.width, m.height};
+      return memset_node(&v1, out);
+    }
+    case cudaGraphNodeTypeHost:
+      if (p->host.fn == nullptr) return cudaErrorInvalidValue;
+      out = std::make_unique<NodeObj>();
+      return make_host_node(*out, p->host.fn, p->host.userData, current_device());
+    default:
+      report_unsupported(fmt::format("{} of a node of type {}", call, static_cast<int>(p->type)).c_str());
+      return cudaErrorNotSupported;
+  }
+}
+
+}  // namespace
+
+FUNNEL_API cudaError_t cudaGraphAddNode(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps,
+                                        const cudaGraphEdgeData* data, size_t n, cudaGraphNodeParams* p) {
+  return guarded(__func__, [&]() -> cudaError_t {
+    if (p == nullptr) return cudaErrorInvalidValue;
+    if (!default_edges(data, n)) return cudaErrorNotSupported;
+    switch (p->type) {
+      case cudaGraphNodeTypeEmpty:
+        return graph_add(out, g, deps, n, std::make_unique<NodeObj>());
+      case cudaGraphNodeTypeGraph:
+        if (p->graph.ownership != cudaGraphChildGraphOwnershipClone) {
+          report_unsupported("cudaGraphAddNode of a child graph moved into its parent (cudaGraphChildGraphOwnershipMove)");
+          return cudaErrorNotSupported;
+        }
+        return graph_add_child(out, g, deps, n, p->graph.graph);
+      case cudaGraphNodeTypeEventRecord:
+        return graph_add_event(out, g, deps, n, p->eventRecord.event, true);
+      case cudaGraphNodeTypeWaitEvent:
+        return graph_add_event(out, g, deps, n, p->eventWait.event, false);
+      case cudaGraphNodeTypeMemAlloc:
+        return graph_add_mem_alloc(out, g, deps, n, reinterpret_cast<cudaMemAllocNodeParams*>(&p->alloc));
+      case cudaGraphNodeTypeMemFree:
+        return graph_add_mem_free(out, g, deps, n, p->free.dptr);
+      case cudaGraphNodeTypeConditional:
+        return graph_add_conditional(out, g, deps, n, &p->conditional);
+      default:
+        return add_made(out, g, deps, n, [&](auto& node) { return node_of(p, node, "cudaGraphAddNode"); });
+    }
+  });
+}
+FUNNEL_API cudaError_t cudaGraphNodeSetParams(cudaGraphNode_t node, cudaGraphNodeParams* p) {
+  return guarded(__func__, [&]() -> cudaError_t {
+    if (p == nullptr) return cudaErrorInvalidValue;
+    if (p->type == cudaGraphNodeTypeEventRecord || p->type == cudaGraphNodeTypeWaitEvent)
+      return node_set_event(node, p->eventRecord.event, p->type == cudaGraphNodeTypeEventRecord);
+    return set_made(node, [&](auto& made) { return node_of(p, made, "cudaGraphNodeSetParams"); });
+  });
+}
+FUNNEL_API cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t x, cudaGraphNode_t node, cudaGraphNodeParams* p) {
+  return guarded(__func__, [&]() -> cudaError_t {
+    if (p == nullptr) return cudaErrorInvalidValue;
+    if (p->type == cudaGraphNodeTypeEventRecord || p->type == cudaGraphNodeTypeWaitEvent)
+      return exec_set_event(x, node, p->eventRecord.event, p->type == cudaGraphNodeTypeEventRecord);
+    if (p->type == cudaGraphNodeTypeGraph) return exec_set_child(x, node, p->graph.graph);
+    return exec_set_made(x, node, [&](auto& made) { return node_of(p, made, "cudaGraphExecNodeSetParams"); });
+  });
 }

@@ -17,7 +17,32 @@
 
 namespace funnel::client {
 
+// A graph tree of the server's: made with a graph's first conditional handle, gone (GraphTree
+// Destroy) with the last graph of it (the graph, its bodies and executable graphs' copies).
+struct GraphTree {
+  uint64_t id = 0;
+  int device = 0;
+  GraphTree() = default;
+  GraphTree(const GraphTree&) = delete;
+  GraphTree& operator=(const GraphTree&) = delete;
+  ~GraphTree() {
+    ipc::GraphTreeCmd c{};
+    c.tree = id;
+    c.op = static_cast<uint32_t>(ipc::GraphTreeOp::Destroy);
+    (void)Runtime::get().post(Opcode::GraphTree, device, 0, &c, sizeof c);
+  }
+};
+
 namespace {
+
+uint64_t tree_id(const GraphTree& t) { return t.id; }
+
+// A GraphTree command of tree t; `reply` gets the values.
+cudaError_t tree_call(const GraphTree& t, ipc::GraphTreeOp op, ipc::GraphTreeCmd c, Reply* reply = nullptr) {
+  c.tree = t.id;
+  c.op = static_cast<uint32_t>(op);
+  return to_cuda(Runtime::get().call(Opcode::GraphTree, t.device, 0, &c, sizeof c, reply));
+}
 
 // The words of one host node of an executable graph (host_func.hpp's key).
 struct HostSlot {
@@ -70,7 +95,7 @@ Registry& reg() {
 }
 
 std::atomic<size_t> g_capturing{0};  // streams in a capture (capture_active's fast path)
-std::atomic<uint64_t> g_next_build{1}, g_next_exec{1};
+std::atomic<uint64_t> g_next_build{1}, g_next_exec{1}, g_next_tree{1};
 thread_local cudaStreamCaptureMode t_capture_mode = cudaStreamCaptureModeGlobal;
 
 cudaGraphNodeType type_of(NodeKind k) {
@@ -93,6 +118,8 @@ cudaGraphNodeType type_of(NodeKind k) {
       return cudaGraphNodeTypeMemAlloc;
     case NodeKind::MemFree:
       return cudaGraphNodeTypeMemFree;
+    case NodeKind::Conditional:
+      return cudaGraphNodeTypeConditional;
     case NodeKind::Empty:
       break;
   }
@@ -106,6 +133,7 @@ void register_graph(Registry& r, GraphObj& g) {
   for (auto& n : g.nodes) {
     r.nodes.insert(n.get());
     if (n->child) register_graph(r, *n->child);
+    for (auto& b : n->bodies) register_graph(r, *b);
   }
 }
 
@@ -114,6 +142,7 @@ void unregister_graph(Registry& r, GraphObj& g) {
   for (auto& n : g.nodes) {
     r.nodes.erase(n.get());
     if (n->child) unregister_graph(r, *n->child);
+    for (auto& b : n->bodies) unregister_graph(r, *b);
   }
 }
 
@@ -158,6 +187,8 @@ void copy_params(NodeObj& to, const NodeObj& from) {
   to.host_data = from.host_data;
   to.alloc = from.alloc;
   to.free_ptr = from.free_ptr;
+  to.cond = from.cond;
+  to.conditional = from.conditional;
   point_args(to);
 }
 
@@ -167,6 +198,11 @@ std::unique_ptr<NodeObj> clone_node(const NodeObj& n) {
   c->kind = n.kind;
   copy_params(*c, n);
   if (n.child) c->child = clone_graph(*n.child, nullptr);
+  for (const auto& b : n.bodies) {  // an executable graph's copy: the same parts of the same tree
+    c->bodies.push_back(clone_graph(*b, nullptr));
+    c->body_handles.push_back(reinterpret_cast<cudaGraph_t>(c->bodies.back().get()));
+  }
+  c->conditional.phGraph_out = c->body_handles.empty() ? nullptr : c->body_handles.data();
   return c;
 }
 
@@ -174,6 +210,8 @@ std::unique_ptr<NodeObj> clone_node(const NodeObj& n) {
 std::unique_ptr<GraphObj> clone_graph(const GraphObj& g, std::unordered_map<const NodeObj*, NodeObj*>* map) {
   auto out = std::make_unique<GraphObj>();
   out->memory = g.memory;  // a clone (and an executable graph) uses the same memory
+  out->tree = g.tree;
+  out->part = g.part;
   std::unordered_map<const NodeObj*, NodeObj*> local;
   auto& m = map != nullptr ? *map : local;
   for (const auto& n : g.nodes) {
@@ -246,6 +284,7 @@ struct Flat {
   struct Node {
     const NodeObj* node;  // nullptr: an empty join node of a child graph
     std::vector<uint32_t> deps;
+    uint32_t part = 0;  // the part of the graph's tree it goes into
   };
   std::vector<Node> nodes;
   std::vector<cudaEvent_t> records;
@@ -272,8 +311,17 @@ bool ordered(const GraphObj& g, std::vector<const NodeObj*>& out) {
   return out.size() == g.nodes.size();
 }
 
+// A body of a conditional node holds kernels, copies, memsets, empty nodes, child graphs and
+// conditional nodes only (CUDA's rule).
+bool allowed_in_body(NodeKind k) {
+  return k == NodeKind::Kernel || k == NodeKind::Memcpy || k == NodeKind::Memset || k == NodeKind::Empty ||
+         k == NodeKind::Child || k == NodeKind::Conditional;
+}
+
+// Flattens g (nodes of tree part `part`) into f after `entry`; `exits`: the flat indices its
+// ends complete at.  A conditional node's bodies follow it, each flattened into its own part.
 cudaError_t flatten(const GraphObj& g, const std::vector<uint32_t>& entry, Flat& f, std::vector<uint32_t>& exits,
-                    int depth) {
+                    int depth, uint32_t part) {
   if (depth > 16) return cudaErrorInvalidValue;
   std::vector<const NodeObj*> order;
   if (!ordered(g, order)) return cudaErrorInvalidValue;
@@ -288,13 +336,23 @@ cudaError_t flatten(const GraphObj& g, const std::vector<uint32_t>& entry, Flat&
       report_unsupported("a graph node with more than 1024 dependencies");
       return cudaErrorNotSupported;
     }
+    if (part != 0 && !allowed_in_body(n->kind)) return cudaErrorInvalidValue;
     if (n->kind == NodeKind::Child) {
       std::vector<uint32_t> inner;
-      if (cudaError_t e = flatten(*n->child, deps, f, inner, depth + 1); e != cudaSuccess) return e;
+      if (cudaError_t e = flatten(*n->child, deps, f, inner, depth + 1, part); e != cudaSuccess) return e;
       // One empty node joins the child graph's ends (or stands for an empty child graph).
-      f.nodes.push_back({nullptr, inner.empty() ? deps : inner});
+      f.nodes.push_back({nullptr, inner.empty() ? deps : inner, part});
+    } else if (n->kind == NodeKind::Conditional) {
+      f.nodes.push_back({n, std::move(deps), part});
+      const uint32_t self = static_cast<uint32_t>(f.nodes.size() - 1);
+      for (const auto& b : n->bodies) {
+        std::vector<uint32_t> ends;
+        if (cudaError_t e = flatten(*b, {}, f, ends, depth + 1, b->part); e != cudaSuccess) return e;
+      }
+      done[n] = {self};
+      continue;
     } else {
-      f.nodes.push_back({n, std::move(deps)});
+      f.nodes.push_back({n, std::move(deps), part});
       if (n->kind == NodeKind::EventRecord) f.records.push_back(n->event);
       if (n->kind == NodeKind::Host) f.hosts.push_back(n);
     }
@@ -342,7 +400,12 @@ cudaError_t send_build(uint64_t build, const Flat& f, int device, const std::vec
     if (!fn.deps.empty()) std::memcpy(trailing.data(), fn.deps.data(), trailing.size());
     const NodeObj* n = fn.node;
     const NodeKind kind = n == nullptr ? NodeKind::Empty : n->kind;
+    c.part = fn.part;
     switch (kind) {
+      case NodeKind::Conditional:
+        c.kind = static_cast<uint32_t>(ipc::GraphNodeKind::Conditional);
+        c.cond = ipc::GraphCondRef{n->cond, 0};
+        break;
       case NodeKind::Empty:
       case NodeKind::Child:
       case NodeKind::MemAlloc:  // the memory exists already (GraphMemory)
@@ -416,7 +479,7 @@ cudaError_t build_on_server(const GraphObj& g, Opcode op, uint64_t exec, unsigne
                             std::vector<cudaEvent_t>& records, std::vector<HostSlot>& hosts) {
   Flat f;
   std::vector<uint32_t> exits;
-  if (cudaError_t e = flatten(g, {}, f, exits, 0); e != cudaSuccess) return e;
+  if (cudaError_t e = flatten(g, {}, f, exits, 0, 0); e != cudaSuccess) return e;
   if (op == Opcode::GraphInstantiate) {
     if (cudaError_t e = graph_device(f, device); e != cudaSuccess) return e;
     if (cudaError_t e = take_host_slots(f, hosts); e != cudaSuccess) return e;
@@ -433,7 +496,7 @@ cudaError_t build_on_server(const GraphObj& g, Opcode op, uint64_t exec, unsigne
   };
   const uint64_t build = g_next_build.fetch_add(1);
   cudaError_t e = send_build(build, f, device, hosts);
-  const ipc::GraphBuildCmd c{build, exec, static_cast<uint32_t>(f.nodes.size()), flags};
+  const ipc::GraphBuildCmd c{build, exec, static_cast<uint32_t>(f.nodes.size()), flags, g.tree ? tree_id(*g.tree) : 0};
   if (e == cudaSuccess) e = to_cuda(Runtime::get().call(op, device, 0, &c, sizeof c));
   if (e != cudaSuccess) {
     give_back();
@@ -600,6 +663,7 @@ cudaError_t graph_clone(cudaGraph_t* out, cudaGraph_t h) {
   std::lock_guard lk(r.mu);
   GraphObj* g = find_graph(r, h);
   if (g == nullptr) return cudaErrorInvalidValue;
+  if (g->tree) return cudaErrorNotSupported;  // CUDA does not clone a graph with conditional nodes
   auto c = clone_graph(*g, nullptr);
   GraphObj* p = c.get();
   register_graph(r, *p);
@@ -631,7 +695,7 @@ cudaError_t graph_add_child(cudaGraphNode_t* out, cudaGraph_t h, const cudaGraph
     Registry& r = reg();
     std::lock_guard lk(r.mu);
     GraphObj* c = find_graph(r, child);
-    if (c == nullptr || c == find_graph(r, h)) return cudaErrorInvalidValue;
+    if (c == nullptr || c == find_graph(r, h) || c->tree) return cudaErrorInvalidValue;
     n->child = clone_graph(*c, nullptr);
   }
   return graph_add(out, h, deps, count, std::move(n));
@@ -645,6 +709,86 @@ cudaError_t graph_add_event(cudaGraphNode_t* out, cudaGraph_t h, const cudaGraph
   n->event = e;
   n->device = current_device();
   return graph_add(out, h, deps, count, std::move(n));
+}
+
+cudaError_t conditional_handle_create(cudaGraphConditionalHandle* out, cudaGraph_t h, unsigned default_value,
+                                      unsigned flags) {
+  if (out == nullptr || (flags & ~unsigned{cudaGraphCondAssignDefault}) != 0) return cudaErrorInvalidValue;
+  if (cudaError_t e = attach(); e != cudaSuccess) return e;
+  Registry& r = reg();
+  std::lock_guard lk(r.mu);
+  GraphObj* g = find_graph(r, h);
+  if (g == nullptr) return cudaErrorInvalidValue;
+  if (!g->tree) {
+    // A graph of the program's own (or a capture's): a child graph's copy cannot hold one.
+    if (!r.owned.contains(g) && !std::any_of(r.captures.begin(), r.captures.end(),
+                                             [&](const auto& c) { return c.second->graph == g; })) {
+      report_unsupported("a conditional handle of a child graph node's graph");
+      return cudaErrorNotSupported;
+    }
+    auto t = std::make_shared<GraphTree>();
+    t->device = current_device();
+    ipc::GraphTreeCmd c{};
+    c.tree = g_next_tree.fetch_add(1);
+    c.op = static_cast<uint32_t>(ipc::GraphTreeOp::Create);
+    if (cudaError_t e = to_cuda(Runtime::get().call(Opcode::GraphTree, t->device, 0, &c, sizeof c)); e != cudaSuccess)
+      return e;
+    t->id = c.tree;
+    g->tree = std::move(t);
+  }
+  ipc::GraphTreeCmd c{};
+  c.part = g->part;
+  c.value = default_value;
+  c.flags = flags;
+  Reply reply;
+  if (cudaError_t e = tree_call(*g->tree, ipc::GraphTreeOp::Handle, c, &reply); e != cudaSuccess) return e;
+  *out = reply.value[0];
+  return cudaSuccess;
+}
+
+cudaError_t graph_add_conditional(cudaGraphNode_t* out, cudaGraph_t h, const cudaGraphNode_t* deps, size_t count,
+                                  cudaConditionalNodeParams* p) {
+  if (out == nullptr || p == nullptr || p->size == 0) return cudaErrorInvalidValue;
+  if (cudaError_t e = attach(); e != cudaSuccess) return e;
+  Registry& r = reg();
+  std::lock_guard lk(r.mu);
+  GraphObj* g = find_graph(r, h);
+  if (g == nullptr || !g->tree) return cudaErrorInvalidValue;  // the handle is of g's tree, made first
+  std::vector<NodeObj*> d;
+  if (cudaError_t e = deps_of(r, deps, count, d); e != cudaSuccess) return e;
+  for (NodeObj* dep : d)
+    if (dep->graph != g) return cudaErrorInvalidValue;
+  ipc::GraphTreeCmd c{};
+  c.part = g->part;
+  c.handle = p->handle;
+  c.value = static_cast<uint32_t>(p->type);
+  c.flags = p->size;
+  Reply reply;
+  if (cudaError_t e = tree_call(*g->tree, ipc::GraphTreeOp::CondNode, c, &reply); e != cudaSuccess) return e;
+  auto n = std::make_unique<NodeObj>();
+  n->kind = NodeKind::Conditional;
+  n->device = g->tree->device;
+  n->cond = static_cast<uint32_t>(reply.value[0]);
+  for (uint32_t b = 0; b < p->size; ++b) {
+    auto body = std::make_unique<GraphObj>();
+    body->tree = g->tree;
+    body->part = static_cast<uint32_t>(reply.value[1]) + b;
+    n->body_handles.push_back(reinterpret_cast<cudaGraph_t>(body.get()));
+    n->bodies.push_back(std::move(body));
+  }
+  n->conditional = *p;
+  n->conditional.phGraph_out = n->body_handles.data();
+  p->phGraph_out = n->body_handles.data();
+  NodeObj* made = nullptr;
+  if (cudaError_t e = add_locked(r, *g, d, std::move(n), made); e != cudaSuccess) {
+    ipc::GraphTreeCmd undo{};
+    undo.value = static_cast<uint32_t>(reply.value[0]);
+    (void)tree_call(*g->tree, ipc::GraphTreeOp::CondDestroy, undo);
+    return e;
+  }
+  for (auto& b : made->bodies) register_graph(r, *b);
+  *out = reinterpret_cast<cudaGraphNode_t>(made);
+  return cudaSuccess;
 }
 
 cudaError_t graph_edges(cudaGraph_t h, const cudaGraphNode_t* from, const cudaGraphNode_t* to, size_t count, bool add) {
@@ -720,6 +864,12 @@ cudaError_t node_destroy(cudaGraphNode_t h) {
   std::lock_guard lk(r.mu);
   NodeObj* n = find_node(r, h);
   if (n == nullptr) return cudaErrorInvalidValue;
+  if (n->kind == NodeKind::Conditional) {
+    ipc::GraphTreeCmd c{};
+    c.value = n->cond;
+    if (cudaError_t e = tree_call(*n->graph->tree, ipc::GraphTreeOp::CondDestroy, c); e != cudaSuccess) return e;
+    for (auto& b : n->bodies) unregister_graph(r, *b);
+  }
   for (NodeObj* d : n->deps) std::erase(d->outs, n);
   for (NodeObj* o : n->outs) std::erase(o->deps, n);
   if (n->child) unregister_graph(r, *n->child);
@@ -1030,6 +1180,11 @@ cudaError_t exec_upload(cudaGraphExec_t h, cudaStream_t stream, bool ptds) {
 // Sends the exec's (changed) copy of its graph as its new parameters.  r.mu not held.
 static cudaError_t push_update(uint64_t id, int device, const GraphObj& g, std::vector<cudaEvent_t>& records,
                                std::vector<HostSlot> hosts) {
+  if (g.tree) {
+    report_unsupported("updating an executable graph with conditional nodes (cudaGraphExecUpdate, "
+                       "cudaGraphExec*NodeSetParams)");
+    return cudaErrorNotSupported;
+  }
   int d = device;
   return build_on_server(g, Opcode::GraphUpdate, id, 0, d, records, hosts);
 }
@@ -1196,14 +1351,17 @@ cudaError_t begin_capture(cudaStream_t stream, bool ptds, cudaStreamCaptureMode 
 }
 
 cudaError_t end_capture(cudaStream_t stream, bool ptds, cudaGraph_t* out) {
-  if (out == nullptr) return cudaErrorInvalidValue;
   StreamRef s;
   if (cudaError_t e = resolve_stream(stream, ptds, s); e != cudaSuccess) return e;
   Registry& r = reg();
   std::lock_guard lk(r.mu);
-  *out = nullptr;
+  if (out != nullptr) *out = nullptr;
   const std::shared_ptr<Capture> c = s.id != 0 ? capture_of_locked(r, s.id) : nullptr;
   if (c == nullptr) return cudaErrorIllegalState;
+  // The graph is asked for unless the capture went into the program's own graph.
+  cudaGraph_t unused = nullptr;
+  if (out == nullptr && c->own_graph) return cudaErrorInvalidValue;
+  if (out == nullptr) out = &unused;
   if (c->origin != s.id) {
     invalidate(*c, cudaErrorStreamCaptureUnmatched);
     return cudaErrorStreamCaptureUnmatched;

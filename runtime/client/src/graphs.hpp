@@ -24,7 +24,10 @@ namespace funnel::client {
 
 struct GraphObj;
 
-enum class NodeKind { Empty, Kernel, Memcpy, Memset, EventRecord, EventWait, Child, Host, MemAlloc, MemFree };
+enum class NodeKind { Empty, Kernel, Memcpy, Memset, EventRecord, EventWait, Child, Host, MemAlloc, MemFree, Conditional };
+
+// A graph tree of the server's (graphs.cpp; doc/design/graphs.md, "Conditional nodes").
+struct GraphTree;
 
 // A copy as the program described it (for a node's parameters), and its command.
 struct CopyParams {
@@ -65,6 +68,12 @@ struct NodeObj {
   void* host_data = nullptr;
   // Child: the node's own copy of the graph it was given
   std::unique_ptr<GraphObj> child;
+  // Conditional: its index in the tree, handle, type and size; its bodies (graphs of the tree,
+  // the node's) and their handles (phGraph_out points there)
+  uint32_t cond = 0;
+  cudaConditionalNodeParams conditional{};
+  std::vector<std::unique_ptr<GraphObj>> bodies;
+  std::vector<cudaGraph_t> body_handles;
 };
 
 // The memory of a graph's memory alloc nodes: device allocations made with the nodes, kept for
@@ -81,6 +90,11 @@ struct GraphMemory {
 struct GraphObj {
   std::vector<std::unique_ptr<NodeObj>> nodes;
   std::shared_ptr<GraphMemory> memory;  // null until it has a memory alloc node
+  // From its first conditional handle on (and for the bodies of conditional nodes): the server's
+  // graph tree it is part `part` of.  Such a graph is not cloned nor made a child graph, and one
+  // executable graph of it lives at a time, as CUDA has it.
+  std::shared_ptr<GraphTree> tree;
+  uint32_t part = 0;
 };
 
 // ---- building nodes (the node's fields filled and checked; the node not yet in a graph) ----
@@ -113,6 +127,12 @@ cudaError_t graph_add_mem_alloc(cudaGraphNode_t* out, cudaGraph_t g, const cudaG
                                 cudaMemAllocNodeParams* p);
 cudaError_t graph_add_mem_free(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t count,
                                void* ptr);
+// cudaGraphConditionalHandleCreate: a handle of g's tree (made with the first handle).
+cudaError_t conditional_handle_create(cudaGraphConditionalHandle* out, cudaGraph_t g, unsigned default_value,
+                                      unsigned flags);
+// A conditional node (p->handle of g's tree, p->type, p->size); p->phGraph_out: its bodies.
+cudaError_t graph_add_conditional(cudaGraphNode_t* out, cudaGraph_t g, const cudaGraphNode_t* deps, size_t count,
+                                  cudaConditionalNodeParams* p);
 cudaError_t graph_edges(cudaGraph_t g, const cudaGraphNode_t* from, const cudaGraphNode_t* to, size_t count, bool add);
 // cudaGraphGetNodes / cudaGraphGetRootNodes: the nodes (all, or those without dependencies).
 cudaError_t graph_nodes(cudaGraph_t g, cudaGraphNode_t* out, size_t* count, bool roots_only);

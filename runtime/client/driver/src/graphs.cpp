@@ -5,6 +5,8 @@
 // changed stay stubs that name themselves.
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "front.hpp"
 #include "graphs.hpp"
 
@@ -471,4 +473,122 @@ FUNNEL_DRIVER_API CUresult cuGraphExecEventRecordNodeSetEvent(CUgraphExec x, CUg
 }
 FUNNEL_DRIVER_API CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec x, CUgraphNode node, CUevent e) {
   return to_cu(funnel::client::exec_set_event(rt(x), rt(node), rt(e), false));
+}
+
+// ---- conditional nodes and the generic node calls ---------------------------------------------
+
+FUNNEL_DRIVER_API CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle* out, CUgraph g, CUcontext,
+                                                          unsigned default_value, unsigned flags) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  cudaGraphConditionalHandle h = 0;
+  const CUresult r = to_cu(funnel::client::conditional_handle_create(&h, rt(g), default_value, flags));
+  if (r == CUDA_SUCCESS) *out = h;
+  return r;
+}
+
+namespace {
+
+static_assert(sizeof(CUDA_MEM_ALLOC_NODE_PARAMS_v2) == sizeof(cudaMemAllocNodeParams));
+static_assert(static_cast<int>(CU_GRAPH_NODE_TYPE_CONDITIONAL) == cudaGraphNodeTypeConditional &&
+              static_cast<int>(CU_GRAPH_NODE_TYPE_MEM_ALLOC) == cudaGraphNodeTypeMemAlloc &&
+              static_cast<int>(CU_GRAPH_NODE_TYPE_MEM_FREE) == cudaGraphNodeTypeMemFree &&
+              static_cast<int>(CU_GRAPH_NODE_TYPE_HOST) == cudaGraphNodeTypeHost);
+
+// The node a CUgraphNodeParams of a kind with parameters to make (kernel, memcpy, memset, host)
+// describes; `call` names the generic call for what it refuses.
+CUresult node_of(const CUgraphNodeParams* p, std::unique_ptr<NodeObj>& out, const char* call) {
+  switch (p->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+      const CUDA_KERNEL_NODE_PARAMS_v3& k = p->kernel;
+      CUDA_KERNEL_NODE_PARAMS v2{};
+      v2.func = k.func;
+      v2.gridDimX = k.gridDimX, v2.gridDimY = k.gridDimY, v2.gridDimZ = k.gridDimZ;
+      v2.blockDimX = k.blockDimX, v2.blockDimY = k.blockDimY, v2.blockDimZ = k.blockDimZ;
+      v2.sharedMemBytes = k.sharedMemBytes;
+      v2.kernelParams = k.kernelParams;
+      v2.extra = k.extra;
+      v2.kern = k.kern;
+      v2.ctx = k.ctx;
+      return funnel::driver::kernel_node(&v2, out);
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+      if (p->memcpy.flags != 0) return CUDA_ERROR_INVALID_VALUE;
+      return copy_node(&p->memcpy.copyParams, out);
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+      const CUDA_MEMSET_NODE_PARAMS_v2& m = p->memset;
+      const CUDA_MEMSET_NODE_PARAMS v1{m.dst, m.pitch, m.value, m.elementSize, m.width, m.height};
+      return memset_node(&v1, out);
+    }
+    case CU_GRAPH_NODE_TYPE_HOST: {
+      const CUDA_HOST_NODE_PARAMS v1{p->host.fn, p->host.userData};
+      return host_node(&v1, out);
+    }
+    default:
+      funnel::client::report_unsupported(fmt::format("{} of a node of type {}", call, static_cast<int>(p->type)).c_str());
+      return CUDA_ERROR_NOT_SUPPORTED;
+  }
+}
+
+CUresult add_node(CUgraphNode* out, CUgraph g, const CUgraphNode* deps, const CUgraphEdgeData* data, size_t n,
+                  CUgraphNodeParams* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!default_edges(data, n)) return CUDA_ERROR_NOT_SUPPORTED;
+  namespace c = funnel::client;
+  switch (p->type) {
+    case CU_GRAPH_NODE_TYPE_EMPTY:
+      return to_cu(c::graph_add(rt(out), rt(g), rt(deps), n, std::make_unique<NodeObj>()));
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+      if (p->graph.ownership != CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE) {
+        c::report_unsupported("cuGraphAddNode of a child graph moved into its parent (CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE)");
+        return CUDA_ERROR_NOT_SUPPORTED;
+      }
+      return to_cu(c::graph_add_child(rt(out), rt(g), rt(deps), n, rt(p->graph.graph)));
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+      return to_cu(c::graph_add_event(rt(out), rt(g), rt(deps), n, rt(p->eventRecord.event), true));
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+      return to_cu(c::graph_add_event(rt(out), rt(g), rt(deps), n, rt(p->eventWait.event), false));
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+      return to_cu(c::graph_add_mem_alloc(rt(out), rt(g), rt(deps), n, reinterpret_cast<cudaMemAllocNodeParams*>(&p->alloc)));
+    case CU_GRAPH_NODE_TYPE_MEM_FREE:
+      return to_cu(c::graph_add_mem_free(rt(out), rt(g), rt(deps), n, reinterpret_cast<void*>(p->free.dptr)));
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL: {
+      cudaConditionalNodeParams cp{};
+      cp.handle = p->conditional.handle;
+      cp.type = static_cast<cudaGraphConditionalNodeType>(p->conditional.type);
+      cp.size = p->conditional.size;
+      const CUresult r = to_cu(c::graph_add_conditional(rt(out), rt(g), rt(deps), n, &cp));
+      if (r == CUDA_SUCCESS) p->conditional.phGraph_out = reinterpret_cast<CUgraph*>(cp.phGraph_out);
+      return r;
+    }
+    default:
+      return add_made(out, g, deps, n, [&](auto& node) { return node_of(p, node, "cuGraphAddNode"); });
+  }
+}
+
+}  // namespace
+
+FUNNEL_DRIVER_API CUresult cuGraphAddNode_v2(CUgraphNode* out, CUgraph g, const CUgraphNode* deps,
+                                             const CUgraphEdgeData* data, size_t n, CUgraphNodeParams* p) {
+  return add_node(out, g, deps, data, n, p);
+}
+// The first cuGraphAddNode took no edge data.
+FUNNEL_DRIVER_API CUresult cuGraphAddNode(CUgraphNode* out, CUgraph g, const CUgraphNode* deps, size_t n,
+                                          CUgraphNodeParams* p) {
+  return add_node(out, g, deps, nullptr, n, p);
+}
+FUNNEL_DRIVER_API CUresult cuGraphNodeSetParams(CUgraphNode node, CUgraphNodeParams* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (p->type == CU_GRAPH_NODE_TYPE_EVENT_RECORD || p->type == CU_GRAPH_NODE_TYPE_WAIT_EVENT)
+    return to_cu(funnel::client::node_set_event(rt(node), rt(p->eventRecord.event),
+                                                p->type == CU_GRAPH_NODE_TYPE_EVENT_RECORD));
+  return set_made(node, [&](auto& made) { return node_of(p, made, "cuGraphNodeSetParams"); });
+}
+FUNNEL_DRIVER_API CUresult cuGraphExecNodeSetParams(CUgraphExec x, CUgraphNode node, CUgraphNodeParams* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (p->type == CU_GRAPH_NODE_TYPE_EVENT_RECORD || p->type == CU_GRAPH_NODE_TYPE_WAIT_EVENT)
+    return to_cu(funnel::client::exec_set_event(rt(x), rt(node), rt(p->eventRecord.event),
+                                                p->type == CU_GRAPH_NODE_TYPE_EVENT_RECORD));
+  if (p->type == CU_GRAPH_NODE_TYPE_GRAPH)
+    return to_cu(funnel::client::exec_set_child(rt(x), rt(node), rt(p->graph.graph)));
+  return exec_set_made(x, node, [&](auto& made) { return node_of(p, made, "cuGraphExecNodeSetParams"); });
 }

@@ -42,9 +42,18 @@ struct GraphNodes {
   }
 };
 
+// A graph tree (ipc::GraphTreeCmd): the backend's tree (its shape checked and kept here) and the
+// executable graph made of it, if one lives (CUDA allows one at a time).
+struct GraphTreeEntry {
+  int device = 0;
+  std::unique_ptr<BackendGraphTree> tree;
+  uint64_t exec = 0;
+};
+
 struct GraphExecEntry {
   GraphNodes nodes;
-  std::unique_ptr<BackendGraph> graph;  // declared last: destroyed before what it uses
+  std::shared_ptr<GraphTreeEntry> tree;  // a tree's graph: kept while the executable graph lives
+  std::unique_ptr<BackendGraph> graph;   // declared last: destroyed before what it uses
 };
 
 // The words of every host node of a client's executable graphs, for a release when the client is
@@ -69,9 +78,11 @@ struct GraphHostWords {
 struct ClientGraphs {
   std::unordered_map<uint64_t, GraphNodes> builds;
   std::unordered_map<uint64_t, GraphExecEntry> execs;
+  std::unordered_map<uint64_t, std::shared_ptr<GraphTreeEntry>> trees;
   void clear() {
     execs.clear();
     builds.clear();
+    trees.clear();
   }
 };
 

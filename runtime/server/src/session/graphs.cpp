@@ -31,14 +31,19 @@ Status Worker::add_graph_node(GraphNodes& b, const ipc::CommandHeader& h, const 
   if (c.dep_count > ipc::kMaxGraphDeps || h.device != b.device) return Status::InvalidValue;
   GraphNodeDesc n;
   n.kind = static_cast<Kind>(c.kind);
+  n.part = c.part;  // a tree's part: checked against the tree at instantiation
   for (uint32_t i = 0; i < c.dep_count; ++i) {
     const uint32_t d = read_u32(trailing + 4 * i);
-    if (d >= c.index || std::find(n.deps.begin(), n.deps.end(), d) != n.deps.end()) return Status::InvalidValue;
+    if (d >= c.index || std::find(n.deps.begin(), n.deps.end(), d) != n.deps.end() || b.nodes[d].part != c.part)
+      return Status::InvalidValue;
     n.deps.push_back(d);
   }
   const std::byte* params = trailing + 4 * uint64_t{c.dep_count};
   switch (n.kind) {
     case Kind::Empty:
+      break;
+    case Kind::Conditional:  // the tree's node: checked at instantiation (check_tree_build)
+      n.cond = c.cond.cond;
       break;
     case Kind::Kernel: {
       KernelEntry* k = kernels_.find(c.launch.kernel_id);
@@ -152,7 +157,21 @@ Status Worker::graph_instantiate(const ipc::CommandHeader& h, const ipc::GraphBu
     return Status::InvalidValue;
   if (graphs_.execs.contains(c.exec)) return Status::InvalidValue;
   GraphExecEntry e;
-  if (Status st = backend_.graph_instantiate(b.device, b.nodes, e.graph); st != Status::Success) return st;
+  if (c.tree != 0) {
+    auto t = graphs_.trees.find(c.tree);
+    if (t == graphs_.trees.end()) return Status::InvalidResourceHandle;
+    // One executable graph of a tree at a time, as CUDA allows for a graph with conditional nodes.
+    if (t->second->device != b.device || t->second->exec != 0) return Status::InvalidValue;
+    if (Status st = check_tree_build(*t->second, b); st != Status::Success) return st;
+    e.tree = t->second;
+  } else {
+    for (const GraphNodeDesc& n : b.nodes)
+      if (n.part != 0 || n.kind == ipc::GraphNodeKind::Conditional) return Status::InvalidValue;
+  }
+  if (Status st = backend_.graph_instantiate(b.device, b.nodes, e.graph, e.tree ? e.tree->tree.get() : nullptr);
+      st != Status::Success)
+    return st;
+  if (e.tree) e.tree->exec = c.exec;
   if (!b.host_words.empty()) {
     const std::lock_guard lock(graph_hosts_->mu);
     auto& w = graph_hosts_->words;
@@ -171,6 +190,7 @@ Status Worker::graph_update(const ipc::CommandHeader& h, const ipc::GraphBuildCm
   auto it = graphs_.execs.find(c.exec);
   if (it == graphs_.execs.end()) return Status::InvalidResourceHandle;
   GraphExecEntry& e = it->second;
+  if (e.tree) return Status::NotSupported;  // the client refuses it by name
   if (b.device != e.nodes.device || !e.nodes.same_shape(b)) return Status::InvalidValue;
   if (b.host_words != e.nodes.host_words) return Status::InvalidValue;  // the client keeps them
   if (Status st = backend_.graph_update(*e.graph, b.nodes); st != Status::Success) return st;
@@ -226,9 +246,90 @@ Status Worker::graph_upload(const ipc::CommandHeader& h, const ipc::GraphExecCmd
 Status Worker::graph_exec_destroy(const ipc::CommandHeader& h, const ipc::GraphExecCmd& c) {
   // Launches already queued still run: the backend's graph outlives them (cuGraphExecDestroy
   // waits for nothing and the driver keeps what is in flight; the default runs nodes at launch).
-  if (graphs_.execs.erase(c.exec) == 0) return Status::InvalidResourceHandle;
+  auto it = graphs_.execs.find(c.exec);
+  if (it == graphs_.execs.end()) return Status::InvalidResourceHandle;
+  if (it->second.tree && it->second.tree->exec == c.exec) it->second.tree->exec = 0;
+  graphs_.execs.erase(it);
   answers_.answer(h);
   return Status::Success;
+}
+
+Status Worker::check_tree_build(const GraphTreeEntry& t, const GraphNodes& b) {
+  const GraphTreeShape& shape = t.tree->shape;
+  std::vector<bool> seen(shape.conds.size(), false);
+  for (const GraphNodeDesc& n : b.nodes) {
+    if (n.part >= shape.alive.size() || !shape.alive[n.part]) return Status::InvalidValue;
+    if (n.kind != ipc::GraphNodeKind::Conditional) continue;
+    if (n.cond >= shape.conds.size() || !shape.conds[n.cond].alive || shape.conds[n.cond].part != n.part ||
+        seen[n.cond])
+      return Status::InvalidValue;
+    seen[n.cond] = true;
+  }
+  for (size_t c = 0; c < shape.conds.size(); ++c)
+    if (shape.conds[c].alive && !seen[c]) return Status::InvalidValue;
+  return Status::Success;
+}
+
+Status Worker::graph_tree(const ipc::CommandHeader& h, const ipc::GraphTreeCmd& c) {
+  using Op = ipc::GraphTreeOp;
+  const auto op = static_cast<Op>(c.op);
+  if (op == Op::Create) {
+    if (Status st = check_device(h.device); st != Status::Success) return st;
+    if (c.tree == 0 || graphs_.trees.contains(c.tree) || graphs_.trees.size() >= ipc::kMaxGraphTrees)
+      return Status::InvalidValue;
+    auto t = std::make_shared<GraphTreeEntry>();
+    t->device = h.device;
+    if (Status st = backend_.graph_tree_create(h.device, t->tree); st != Status::Success) return st;
+    graphs_.trees.emplace(c.tree, std::move(t));
+    answers_.answer(h);
+    return Status::Success;
+  }
+  auto it = graphs_.trees.find(c.tree);
+  if (it == graphs_.trees.end()) return Status::InvalidResourceHandle;
+  BackendGraphTree& tree = *it->second->tree;
+  GraphTreeShape& shape = tree.shape;
+  const bool part_ok = c.part < shape.alive.size() && shape.alive[c.part];
+  switch (op) {
+    case Op::Destroy:
+      graphs_.trees.erase(it);  // an executable graph made of it keeps it
+      answers_.answer(h);
+      return Status::Success;
+    case Op::Handle: {
+      if (!part_ok || c.flags > 1 || shape.handles.size() >= ipc::kMaxGraphTreeHandles) return Status::InvalidValue;
+      uint64_t handle = 0;
+      if (Status st = backend_.graph_tree_handle(tree, c.part, c.value, c.flags, handle); st != Status::Success)
+        return st;
+      shape.handles.push_back(handle);
+      answers_.answer(h, {handle});
+      return Status::Success;
+    }
+    case Op::CondNode: {
+      // IF: 1 or 2 bodies (then, else); WHILE: 1; SWITCH: 1 or more.
+      const uint32_t type = c.value, size = c.flags;
+      const bool size_ok = (type == 0 && (size == 1 || size == 2)) || (type == 1 && size == 1) || (type == 2 && size >= 1);
+      if (!part_ok || !size_ok || !shape.has_handle(c.handle) ||
+          shape.alive.size() + size > ipc::kMaxGraphTreeParts)
+        return Status::InvalidValue;
+      if (Status st = backend_.graph_tree_cond(tree, c.part, c.handle, type, size); st != Status::Success) return st;
+      const auto index = static_cast<uint32_t>(shape.conds.size());
+      const auto first = static_cast<uint32_t>(shape.alive.size());
+      shape.conds.push_back({c.part, type, size, first, c.handle, true});
+      shape.owner.insert(shape.owner.end(), size, index);
+      shape.alive.insert(shape.alive.end(), size, true);
+      answers_.answer(h, {index, first});
+      return Status::Success;
+    }
+    case Op::CondDestroy: {
+      if (c.value >= shape.conds.size() || !shape.conds[c.value].alive) return Status::InvalidValue;
+      if (Status st = backend_.graph_tree_cond_destroy(tree, c.value); st != Status::Success) return st;
+      shape.remove_cond(c.value);
+      answers_.answer(h);
+      return Status::Success;
+    }
+    case Op::Create:
+      break;
+  }
+  return Status::InvalidValue;
 }
 
 void Worker::release_graph_hosts() noexcept {

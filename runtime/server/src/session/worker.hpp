@@ -167,6 +167,9 @@ class Worker {
   Status graph_launch(const ipc::CommandHeader& h, const ipc::GraphExecCmd& c);
   Status graph_upload(const ipc::CommandHeader& h, const ipc::GraphExecCmd& c);
   Status graph_exec_destroy(const ipc::CommandHeader& h, const ipc::GraphExecCmd& c);
+  Status graph_tree(const ipc::CommandHeader& h, const ipc::GraphTreeCmd& c);
+  // The nodes of build b fit tree t: each in a live part, each live conditional node once, in its part.
+  static Status check_tree_build(const GraphTreeEntry& t, const GraphNodes& b);
   // One node of a build, checked, into `b`.
   Status add_graph_node(GraphNodes& b, const ipc::CommandHeader& h, const ipc::GraphNodeCmd& c,
                         const std::byte* trailing);

@@ -109,6 +109,9 @@ namespace funnel::ipc {
   X(GraphLaunch, 83, GraphExecCmd, NoBytes, Queues, graph_launch) /* one-way, on header.stream */           \
   X(GraphUpload, 84, GraphExecCmd, NoBytes, Queues, graph_upload) /* one-way, on header.stream */           \
   X(GraphExecDestroy, 85, GraphExecCmd, NoBytes, NoQueue, graph_exec_destroy) /* one-way */                 \
+  /* A graph tree (conditional nodes): GraphTreeCmd's op; Handle -> value[0] = handle, CondNode ->  */    \
+  /* value[0] = the node's index, value[1] = its first body's part.  Waited. */                            \
+  X(GraphTree, 86, GraphTreeCmd, NoBytes, NoQueue, graph_tree)                                              \
   /* IPC memory handles between clients of this server (doc/design/ipc.md).  Waited. */                   \
   /* The allocation holding address -> value[0] = token, value[1] = its base, value[2] = its size */      \
   X(IpcExport, 90, AddressCmd, NoBytes, NoQueue, ipc_export)                                                \
@@ -386,24 +389,29 @@ enum class GraphNodeKind : uint32_t {
   EventRecord = 4,
   EventWait = 5,
   Host = 6,
+  Conditional = 7,
 };
 // The most nodes one build holds, and the most dependencies of one node.
 inline constexpr uint32_t kMaxGraphNodes = 1u << 16;
 inline constexpr uint32_t kMaxGraphDeps = 1024;
 // The most builds a client has under way at once.
 inline constexpr uint32_t kMaxGraphBuilds = 16;
+// Conditional: the tree's conditional node `cond` (made by GraphTree CondNode), after its
+// dependencies.
+struct GraphCondRef { uint32_t cond; uint32_t reserved; };
 struct GraphNodeCmd {
   uint64_t graph;      // the build (a client id)
   uint32_t index;      // 0, 1, ... in the order sent
   uint32_t kind;       // GraphNodeKind
-  uint32_t dep_count;  // uint32_t indices follow the payload
-  uint32_t reserved;
+  uint32_t dep_count;  // uint32_t indices follow the payload (nodes of the same part)
+  uint32_t part;       // a build of a tree: the tree's graph it goes into (0: the root); else 0
   union {
-    LaunchCmd launch;  // Kernel: launch.param_bytes of parameters follow the dependencies
-    CopyCmd copy;      // Copy
-    MemsetCmd memset;  // Memset
-    EventCmd event;    // EventRecord, EventWait
-    HostFuncCmd host;  // Host
+    LaunchCmd launch;   // Kernel: launch.param_bytes of parameters follow the dependencies
+    CopyCmd copy;       // Copy
+    MemsetCmd memset;   // Memset
+    EventCmd event;     // EventRecord, EventWait
+    HostFuncCmd host;   // Host
+    GraphCondRef cond;  // Conditional
   };
 };
 static_assert(sizeof(GraphNodeCmd) == 104);
@@ -412,8 +420,33 @@ static_assert(sizeof(GraphNodeCmd) == 104);
 inline constexpr uint32_t kGraphInstantiateAutoFree = 0x1, kGraphInstantiateUseNodePriority = 0x8;
 // GraphInstantiate: build `graph` (of `nodes` nodes) into executable graph `exec` (a new id);
 // GraphUpdate: the same build as exec's new nodes (same kinds and dependencies).  Waited.
-struct GraphBuildCmd { uint64_t graph; uint64_t exec; uint32_t nodes; uint32_t flags; };
+// `tree`: the graph tree the build goes into (0: a graph of its own).
+struct GraphBuildCmd { uint64_t graph; uint64_t exec; uint32_t nodes; uint32_t flags; uint64_t tree; };
 struct GraphExecCmd { uint64_t exec; };
+// A graph tree (doc/design/graphs.md, "Conditional nodes"): a graph the server keeps from the
+// creation of its first conditional handle on, because the handle is a value of that graph and
+// kernels take it as an argument.  Its parts: 0 the graph itself, then the bodies of its
+// conditional nodes, numbered by the server as they are made.  A build of the graph goes into it.
+//   Create       a new tree `tree` (a client id) on header.device
+//   Destroy      the tree (an executable graph made of it lives on)
+//   Handle       a conditional handle of part `part`: value = default launch value, flags
+//                (cudaGraphCondAssignDefault) -> value[0] = the handle
+//   CondNode     a conditional node in part `part`: handle (of this tree), value = type
+//                (cudaGraphCondTypeIf, While, Switch), flags = size (its bodies) -> value[0] = its
+//                index, value[1] = the part of its first body (the others follow)
+//   CondDestroy  conditional node `value`, its bodies and what they hold
+enum class GraphTreeOp : uint32_t { Create = 0, Destroy = 1, Handle = 2, CondNode = 3, CondDestroy = 4 };
+inline constexpr uint32_t kMaxGraphTrees = 64;        // per client
+inline constexpr uint32_t kMaxGraphTreeParts = 4096;  // per tree
+inline constexpr uint32_t kMaxGraphTreeHandles = 4096;
+struct GraphTreeCmd {
+  uint64_t tree;
+  uint64_t handle;
+  uint32_t op;  // GraphTreeOp
+  uint32_t part;
+  uint32_t value;
+  uint32_t flags;
+};
 
 // ---- IPC ---------------------------------------------------------------------------
 struct IpcOpenCmd { uint64_t token; };

@@ -113,7 +113,9 @@ struct CopyDesc {
 // kernels and events they name outlive the graph (the worker keeps them).
 struct GraphNodeDesc {
   ipc::GraphNodeKind kind = ipc::GraphNodeKind::Empty;
-  std::vector<uint32_t> deps;
+  std::vector<uint32_t> deps;       // nodes of the same part
+  uint32_t part = 0;                // a tree's build: the graph of the tree it goes into
+  uint32_t cond = 0;                // Conditional: the tree's conditional node
   BackendKernel* kernel = nullptr;  // Kernel: launched as Backend::launch would with `launch` and `params`
   LaunchDesc launch{};
   std::vector<std::byte> params;
@@ -128,6 +130,43 @@ struct GraphNodeDesc {
   // in *done, store 0 into *reached, then into *done (write_value, wait_value's protocol)
   std::atomic<uint32_t>* reached = nullptr;
   std::atomic<uint32_t>* done = nullptr;
+};
+
+// A graph tree (ipc::GraphTreeCmd, doc/design/graphs.md "Conditional nodes"): a graph kept from
+// its first conditional handle on, its conditional nodes (made as the client makes them, each
+// with its bodies: new parts of the tree) and its handles.  The worker checks every command
+// against `shape` and keeps it; the backend adds its own graphs.
+struct GraphTreeShape {
+  static constexpr uint32_t kRoot = UINT32_MAX;
+  struct Cond {
+    uint32_t part;        // the part it is in
+    uint32_t type;        // cudaGraphCondTypeIf (0), While (1), Switch (2)
+    uint32_t size;        // bodies
+    uint32_t first_body;  // the part of its first body; the others follow
+    uint64_t handle;
+    bool alive = true;
+  };
+  std::vector<uint32_t> owner{kRoot};  // per part: the conditional node it is a body of
+  std::vector<bool> alive{true};       // per part
+  std::vector<Cond> conds;
+  std::vector<uint64_t> handles;
+  bool has_handle(uint64_t h) const noexcept {
+    for (uint64_t x : handles)
+      if (x == h) return true;
+    return false;
+  }
+  // Conditional node c and every part and node inside its bodies are gone.
+  void remove_cond(uint32_t c) {
+    conds[c].alive = false;
+    for (uint32_t b = 0; b < conds[c].size; ++b) alive[conds[c].first_body + b] = false;
+    for (uint32_t i = 0; i < conds.size(); ++i)
+      if (conds[i].alive && !alive[conds[i].part]) remove_cond(i);
+  }
+};
+class BackendGraphTree {
+ public:
+  virtual ~BackendGraphTree() = default;
+  GraphTreeShape shape;
 };
 
 // An executable graph of one device (a CUgraphExec): launched whole on a stream.
@@ -271,7 +310,20 @@ class Backend {
   // on the stream after the stream's earlier work, and later work after all of it.  The
   // default keeps the nodes and runs them one by one in their order on the stream (a valid order
   // of the graph), through the calls above; the cuda backend builds and launches a CUDA graph.
-  virtual Status graph_instantiate(int device, std::span<const GraphNodeDesc> nodes, std::unique_ptr<BackendGraph>& out);
+  // `tree` (when given): the nodes go into the tree's parts (the worker checked each node's part
+  // and conditional node), and the executable graph is made of the tree's root.
+  virtual Status graph_instantiate(int device, std::span<const GraphNodeDesc> nodes, std::unique_ptr<BackendGraph>& out,
+                                   BackendGraphTree* tree = nullptr);
+  // Graph trees: a new one on `device`; a conditional handle of part `part` (*handle); a
+  // conditional node in part `part` with `size` bodies (new parts, in order, after the tree's
+  // others); a conditional node gone (with its bodies).  The worker keeps `shape` and checked the
+  // arguments against it.  The default keeps handles' values for its launches (a kernel cannot set
+  // them: the sim runs no kernels).
+  virtual Status graph_tree_create(int device, std::unique_ptr<BackendGraphTree>& out);
+  virtual Status graph_tree_handle(BackendGraphTree& t, uint32_t part, uint32_t default_value, uint32_t flags,
+                                   uint64_t& handle);
+  virtual Status graph_tree_cond(BackendGraphTree& t, uint32_t part, uint64_t handle, uint32_t type, uint32_t size);
+  virtual Status graph_tree_cond_destroy(BackendGraphTree& t, uint32_t cond);
   // New parameters for every node of `g` (the worker checked that kinds and dependencies are the
   // graph's own); nothing changes on an error.
   virtual Status graph_update(BackendGraph& g, std::span<const GraphNodeDesc> nodes);

@@ -19,6 +19,8 @@
 
 namespace funnel::server::cuda {
 
+class CudaGraphTree;  // graphs.cpp
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(std::shared_ptr<Shared> shared) : s_(std::move(shared)) {}
@@ -98,7 +100,13 @@ class CudaBackend final : public Backend {
   Status launch_batch(BackendStream& bs, std::span<const BatchedLaunch> launches, size_t& launched) override;
 
   // graphs.cpp
-  Status graph_instantiate(int device, std::span<const GraphNodeDesc> nodes, std::unique_ptr<BackendGraph>& out) override;
+  Status graph_instantiate(int device, std::span<const GraphNodeDesc> nodes, std::unique_ptr<BackendGraph>& out,
+                           BackendGraphTree* tree) override;
+  Status graph_tree_create(int device, std::unique_ptr<BackendGraphTree>& out) override;
+  Status graph_tree_handle(BackendGraphTree& t, uint32_t part, uint32_t default_value, uint32_t flags,
+                           uint64_t& handle) override;
+  Status graph_tree_cond(BackendGraphTree& t, uint32_t part, uint64_t handle, uint32_t type, uint32_t size) override;
+  Status graph_tree_cond_destroy(BackendGraphTree& t, uint32_t cond) override;
   Status graph_update(BackendGraph& g, std::span<const GraphNodeDesc> nodes) override;
   Status graph_launch(BackendStream& bs, BackendGraph& g) override;
   Status graph_upload(BackendStream& bs, BackendGraph& g) override;
@@ -107,8 +115,8 @@ class CudaBackend final : public Backend {
   Status host_word_op(BackendStream& bs, CudaStream*& out);                 // streams.cpp
   Status function_of(BackendKernel& bk, int device, CUfunction& f);         // kernels.cpp
   Status launch_graph(CudaStream& s, std::span<const BatchedLaunch> part);  // launch.cpp
-  // A CUgraph of a client's nodes (graphs.cpp); the caller destroys it.
-  Status build_graph(int device, std::span<const GraphNodeDesc> nodes, CUgraph& out);
+  // A client's nodes into `graph` (graphs.cpp), or into the parts of `tree` when given.
+  Status build_graph(int device, std::span<const GraphNodeDesc> nodes, CUgraph graph, CudaGraphTree* tree);
 
   Status map_new(int device, CUdeviceptr va, uint64_t bytes);
   // Allocations placed by mem_alloc_at: address -> reserved bytes (workers call at once).

@@ -122,6 +122,12 @@ static_assert(sizeof(size_t) == sizeof(uint64_t));
   X(cuGraphExecUpdate, PFN_cuGraphExecUpdate_v12000)                       \
   X(cuGraphUpload, PFN_cuGraphUpload_v11010)                               \
   X(cuGraphAddBatchMemOpNode, PFN_cuGraphAddBatchMemOpNode_v11070)         \
+  X(cuGraphConditionalHandleCreate, PFN_cuGraphConditionalHandleCreate_v12030) \
+  X(cuGraphAddNode, PFN_cuGraphAddNode_v12030)                             \
+  X(cuGraphDestroyNode, PFN_cuGraphDestroyNode_v10000)                     \
+  X(cuGraphNodeGetDependencies, PFN_cuGraphNodeGetDependencies_v12030)     \
+  X(cuGraphAddDependencies, PFN_cuGraphAddDependencies_v12030)             \
+  X(cuGraphRemoveDependencies, PFN_cuGraphRemoveDependencies_v12030)       \
   X(cuProfilerStart, PFN_cuProfilerStart_v4000)                            \
   X(cuProfilerStop, PFN_cuProfilerStop_v4000)
 

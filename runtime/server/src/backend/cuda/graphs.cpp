@@ -1,7 +1,10 @@
 // The cuda backend's graphs: a client's nodes built into a CUgraph of the device's context with
 // the driver's node calls, instantiated once, launched whole on the client's stream
 // (doc/design/graphs.md).  An update builds the new nodes into a CUgraph of the same shape and
-// hands it to cuGraphExecUpdate.
+// hands it to cuGraphExecUpdate.  A graph tree (conditional nodes) is a CUgraph kept from its
+// first handle on: its conditional nodes are made as the client makes them, and each build
+// replaces the nodes of the last one around them.
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.hpp"
@@ -28,6 +31,56 @@ class CudaGraph final : public BackendGraph {
   int device_;
   CUgraphExec exec_;
 };
+
+}  // namespace
+
+// A graph tree's CUgraphs: parts[0] the root (owned), then the bodies of its conditional nodes
+// (the driver's, gone with their node); the conditional nodes; the nodes of the last build.
+class CudaGraphTree final : public BackendGraphTree {
+ public:
+  CudaGraphTree(std::shared_ptr<const Shared> shared, int device, CUgraph root)
+      : parts{root}, shared_(std::move(shared)), device_(device) {}
+  ~CudaGraphTree() override { FUNNEL_CU(shared_->drv, cuGraphDestroy, parts[0]); }
+  CudaGraphTree(const CudaGraphTree&) = delete;
+  CudaGraphTree& operator=(const CudaGraphTree&) = delete;
+  int device() const noexcept { return device_; }
+
+  // Removes the last build's nodes (those of parts still alive) and the dependencies of the
+  // conditional nodes, which stay.
+  Status clear_build() {
+    const Driver& drv = shared_->drv;
+    for (const auto& [part, node] : built)
+      if (shape.alive[part])
+        if (Status st = FUNNEL_CU(drv, cuGraphDestroyNode, node); !ok(st)) return st;
+    built.clear();
+    std::vector<CUgraphNode> deps;
+    for (size_t c = 0; c < conds.size(); ++c) {
+      if (!shape.conds[c].alive) continue;
+      size_t n = 0;
+      if (Status st = FUNNEL_CU(drv, cuGraphNodeGetDependencies, conds[c], nullptr, nullptr, &n); !ok(st)) return st;
+      if (n == 0) continue;
+      deps.resize(n);
+      if (Status st = FUNNEL_CU(drv, cuGraphNodeGetDependencies, conds[c], deps.data(), nullptr, &n); !ok(st))
+        return st;
+      const std::vector<CUgraphNode> to(n, conds[c]);
+      if (Status st = FUNNEL_CU(drv, cuGraphRemoveDependencies, parts[shape.conds[c].part], deps.data(), to.data(),
+                                nullptr, n);
+          !ok(st))
+        return st;
+    }
+    return Status::Success;
+  }
+
+  std::vector<CUgraph> parts;
+  std::vector<CUgraphNode> conds;
+  std::vector<std::pair<uint32_t, CUgraphNode>> built;
+
+ private:
+  std::shared_ptr<const Shared> shared_;
+  int device_;
+};
+
+namespace {
 
 // Destroys a CUgraph at the end of a scope.
 struct GraphGuard {
@@ -68,24 +121,37 @@ CUDA_MEMCPY3D memcpy_params(const CopyDesc& c) {
 
 }  // namespace
 
-Status CudaBackend::build_graph(int device, std::span<const GraphNodeDesc> nodes, CUgraph& out) {
+Status CudaBackend::build_graph(int device, std::span<const GraphNodeDesc> nodes, CUgraph graph, CudaGraphTree* tree) {
   const Driver& drv = s_->drv;
   if (Status st = s_->bind(device); !ok(st)) return st;
   const CUcontext ctx = s_->devices[static_cast<size_t>(device)].context.load(std::memory_order_acquire);
-  GraphGuard graph{drv};
-  if (Status st = FUNNEL_CU(drv, cuGraphCreate, &graph.g, 0); !ok(st)) return st;
+  if (tree != nullptr)
+    if (Status st = tree->clear_build(); !ok(st)) return st;
   std::vector<CUgraphNode> made;
   made.reserve(nodes.size());
   std::vector<CUgraphNode> deps;
   for (const GraphNodeDesc& n : nodes) {
     deps.clear();
     for (uint32_t d : n.deps) deps.push_back(made[d]);
+    if (tree != nullptr) graph = tree->parts[n.part];
     CUgraphNode node = nullptr;
     Status st = Status::Success;
     switch (n.kind) {
       case ipc::GraphNodeKind::Empty:
-        st = FUNNEL_CU(drv, cuGraphAddEmptyNode, &node, graph.g, deps.data(), deps.size());
+        st = FUNNEL_CU(drv, cuGraphAddEmptyNode, &node, graph, deps.data(), deps.size());
         break;
+      case ipc::GraphNodeKind::Conditional: {
+        // Made with the tree (graph_tree_cond): only its dependencies are this build's.
+        if (tree == nullptr) return Status::InvalidValue;
+        node = tree->conds[n.cond];
+        if (!deps.empty()) {
+          const std::vector<CUgraphNode> to(deps.size(), node);
+          st = FUNNEL_CU(drv, cuGraphAddDependencies, graph, deps.data(), to.data(), nullptr, deps.size());
+        }
+        made.push_back(node);
+        if (!ok(st)) return st;
+        continue;
+      }
       case ipc::GraphNodeKind::Kernel: {
         auto& k = static_cast<CudaKernel&>(*n.kernel);
         const KernelArgs args(k, n.params);
@@ -99,12 +165,12 @@ Status CudaBackend::build_graph(int device, std::span<const GraphNodeDesc> nodes
         p.sharedMemBytes = n.launch.shared_bytes;
         p.kernelParams = args.get();
         p.kern = k.handle();  // in the current context (ctx null)
-        st = FUNNEL_CU(drv, cuGraphAddKernelNode, &node, graph.g, deps.data(), deps.size(), &p);
+        st = FUNNEL_CU(drv, cuGraphAddKernelNode, &node, graph, deps.data(), deps.size(), &p);
         break;
       }
       case ipc::GraphNodeKind::Copy: {
         const CUDA_MEMCPY3D m = memcpy_params(n.copy);
-        st = FUNNEL_CU(drv, cuGraphAddMemcpyNode, &node, graph.g, deps.data(), deps.size(), &m, ctx);
+        st = FUNNEL_CU(drv, cuGraphAddMemcpyNode, &node, graph, deps.data(), deps.size(), &m, ctx);
         break;
       }
       case ipc::GraphNodeKind::Memset: {
@@ -115,15 +181,15 @@ Status CudaBackend::build_graph(int device, std::span<const GraphNodeDesc> nodes
         m.height = n.memset.height;
         m.pitch = n.memset.height > 1 ? n.memset.pitch : n.memset.width;
         m.value = n.memset.value;
-        st = FUNNEL_CU(drv, cuGraphAddMemsetNode, &node, graph.g, deps.data(), deps.size(), &m, ctx);
+        st = FUNNEL_CU(drv, cuGraphAddMemsetNode, &node, graph, deps.data(), deps.size(), &m, ctx);
         break;
       }
       case ipc::GraphNodeKind::EventRecord:
-        st = FUNNEL_CU(drv, cuGraphAddEventRecordNode, &node, graph.g, deps.data(), deps.size(),
+        st = FUNNEL_CU(drv, cuGraphAddEventRecordNode, &node, graph, deps.data(), deps.size(),
                        static_cast<CudaEvent&>(*n.event).handle());
         break;
       case ipc::GraphNodeKind::EventWait:
-        st = FUNNEL_CU(drv, cuGraphAddEventWaitNode, &node, graph.g, deps.data(), deps.size(),
+        st = FUNNEL_CU(drv, cuGraphAddEventWaitNode, &node, graph, deps.data(), deps.size(),
                        static_cast<CudaEvent&>(*n.event).handle());
         break;
       case ipc::GraphNodeKind::Host: {
@@ -150,7 +216,7 @@ Status CudaBackend::build_graph(int device, std::span<const GraphNodeDesc> nodes
         for (CUstreamBatchMemOpParams& step : steps) {
           CUDA_BATCH_MEM_OP_NODE_PARAMS p{ctx, 1, &step, 0};
           CUgraphNode next = nullptr;
-          st = FUNNEL_CU(drv, cuGraphAddBatchMemOpNode, &next, graph.g, deps.data(), deps.size(), &p);
+          st = FUNNEL_CU(drv, cuGraphAddBatchMemOpNode, &next, graph, deps.data(), deps.size(), &p);
           if (!ok(st)) break;
           deps.assign(1, next);
           node = next;
@@ -158,29 +224,78 @@ Status CudaBackend::build_graph(int device, std::span<const GraphNodeDesc> nodes
         break;
       }
     }
+    if (tree != nullptr && node != nullptr && n.kind != ipc::GraphNodeKind::Host) tree->built.emplace_back(n.part, node);
     if (!ok(st)) return st;
     made.push_back(node);
   }
-  out = graph.g;
-  graph.g = nullptr;
   return Status::Success;
 }
 
 Status CudaBackend::graph_instantiate(int device, std::span<const GraphNodeDesc> nodes,
-                                      std::unique_ptr<BackendGraph>& out) {
+                                      std::unique_ptr<BackendGraph>& out, BackendGraphTree* bt) {
   if (device < 0 || device >= device_count()) return Status::InvalidDevice;
-  GraphGuard graph{s_->drv};
-  if (Status st = build_graph(device, nodes, graph.g); !ok(st)) return st;
+  auto* tree = static_cast<CudaGraphTree*>(bt);
+  if (tree != nullptr && tree->device() != device) return Status::InvalidValue;
+  GraphGuard own{s_->drv};
+  if (tree == nullptr)
+    if (Status st = FUNNEL_CU(s_->drv, cuGraphCreate, &own.g, 0); !ok(st)) return st;
+  const CUgraph graph = tree != nullptr ? tree->parts[0] : own.g;
+  if (Status st = build_graph(device, nodes, graph, tree); !ok(st)) return st;
   CUgraphExec exec = nullptr;
-  if (Status st = FUNNEL_CU(s_->drv, cuGraphInstantiateWithFlags, &exec, graph.g, 0); !ok(st)) return st;
+  if (Status st = FUNNEL_CU(s_->drv, cuGraphInstantiateWithFlags, &exec, graph, 0); !ok(st)) return st;
   out = std::make_unique<CudaGraph>(s_, device, exec);
   return Status::Success;
+}
+
+Status CudaBackend::graph_tree_create(int device, std::unique_ptr<BackendGraphTree>& out) {
+  if (device < 0 || device >= device_count()) return Status::InvalidDevice;
+  CUgraph root = nullptr;
+  if (Status st = FUNNEL_CU(s_->drv, cuGraphCreate, &root, 0); !ok(st)) return st;
+  out = std::make_unique<CudaGraphTree>(s_, device, root);
+  return Status::Success;
+}
+
+Status CudaBackend::graph_tree_handle(BackendGraphTree& bt, uint32_t part, uint32_t default_value, uint32_t flags,
+                                      uint64_t& handle) {
+  auto& tree = static_cast<CudaGraphTree&>(bt);
+  if (Status st = s_->bind(tree.device()); !ok(st)) return st;
+  const CUcontext ctx = s_->devices[static_cast<size_t>(tree.device())].context.load(std::memory_order_acquire);
+  CUgraphConditionalHandle h = 0;
+  if (Status st = FUNNEL_CU(s_->drv, cuGraphConditionalHandleCreate, &h, tree.parts[part], ctx, default_value, flags);
+      !ok(st))
+    return st;
+  handle = h;
+  return Status::Success;
+}
+
+Status CudaBackend::graph_tree_cond(BackendGraphTree& bt, uint32_t part, uint64_t handle, uint32_t type, uint32_t size) {
+  auto& tree = static_cast<CudaGraphTree&>(bt);
+  if (Status st = s_->bind(tree.device()); !ok(st)) return st;
+  CUgraphNodeParams p{};
+  p.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+  p.conditional.handle = handle;
+  p.conditional.type = static_cast<CUgraphConditionalNodeType>(type);
+  p.conditional.size = size;
+  p.conditional.ctx = s_->devices[static_cast<size_t>(tree.device())].context.load(std::memory_order_acquire);
+  CUgraphNode node = nullptr;
+  if (Status st = FUNNEL_CU(s_->drv, cuGraphAddNode, &node, tree.parts[part], nullptr, nullptr, 0, &p); !ok(st))
+    return st;
+  tree.conds.push_back(node);
+  for (uint32_t b = 0; b < size; ++b) tree.parts.push_back(p.conditional.phGraph_out[b]);
+  return Status::Success;
+}
+
+Status CudaBackend::graph_tree_cond_destroy(BackendGraphTree& bt, uint32_t cond) {
+  auto& tree = static_cast<CudaGraphTree&>(bt);
+  const CUgraphNode node = std::exchange(tree.conds[cond], nullptr);
+  return FUNNEL_CU(s_->drv, cuGraphDestroyNode, node);
 }
 
 Status CudaBackend::graph_update(BackendGraph& bg, std::span<const GraphNodeDesc> nodes) {
   auto& g = static_cast<CudaGraph&>(bg);
   GraphGuard graph{s_->drv};
-  if (Status st = build_graph(g.device(), nodes, graph.g); !ok(st)) return st;
+  if (Status st = FUNNEL_CU(s_->drv, cuGraphCreate, &graph.g, 0); !ok(st)) return st;
+  if (Status st = build_graph(g.device(), nodes, graph.g, nullptr); !ok(st)) return st;
   CUgraphExecUpdateResultInfo info{};
   return FUNNEL_CU(s_->drv, cuGraphExecUpdate, g.exec(), graph.g, &info);
 }

@@ -267,6 +267,53 @@ void write_all(const std::filesystem::path& dir) {
       .cmd(Opcode::GraphExecDestroy, ipc::GraphExecCmd{9})
       .bare(Opcode::DeviceSynchronize, true)
       .write(dir, "graphs");
+  // A graph tree: two handles (the sim's handles are 1, 2, ...), an IF with an else and a WHILE
+  // (condition 1: refused at launch by the sim), a build into their parts, launches, a conditional
+  // node destroyed, the tree destroyed under its executable graph.
+  auto tree = [](ipc::GraphTreeOp op, uint32_t part, uint32_t value, uint32_t flags, uint64_t handle) {
+    ipc::GraphTreeCmd t{};
+    t.tree = 6;
+    t.op = static_cast<uint32_t>(op);
+    t.part = part;
+    t.value = value;
+    t.flags = flags;
+    t.handle = handle;
+    return t;
+  };
+  ipc::GraphNodeCmd tm = node(8, 0, ipc::GraphNodeKind::Memset);
+  tm.memset = gm.memset;
+  ipc::GraphNodeCmd tc = node(8, 1, ipc::GraphNodeKind::Conditional);
+  tc.cond = ipc::GraphCondRef{0, 0};
+  const auto [tcn, tcdeps] = with_deps(tc, {0});
+  ipc::GraphNodeCmd tb1 = node(8, 2, ipc::GraphNodeKind::Memset);
+  tb1.memset = gm.memset;
+  tb1.part = 1;
+  ipc::GraphNodeCmd tb2 = tb1;
+  tb2.index = 3;
+  tb2.part = 2;
+  ipc::GraphNodeCmd tw = node(8, 4, ipc::GraphNodeKind::Conditional);
+  tw.cond = ipc::GraphCondRef{1, 0};
+  Seed()
+      .cmd(Opcode::MemAlloc, ipc::MemAllocCmd{4096}, true)
+      .cmd(Opcode::StreamCreate, ipc::StreamCreateCmd{5, 0, 0})
+      .cmd(Opcode::GraphTree, tree(ipc::GraphTreeOp::Create, 0, 0, 0, 0), true)
+      .cmd(Opcode::GraphTree, tree(ipc::GraphTreeOp::Handle, 0, 0, 1, 0), true)
+      .cmd(Opcode::GraphTree, tree(ipc::GraphTreeOp::Handle, 0, 1, 1, 0), true)
+      .cmd(Opcode::GraphTree, tree(ipc::GraphTreeOp::CondNode, 0, 0, 2, 1), true)
+      .cmd(Opcode::GraphTree, tree(ipc::GraphTreeOp::CondNode, 0, 1, 1, 2), true)
+      .cmd(Opcode::GraphNode, tm)
+      .trailing(Opcode::GraphNode, tcn, tcdeps.data(), tcdeps.size() * 4, false)
+      .cmd(Opcode::GraphNode, tb1)
+      .cmd(Opcode::GraphNode, tb2)
+      .cmd(Opcode::GraphNode, tw)
+      .cmd(Opcode::GraphInstantiate, ipc::GraphBuildCmd{8, 12, 5, 0, 6}, true)
+      .cmd(Opcode::GraphLaunch, ipc::GraphExecCmd{12}, false, 5)
+      .cmd(Opcode::GraphTree, tree(ipc::GraphTreeOp::CondDestroy, 0, 1, 0, 0), true)
+      .cmd(Opcode::GraphTree, tree(ipc::GraphTreeOp::Destroy, 0, 0, 0, 0), true)
+      .cmd(Opcode::GraphLaunch, ipc::GraphExecCmd{12}, true, 5)
+      .cmd(Opcode::GraphExecDestroy, ipc::GraphExecCmd{12})
+      .bare(Opcode::DeviceSynchronize, true)
+      .write(dir, "graph_trees");
   // Modules: a second upload (whose bytes are no fat binary) and an unload.
   ipc::ModuleCmd m{};
   m.module_id = 2;

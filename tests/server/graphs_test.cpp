@@ -270,5 +270,124 @@ TEST_F(ServerTest, IpcExportsAreOpenedByOtherClientsAndOutliveTheOwnersFree) {
   EXPECT_EQ(b.call(Opcode::Memset, set).status, Status::InvalidValue);
 }
 
+// A graph tree (conditional nodes): handles and conditional nodes made as the client makes them,
+// builds into the tree's parts, bodies chosen by the handles' values at every launch (the
+// defaults here: the sim runs no kernels), and what the worker refuses.
+TEST_F(ServerTest, GraphTreesRunTheBodiesTheirHandlesChoose) {
+  start_server();
+  TestClient c(run_dir_);
+  ASSERT_TRUE(c.ok());
+  constexpr uint64_t kBytes = 256;
+  const uint64_t a = c.alloc(kBytes), b = c.alloc(kBytes);
+  c.create_stream(1);
+  auto tree = [&](ipc::GraphTreeOp op, uint64_t id, uint32_t part = 0, uint32_t value = 0, uint32_t flags = 0,
+                  uint64_t handle = 0) {
+    ipc::GraphTreeCmd t{};
+    t.tree = id;
+    t.handle = handle;
+    t.op = static_cast<uint32_t>(op);
+    t.part = part;
+    t.value = value;
+    t.flags = flags;
+    return c.call(Opcode::GraphTree, t);
+  };
+  using Op = ipc::GraphTreeOp;
+  ASSERT_EQ(tree(Op::Create, 3).status, Status::Success);
+  EXPECT_EQ(tree(Op::Create, 3).status, Status::InvalidValue) << "a tree id in use";
+  const Reply if_h = tree(Op::Handle, 3, 0, 0, 1);  // default 0, assigned at every launch
+  const Reply sw_h = tree(Op::Handle, 3, 0, 2, 1);  // default 2
+  ASSERT_EQ(if_h.status, Status::Success);
+  ASSERT_EQ(sw_h.status, Status::Success);
+  EXPECT_EQ(tree(Op::Handle, 3, 7).status, Status::InvalidValue) << "a part the tree does not have";
+  EXPECT_EQ(tree(Op::Handle, 3, 0, 0, 2).status, Status::InvalidValue) << "flags CUDA does not have";
+  // IF with an else (parts 1, 2), SWITCH of 3 (parts 3, 4, 5).
+  const Reply ifn = tree(Op::CondNode, 3, 0, 0, 2, if_h.value[0]);
+  ASSERT_EQ(ifn.status, Status::Success);
+  EXPECT_EQ(ifn.value[0], 0u);
+  EXPECT_EQ(ifn.value[1], 1u);
+  const Reply swn = tree(Op::CondNode, 3, 0, 2, 3, sw_h.value[0]);
+  ASSERT_EQ(swn.status, Status::Success);
+  EXPECT_EQ(swn.value[0], 1u);
+  EXPECT_EQ(swn.value[1], 3u);
+  EXPECT_EQ(tree(Op::CondNode, 3, 0, 0, 3, if_h.value[0]).status, Status::InvalidValue) << "an IF of 3 bodies";
+  EXPECT_EQ(tree(Op::CondNode, 3, 0, 1, 2, if_h.value[0]).status, Status::InvalidValue) << "a WHILE of 2 bodies";
+  EXPECT_EQ(tree(Op::CondNode, 3, 0, 0, 1, 0xdead).status, Status::InvalidValue) << "a handle of no tree";
+  EXPECT_EQ(tree(Op::Handle, 4).status, Status::InvalidResourceHandle) << "a tree never made";
+
+  // memset a=0 -> IF {a=0x11 | a=0x22} -> SWITCH {b=0x30 | b=0x31 | b=0x32}
+  auto in_part = [](ipc::GraphNodeCmd n, uint32_t part) {
+    n.part = part;
+    return n;
+  };
+  auto cond = [](uint64_t graph, uint32_t index, uint32_t which) {
+    ipc::GraphNodeCmd n{};
+    n.graph = graph;
+    n.index = index;
+    n.kind = static_cast<uint32_t>(GraphNodeKind::Conditional);
+    n.cond = ipc::GraphCondRef{which, 0};
+    return n;
+  };
+  auto build = [&](uint64_t graph) {
+    send_node(c, memset_node(graph, 0, a, kBytes, 0, 1), {});
+    send_node(c, cond(graph, 1, 0), {0});
+    send_node(c, in_part(memset_node(graph, 2, a, kBytes, 0x11, 1), 1), {});
+    send_node(c, in_part(memset_node(graph, 3, a, kBytes, 0x22, 1), 2), {});
+    send_node(c, cond(graph, 4, 1), {1});
+    for (uint32_t k = 0; k < 3; ++k) send_node(c, in_part(memset_node(graph, 5 + k, b, kBytes, 0x30 + k, 1), 3 + k), {});
+  };
+  build(20);
+  ASSERT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{20, 40, 8, 0, 3}).status, Status::Success);
+  for (int i = 0; i < 2; ++i) {
+    c.post(Opcode::GraphLaunch, ipc::GraphExecCmd{40}, 1);
+    EXPECT_TRUE(all_equal(read_words(c, a, kBytes / 4), 0x22222222u)) << "the else body, launch " << i;
+    EXPECT_TRUE(all_equal(read_words(c, b, kBytes / 4), 0x32323232u)) << "switch body 2, launch " << i;
+  }
+  build(21);
+  EXPECT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{21, 41, 8, 0, 3}).status, Status::InvalidValue)
+      << "one executable graph of a tree at a time";
+  build(22);
+  EXPECT_EQ(c.call(Opcode::GraphUpdate, ipc::GraphBuildCmd{22, 40, 8, 0, 3}).status, Status::NotSupported);
+  c.post(Opcode::GraphExecDestroy, ipc::GraphExecCmd{40});
+  // A build without one of the tree's conditional nodes, or one into a part of no tree.
+  send_node(c, memset_node(23, 0, a, kBytes, 0, 1), {});
+  send_node(c, cond(23, 1, 0), {0});
+  EXPECT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{23, 42, 2, 0, 3}).status, Status::InvalidValue);
+  send_node(c, in_part(memset_node(24, 0, a, kBytes, 0, 1), 1), {});
+  EXPECT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{24, 43, 1, 0, 0}).status, Status::InvalidValue);
+  // A dependency across parts is refused with its node.
+  c.take_deferred();
+  send_node(c, memset_node(25, 0, a, kBytes, 0, 1), {});
+  send_node(c, in_part(memset_node(25, 1, a, kBytes, 0, 1), 1), {0});
+  EXPECT_EQ(c.call(Opcode::Fence).status, Status::Success);
+  EXPECT_EQ(static_cast<Status>(c.take_deferred()), Status::InvalidValue);
+
+  // The SWITCH node destroyed: its bodies go with it, a build naming them is refused, one
+  // without them runs.
+  ASSERT_EQ(tree(Op::CondDestroy, 3, 0, 1).status, Status::Success);
+  EXPECT_EQ(tree(Op::CondDestroy, 3, 0, 1).status, Status::InvalidValue);
+  build(26);
+  EXPECT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{26, 44, 8, 0, 3}).status, Status::InvalidValue);
+  send_node(c, memset_node(27, 0, a, kBytes, 0, 1), {});
+  send_node(c, cond(27, 1, 0), {0});
+  send_node(c, in_part(memset_node(27, 2, a, kBytes, 0x11, 1), 1), {});
+  send_node(c, in_part(memset_node(27, 3, a, kBytes, 0x22, 1), 2), {});
+  ASSERT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{27, 45, 4, 0, 3}).status, Status::Success);
+  // The tree destroyed: the executable graph made of it lives on.
+  ASSERT_EQ(tree(Op::Destroy, 3).status, Status::Success);
+  const std::vector<uint32_t> zero(kBytes / 4, 0);
+  c.h2d(a, zero.data(), kBytes, 1);
+  c.post(Opcode::GraphLaunch, ipc::GraphExecCmd{45}, 1);
+  EXPECT_TRUE(all_equal(read_words(c, a, kBytes / 4), 0x22222222u));
+
+  // A WHILE node whose condition is not 0: the sim cannot run it (no kernel could end it).
+  ASSERT_EQ(tree(Op::Create, 5).status, Status::Success);
+  const Reply wh = tree(Op::Handle, 5, 0, 1, 1);
+  ASSERT_EQ(tree(Op::CondNode, 5, 0, 1, 1, wh.value[0]).status, Status::Success);
+  send_node(c, cond(28, 0, 0), {});
+  ASSERT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{28, 46, 1, 0, 5}).status, Status::Success);
+  EXPECT_EQ(c.call(Opcode::GraphLaunch, ipc::GraphExecCmd{46}, 1).status, Status::NotSupported);
+  c.take_deferred();
+}
+
 }  // namespace
 }  // namespace funnel::test

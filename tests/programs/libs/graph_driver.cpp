@@ -4,7 +4,8 @@
 // three times; an explicit graph (memset node -> kernel node -> memcpy node to pinned memory),
 // its kernel node's argument changed in the instantiated graph (cuGraphExecKernelNodeSetParams),
 // then the whole updated from a graph of the same topology (cuGraphExecUpdate); results
-// checked on the CPU.  CUDA 13 names: cuStreamBeginCapture is cuStreamBeginCapture_v2,
+// checked on the CPU; conditional nodes (cuGraphConditionalHandleCreate, cuGraphAddNode) with
+// kernels in their bodies.  CUDA 13 names: cuStreamBeginCapture is cuStreamBeginCapture_v2,
 // cuGraphInstantiate is cuGraphInstantiateWithFlags, cuGraphAddKernelNode,
 // cuGraphExecKernelNodeSetParams and cuGraphExecUpdate are their _v2.
 // Build: nvcc graph_driver.cpp -L/usr/local/cuda/lib64/stubs -lcuda
@@ -195,6 +196,72 @@ int main() {
   CU_CHECK(cuGraphExecDestroy(exec));
   CU_CHECK(cuGraphDestroy(g));
   CU_CHECK(cuGraphDestroy(g2));
+
+  // Conditional nodes through cuGraphAddNode, their conditions the handles' defaults (assigned
+  // at every launch): memset d = 5 -> IF (default 1) {add_val(d, 10)} -> SWITCH (default 1)
+  // {add_val 100 | add_val 200} -> WHILE (default 0) {add_val 1000} -> copy d -> h.
+  CUgraph cg;
+  CU_CHECK(cuGraphCreate(&cg, 0));
+  CUgraphConditionalHandle hif, hsw, hwh;
+  CU_CHECK(cuGraphConditionalHandleCreate(&hif, cg, ctx, 1, CU_GRAPH_COND_ASSIGN_DEFAULT));
+  CU_CHECK(cuGraphConditionalHandleCreate(&hsw, cg, ctx, 1, CU_GRAPH_COND_ASSIGN_DEFAULT));
+  CU_CHECK(cuGraphConditionalHandleCreate(&hwh, cg, ctx, 0, CU_GRAPH_COND_ASSIGN_DEFAULT));
+  unsigned cn = N;
+  unsigned vals[4] = {10, 100, 200, 1000};
+  void* kargs[4][3] = {{&d, &cn, &vals[0]}, {&d, &cn, &vals[1]}, {&d, &cn, &vals[2]}, {&d, &cn, &vals[3]}};
+  auto kernel_in = [&](CUgraph body, int which) {
+    CUgraphNodeParams p = {};
+    p.type = CU_GRAPH_NODE_TYPE_KERNEL;
+    p.kernel.func = fn;
+    p.kernel.gridDimX = GRID;
+    p.kernel.gridDimY = p.kernel.gridDimZ = 1;
+    p.kernel.blockDimX = BLOCK;
+    p.kernel.blockDimY = p.kernel.blockDimZ = 1;
+    p.kernel.kernelParams = kargs[which];
+    CUgraphNode node;
+    CU_CHECK(cuGraphAddNode(&node, body, nullptr, nullptr, 0, &p));
+  };
+  auto conditional = [&](const CUgraphNode* dep, CUgraphConditionalHandle hd, CUgraphConditionalNodeType type,
+                         unsigned size, CUgraphNode* out) {
+    CUgraphNodeParams p = {};
+    p.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    p.conditional.handle = hd;
+    p.conditional.type = type;
+    p.conditional.size = size;
+    p.conditional.ctx = ctx;
+    CU_CHECK(cuGraphAddNode(out, cg, dep, nullptr, dep != nullptr ? 1 : 0, &p));
+    return p.conditional.phGraph_out;
+  };
+  CUgraphNode cnodes[5];
+  CUDA_MEMSET_NODE_PARAMS mp = {};
+  mp.dst = d;
+  mp.value = 5;
+  mp.elementSize = sizeof(unsigned);
+  mp.width = N;
+  mp.height = 1;
+  CU_CHECK(cuGraphAddMemsetNode(&cnodes[0], cg, nullptr, 0, &mp, ctx));
+  CUgraph* ifb = conditional(&cnodes[0], hif, CU_GRAPH_COND_TYPE_IF, 1, &cnodes[1]);
+  kernel_in(ifb[0], 0);
+  CUgraph* swb = conditional(&cnodes[1], hsw, CU_GRAPH_COND_TYPE_SWITCH, 2, &cnodes[2]);
+  kernel_in(swb[0], 1);
+  kernel_in(swb[1], 2);
+  CUgraph* whb = conditional(&cnodes[2], hwh, CU_GRAPH_COND_TYPE_WHILE, 1, &cnodes[3]);
+  kernel_in(whb[0], 3);
+  CUDA_MEMCPY3D cp = {};
+  cp.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  cp.srcDevice = d;
+  cp.dstMemoryType = CU_MEMORYTYPE_HOST;
+  cp.dstHost = h;
+  cp.WidthInBytes = BYTES;
+  cp.Height = 1;
+  cp.Depth = 1;
+  CU_CHECK(cuGraphAddMemcpyNode(&cnodes[4], cg, &cnodes[3], 1, &cp, ctx));
+  CU_CHECK(cuGraphInstantiateWithFlags(&exec, cg, 0));
+  ok = launch_and_check(exec, s, h, 5 + 10 + 200) && launch_and_check(exec, s, h, 5 + 10 + 200);
+  std::printf("driver conditional nodes: element 0 = %u\n", h[0]);
+  expect(ok, "IF, SWITCH and WHILE nodes made by cuGraphAddNode ran the bodies of their handles' defaults");
+  CU_CHECK(cuGraphExecDestroy(exec));
+  CU_CHECK(cuGraphDestroy(cg));
 
   CU_CHECK(cuStreamDestroy(s));
   CU_CHECK(cuMemFree(d));

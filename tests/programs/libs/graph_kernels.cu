@@ -2,7 +2,9 @@
 // replayed 50 times; the same with one kernel node's scalar argument changed in the instantiated
 // graph (its node found through cudaStreamGetCaptureInfo); one graph launched on two streams in
 // turn; a kernel node reading mapped pinned memory that the host rewrites between replays; a
-// capture over two streams whose kernels both run before a joined kernel adds their results.
+// capture over two streams whose kernels both run before a joined kernel adds their results;
+// conditional nodes whose conditions kernels set (cudaGraphSetConditional): a WHILE loop counting
+// down, an IF/else and a SWITCH chosen from data, and a WHILE node in a capture.
 // Results checked on the CPU; sums printed.
 // Build: nvcc -cudart shared graph_kernels.cu
 #include <cuda_runtime.h>
@@ -32,6 +34,21 @@ __global__ void add_arrays(const int* a, const int* b, int* c, int n) {
   if (i < n) c[i] = a[i] + b[i];
 }
 
+// One step of a countdown: while *ctr > 0, takes one from it and adds one to *acc; the handle's
+// condition is whether more steps remain.
+__global__ void count_down(int* ctr, int* acc, cudaGraphConditionalHandle h) {
+  if (*ctr > 0) {
+    --*ctr;
+    ++*acc;
+  }
+  cudaGraphSetConditional(h, *ctr > 0 ? 1u : 0u);
+}
+
+// The condition is *x (for a SWITCH) or whether *x is odd (for an IF).
+__global__ void set_from(const int* x, cudaGraphConditionalHandle h, int odd) {
+  cudaGraphSetConditional(h, odd ? static_cast<unsigned>(*x & 1) : static_cast<unsigned>(*x));
+}
+
 static bool all(const int* p, int n, int v) {
   for (int i = 0; i < n; ++i)
     if (p[i] != v) return false;
@@ -48,6 +65,147 @@ static size_t node_count(cudaGraph_t g) {
   size_t n = 0;
   CUDA_CHECK(cudaGraphGetNodes(g, nullptr, &n));
   return n;
+}
+
+static cudaGraph_t* add_conditional(cudaGraph_t g, const cudaGraphNode_t* deps, size_t n,
+                                    cudaGraphConditionalHandle h, cudaGraphConditionalNodeType type, unsigned size,
+                                    cudaGraphNode_t* out) {
+  cudaGraphNodeParams p{};
+  p.type = cudaGraphNodeTypeConditional;
+  p.conditional.handle = h;
+  p.conditional.type = type;
+  p.conditional.size = size;
+  CUDA_CHECK(cudaGraphAddNode(out, g, deps, nullptr, n, &p));
+  return p.conditional.phGraph_out;
+}
+
+template <class... Args>
+static void add_kernel(cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, void (*k)(Args...), void** args,
+                       cudaGraphNode_t* out, unsigned grid = 1, unsigned block = 1) {
+  cudaGraphNodeParams p{};
+  p.type = cudaGraphNodeTypeKernel;
+  p.kernel.func = reinterpret_cast<void*>(k);
+  p.kernel.gridDim = dim3(grid);
+  p.kernel.blockDim = dim3(block);
+  p.kernel.kernelParams = args;
+  CUDA_CHECK(cudaGraphAddNode(out, g, deps, nullptr, n, &p));
+}
+
+static void conditionals() {
+  int *ctr, *acc, *x, *buf, *h;
+  CUDA_CHECK(cudaMalloc(&ctr, sizeof(int)));
+  CUDA_CHECK(cudaMalloc(&acc, sizeof(int)));
+  CUDA_CHECK(cudaMalloc(&x, sizeof(int)));
+  CUDA_CHECK(cudaMalloc(&buf, BYTES));
+  CUDA_CHECK(cudaMallocHost(&h, BYTES));
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+  // a) count_down -> WHILE { count_down }: *acc ends at the count it started from.
+  cudaGraph_t g;
+  CUDA_CHECK(cudaGraphCreate(&g, 0));
+  cudaGraphConditionalHandle wh;
+  CUDA_CHECK(cudaGraphConditionalHandleCreate(&wh, g));
+  void* cargs[] = {&ctr, &acc, &wh};
+  cudaGraphNode_t first, loop, body;
+  add_kernel(g, nullptr, 0, count_down, cargs, &first);
+  cudaGraph_t* wb = add_conditional(g, &first, 1, wh, cudaGraphCondTypeWhile, 1, &loop);
+  add_kernel(wb[0], nullptr, 0, count_down, cargs, &body);
+  cudaGraphExec_t x1;
+  CUDA_CHECK(cudaGraphInstantiate(&x1, g, 0));
+  bool counted = true;
+  for (int start : {0, 1, 5, 37}) {
+    CUDA_CHECK(cudaMemcpyAsync(ctr, &start, sizeof start, cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaMemsetAsync(acc, 0, sizeof(int), s));
+    CUDA_CHECK(cudaGraphLaunch(x1, s));
+    int got = -1;
+    CUDA_CHECK(cudaMemcpyAsync(&got, acc, sizeof got, cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    std::printf("while loop from %d: %d steps\n", start, got);
+    counted = counted && got == start;
+  }
+  expect(counted, "a WHILE node ran its body until the kernel's condition was 0");
+  CUDA_CHECK(cudaGraphExecDestroy(x1));
+  CUDA_CHECK(cudaGraphDestroy(g));
+
+  // b) set_from(x, odd) -> IF { buf += 1 } else { buf += 100 }; set_from(x) -> SWITCH(3)
+  //    { buf += 1000 | buf += 2000 | buf += 3000 }, x = 0..4.
+  CUDA_CHECK(cudaGraphCreate(&g, 0));
+  cudaGraphConditionalHandle ih, sh;
+  CUDA_CHECK(cudaGraphConditionalHandleCreate(&ih, g));
+  CUDA_CHECK(cudaGraphConditionalHandleCreate(&sh, g));
+  int one = 1, zero = 0, n = N;
+  int adds[5] = {1, 100, 1000, 2000, 3000};
+  void* ia[] = {&x, &ih, &one};
+  void* sa[] = {&x, &sh, &zero};
+  cudaGraphNode_t set_if, if_n, set_sw, sw_n, k;
+  add_kernel(g, nullptr, 0, set_from, ia, &set_if);
+  cudaGraph_t* ib = add_conditional(g, &set_if, 1, ih, cudaGraphCondTypeIf, 2, &if_n);
+  void* a0[] = {&buf, &n, &adds[0]};
+  void* a1[] = {&buf, &n, &adds[1]};
+  add_kernel(ib[0], nullptr, 0, add_k, a0, &k, GRID, BLOCK);
+  add_kernel(ib[1], nullptr, 0, add_k, a1, &k, GRID, BLOCK);
+  add_kernel(g, &if_n, 1, set_from, sa, &set_sw);
+  cudaGraph_t* sb = add_conditional(g, &set_sw, 1, sh, cudaGraphCondTypeSwitch, 3, &sw_n);
+  void* a2[] = {&buf, &n, &adds[2]};
+  void* a3[] = {&buf, &n, &adds[3]};
+  void* a4[] = {&buf, &n, &adds[4]};
+  add_kernel(sb[0], nullptr, 0, add_k, a2, &k, GRID, BLOCK);
+  add_kernel(sb[1], nullptr, 0, add_k, a3, &k, GRID, BLOCK);
+  add_kernel(sb[2], nullptr, 0, add_k, a4, &k, GRID, BLOCK);
+  CUDA_CHECK(cudaGraphInstantiate(&x1, g, 0));
+  bool chosen = true;
+  for (int v = 0; v < 5; ++v) {
+    CUDA_CHECK(cudaMemcpyAsync(x, &v, sizeof v, cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaMemsetAsync(buf, 0, BYTES, s));
+    CUDA_CHECK(cudaGraphLaunch(x1, s));
+    CUDA_CHECK(cudaMemcpyAsync(h, buf, BYTES, cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    const int want = (v & 1 ? 1 : 100) + (v < 3 ? 1000 * (v + 1) : 0);
+    std::printf("if/else and switch on x=%d: %d\n", v, h[0]);
+    chosen = chosen && all(h, N, want);
+  }
+  expect(chosen, "IF/else and SWITCH nodes ran the bodies their kernels chose");
+  CUDA_CHECK(cudaGraphExecDestroy(x1));
+  CUDA_CHECK(cudaGraphDestroy(g));
+
+  // c) A capture: count_down, then a WHILE node added to the capture's graph, its body captured.
+  cudaStream_t bs;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&bs, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  cudaStreamCaptureStatus st;
+  cudaGraph_t cg;
+  const cudaGraphNode_t* deps = nullptr;
+  size_t nd = 0;
+  CUDA_CHECK(cudaStreamGetCaptureInfo(s, &st, nullptr, &cg, &deps, nullptr, &nd));
+  cudaGraphConditionalHandle ch;
+  CUDA_CHECK(cudaGraphConditionalHandleCreate(&ch, cg));
+  count_down<<<1, 1, 0, s>>>(ctr, acc, ch);
+  CUDA_CHECK(cudaGetLastError());
+  CUDA_CHECK(cudaStreamGetCaptureInfo(s, &st, nullptr, &cg, &deps, nullptr, &nd));
+  cudaGraphNode_t cw;
+  cudaGraph_t* cb = add_conditional(cg, deps, nd, ch, cudaGraphCondTypeWhile, 1, &cw);
+  CUDA_CHECK(cudaStreamUpdateCaptureDependencies(s, &cw, nullptr, 1, cudaStreamSetCaptureDependencies));
+  CUDA_CHECK(cudaMemcpyAsync(h, acc, sizeof(int), cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaStreamEndCapture(s, &cg));
+  CUDA_CHECK(cudaStreamBeginCaptureToGraph(bs, cb[0], nullptr, nullptr, 0, cudaStreamCaptureModeGlobal));
+  count_down<<<1, 1, 0, bs>>>(ctr, acc, ch);
+  CUDA_CHECK(cudaGetLastError());
+  CUDA_CHECK(cudaStreamEndCapture(bs, nullptr));
+  CUDA_CHECK(cudaGraphInstantiate(&x1, cg, 0));
+  const int start = 12;
+  CUDA_CHECK(cudaMemcpyAsync(ctr, &start, sizeof start, cudaMemcpyHostToDevice, s));
+  CUDA_CHECK(cudaMemsetAsync(acc, 0, sizeof(int), s));
+  CUDA_CHECK(cudaGraphLaunch(x1, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  std::printf("captured while loop from %d: %d steps, %zu nodes\n", start, h[0], node_count(cg));
+  expect(h[0] == start, "a captured WHILE node ran its captured body");
+  CUDA_CHECK(cudaGraphExecDestroy(x1));
+  CUDA_CHECK(cudaGraphDestroy(cg));
+  CUDA_CHECK(cudaStreamDestroy(bs));
+  CUDA_CHECK(cudaStreamDestroy(s));
+  for (int* p : {ctr, acc, x, buf}) CUDA_CHECK(cudaFree(p));
+  CUDA_CHECK(cudaFreeHost(h));
 }
 
 int main() {
@@ -207,6 +365,7 @@ int main() {
   CUDA_CHECK(cudaFree(b));
   CUDA_CHECK(cudaFree(d));
   CUDA_CHECK(cudaFreeHost(h));
+  conditionals();
   std::printf("graph_kernels: all ok\n");
   return 0;
 }

@@ -706,19 +706,26 @@ static void conditional_nodes(cudaStream_t s) {
     CHECK(cudaStreamSynchronize(s));
     std::printf("conditional launch %d: if-else %#x, switch %#x, nested if %#x, while %#x\n", i, h[0], h[1], h[2], h[3]);
   }
+  cudaGraphExec_t second;
+  std::printf("a second executable graph while the first lives: %s\n",
+              cudaGetErrorName(cudaGraphInstantiate(&second, g, 0)));
+  cudaGetLastError();
   CHECK(cudaGraphExecDestroy(x));
-  // Changed and instantiated again: the SWITCH body 0 now (the handle's default stays 2, so a
-  // node added to body 2 shows the new build).
+  // Changed and instantiated again: a node added to SWITCH body 2 (the one the default picks).
   add_memset(sw[2], &nested, 1, v + 3, 0xE2);
-  CHECK(cudaGraphDestroyNode(while_n));
-  CHECK(cudaGraphDestroyNode(copy));
-  CHECK(cudaGraphAddMemcpyNode1D(&copy, g, &switch_n, 1, h, v, 4 * sizeof(int), cudaMemcpyDeviceToHost));
   CHECK(cudaGraphInstantiate(&x, g, 0));
   std::memset(h, 0, 4 * sizeof(int));
   CHECK(cudaGraphLaunch(x, s));
   CHECK(cudaStreamSynchronize(s));
-  std::printf("changed and instantiated again: %zu nodes, %#x %#x %#x %#x\n", node_count(g), h[0], h[1], h[2], h[3]);
+  std::printf("changed and instantiated again: %zu nodes in body 2, %#x %#x %#x %#x\n", node_count(sw[2]), h[0], h[1],
+              h[2], h[3]);
   CHECK(cudaGraphExecDestroy(x));
+  // A handle no conditional node uses: the graph is not instantiated (as with the handle of a
+  // destroyed conditional node).
+  cudaGraphConditionalHandle unused;
+  CHECK(cudaGraphConditionalHandleCreate(&unused, g, 0, 0));
+  std::printf("instantiated with a handle no node uses: %s\n", cudaGetErrorName(cudaGraphInstantiate(&x, g, 0)));
+  cudaGetLastError();
   CHECK(cudaGraphDestroy(g));
 
   // A capture with an IF node added to the capture's graph, its body filled by a capture too.

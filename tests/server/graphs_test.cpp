@@ -343,8 +343,8 @@ TEST_F(ServerTest, GraphTreesRunTheBodiesTheirHandlesChoose) {
     EXPECT_TRUE(all_equal(read_words(c, b, kBytes / 4), 0x32323232u)) << "switch body 2, launch " << i;
   }
   build(21);
-  EXPECT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{21, 41, 8, 0, 3}).status, Status::InvalidValue)
-      << "one executable graph of a tree at a time";
+  EXPECT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{21, 41, 8, 0, 3}).status, Status::NotSupported)
+      << "one executable graph of a tree at a time (CUDA: cudaErrorNotSupported)";
   build(22);
   EXPECT_EQ(c.call(Opcode::GraphUpdate, ipc::GraphBuildCmd{22, 40, 8, 0, 3}).status, Status::NotSupported);
   c.post(Opcode::GraphExecDestroy, ipc::GraphExecCmd{40});
@@ -360,32 +360,53 @@ TEST_F(ServerTest, GraphTreesRunTheBodiesTheirHandlesChoose) {
   send_node(c, in_part(memset_node(25, 1, a, kBytes, 0, 1), 1), {0});
   EXPECT_EQ(c.call(Opcode::Fence).status, Status::Success);
   EXPECT_EQ(static_cast<Status>(c.take_deferred()), Status::InvalidValue);
-
-  // The SWITCH node destroyed: its bodies go with it, a build naming them is refused, one
-  // without them runs.
-  ASSERT_EQ(tree(Op::CondDestroy, 3, 0, 1).status, Status::Success);
-  EXPECT_EQ(tree(Op::CondDestroy, 3, 0, 1).status, Status::InvalidValue);
+  // As CUDA: a handle serves one conditional node, and a graph with a handle no node uses is not
+  // instantiated.
+  EXPECT_EQ(tree(Op::CondNode, 3, 0, 0, 1, if_h.value[0]).status, Status::InvalidValue);
+  const Reply unused = tree(Op::Handle, 3, 3);  // made on the SWITCH's body 0
+  ASSERT_EQ(unused.status, Status::Success);
   build(26);
   EXPECT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{26, 44, 8, 0, 3}).status, Status::InvalidValue);
-  send_node(c, memset_node(27, 0, a, kBytes, 0, 1), {});
-  send_node(c, cond(27, 1, 0), {0});
-  send_node(c, in_part(memset_node(27, 2, a, kBytes, 0x11, 1), 1), {});
-  send_node(c, in_part(memset_node(27, 3, a, kBytes, 0x22, 1), 2), {});
-  ASSERT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{27, 45, 4, 0, 3}).status, Status::Success);
-  // The tree destroyed: the executable graph made of it lives on.
-  ASSERT_EQ(tree(Op::Destroy, 3).status, Status::Success);
+  ASSERT_EQ(tree(Op::CondNode, 3, 3, 1, 1, unused.value[0]).status, Status::Success);  // a WHILE (part 6)
+  build(27);
+  send_node(c, in_part(cond(27, 8, 2), 3), {});
+  send_node(c, in_part(memset_node(27, 9, a, kBytes, 0x44, 1), 6), {});
+  ASSERT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{27, 45, 10, 0, 3}).status, Status::Success);
+
+  // The SWITCH node destroyed: its bodies (and the WHILE in one) go with it, a build naming them
+  // is refused, and so is one without them (the SWITCH's handle is no node's now, as CUDA).
+  ASSERT_EQ(tree(Op::CondDestroy, 3, 0, 1).status, Status::Success);
+  EXPECT_EQ(tree(Op::CondDestroy, 3, 0, 1).status, Status::InvalidValue);
+  EXPECT_EQ(tree(Op::CondDestroy, 3, 0, 2).status, Status::InvalidValue) << "the WHILE went with its part";
+  c.post(Opcode::GraphExecDestroy, ipc::GraphExecCmd{45});
+  build(28);
+  EXPECT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{28, 46, 8, 0, 3}).status, Status::InvalidValue);
+  send_node(c, memset_node(29, 0, a, kBytes, 0, 1), {});
+  send_node(c, cond(29, 1, 0), {0});
+  send_node(c, in_part(memset_node(29, 2, a, kBytes, 0x11, 1), 1), {});
+  send_node(c, in_part(memset_node(29, 3, a, kBytes, 0x22, 1), 2), {});
+  EXPECT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{29, 47, 4, 0, 3}).status, Status::InvalidValue);
+
+  // A tree destroyed under its executable graph: the graph lives on.
+  ASSERT_EQ(tree(Op::Create, 7).status, Status::Success);
+  const Reply h7 = tree(Op::Handle, 7, 0, 1, 1);
+  ASSERT_EQ(tree(Op::CondNode, 7, 0, 0, 1, h7.value[0]).status, Status::Success);
+  send_node(c, cond(30, 0, 0), {});
+  send_node(c, in_part(memset_node(30, 1, a, kBytes, 0x66, 1), 1), {});
+  ASSERT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{30, 48, 2, 0, 7}).status, Status::Success);
+  ASSERT_EQ(tree(Op::Destroy, 7).status, Status::Success);
   const std::vector<uint32_t> zero(kBytes / 4, 0);
   c.h2d(a, zero.data(), kBytes, 1);
-  c.post(Opcode::GraphLaunch, ipc::GraphExecCmd{45}, 1);
-  EXPECT_TRUE(all_equal(read_words(c, a, kBytes / 4), 0x22222222u));
+  c.post(Opcode::GraphLaunch, ipc::GraphExecCmd{48}, 1);
+  EXPECT_TRUE(all_equal(read_words(c, a, kBytes / 4), 0x66666666u));
 
   // A WHILE node whose condition is not 0: the sim cannot run it (no kernel could end it).
   ASSERT_EQ(tree(Op::Create, 5).status, Status::Success);
   const Reply wh = tree(Op::Handle, 5, 0, 1, 1);
   ASSERT_EQ(tree(Op::CondNode, 5, 0, 1, 1, wh.value[0]).status, Status::Success);
-  send_node(c, cond(28, 0, 0), {});
-  ASSERT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{28, 46, 1, 0, 5}).status, Status::Success);
-  EXPECT_EQ(c.call(Opcode::GraphLaunch, ipc::GraphExecCmd{46}, 1).status, Status::NotSupported);
+  send_node(c, cond(31, 0, 0), {});
+  ASSERT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{31, 49, 1, 0, 5}).status, Status::Success);
+  EXPECT_EQ(c.call(Opcode::GraphLaunch, ipc::GraphExecCmd{49}, 1).status, Status::NotSupported);
   c.take_deferred();
 }
 

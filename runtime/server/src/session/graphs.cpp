@@ -160,8 +160,9 @@ Status Worker::graph_instantiate(const ipc::CommandHeader& h, const ipc::GraphBu
   if (c.tree != 0) {
     auto t = graphs_.trees.find(c.tree);
     if (t == graphs_.trees.end()) return Status::InvalidResourceHandle;
+    if (t->second->device != b.device) return Status::InvalidValue;
     // One executable graph of a tree at a time, as CUDA allows for a graph with conditional nodes.
-    if (t->second->device != b.device || t->second->exec != 0) return Status::InvalidValue;
+    if (t->second->exec != 0) return Status::NotSupported;
     if (Status st = check_tree_build(*t->second, b); st != Status::Success) return st;
     e.tree = t->second;
   } else {
@@ -267,6 +268,9 @@ Status Worker::check_tree_build(const GraphTreeEntry& t, const GraphNodes& b) {
   }
   for (size_t c = 0; c < shape.conds.size(); ++c)
     if (shape.conds[c].alive && !seen[c]) return Status::InvalidValue;
+  // As CUDA: every handle of a live part is some live conditional node's.
+  for (const GraphTreeShape::Handle& h : shape.handles)
+    if (shape.alive[h.part] && !shape.handle_used(h.value)) return Status::InvalidValue;
   return Status::Success;
 }
 
@@ -299,7 +303,7 @@ Status Worker::graph_tree(const ipc::CommandHeader& h, const ipc::GraphTreeCmd& 
       uint64_t handle = 0;
       if (Status st = backend_.graph_tree_handle(tree, c.part, c.value, c.flags, handle); st != Status::Success)
         return st;
-      shape.handles.push_back(handle);
+      shape.handles.push_back({handle, c.part});
       answers_.answer(h, {handle});
       return Status::Success;
     }
@@ -307,7 +311,7 @@ Status Worker::graph_tree(const ipc::CommandHeader& h, const ipc::GraphTreeCmd& 
       // IF: 1 or 2 bodies (then, else); WHILE: 1; SWITCH: 1 or more.
       const uint32_t type = c.value, size = c.flags;
       const bool size_ok = (type == 0 && (size == 1 || size == 2)) || (type == 1 && size == 1) || (type == 2 && size >= 1);
-      if (!part_ok || !size_ok || !shape.has_handle(c.handle) ||
+      if (!part_ok || !size_ok || !shape.has_handle(c.handle) || shape.handle_used(c.handle) ||
           shape.alive.size() + size > ipc::kMaxGraphTreeParts)
         return Status::InvalidValue;
       if (Status st = backend_.graph_tree_cond(tree, c.part, c.handle, type, size); st != Status::Success) return st;

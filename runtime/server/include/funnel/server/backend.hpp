@@ -146,13 +146,23 @@ struct GraphTreeShape {
     uint64_t handle;
     bool alive = true;
   };
+  struct Handle {
+    uint64_t value;
+    uint32_t part;  // the part it was made on (it goes with it)
+  };
   std::vector<uint32_t> owner{kRoot};  // per part: the conditional node it is a body of
   std::vector<bool> alive{true};       // per part
   std::vector<Cond> conds;
-  std::vector<uint64_t> handles;
+  std::vector<Handle> handles;
   bool has_handle(uint64_t h) const noexcept {
-    for (uint64_t x : handles)
-      if (x == h) return true;
+    for (const Handle& x : handles)
+      if (x.value == h && alive[x.part]) return true;
+    return false;
+  }
+  // Whether a live conditional node uses handle h (CUDA lets one node use a handle).
+  bool handle_used(uint64_t h) const noexcept {
+    for (const Cond& c : conds)
+      if (c.alive && c.handle == h) return true;
     return false;
   }
   // Conditional node c and every part and node inside its bodies are gone.

@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "arrays.hpp"
 #include "api.hpp"
 #include "copy_engine.hpp"
 #include "device_memory.hpp"
@@ -25,23 +26,37 @@ namespace {
 
 StreamRef legacy() { return StreamRef{0, current_device()}; }
 
-// cudaMemcpy3D(Async) between linear memory, slice by slice over the 2-D copy path.
-// funnel makes no CUDA arrays (cudaMalloc3DArray is not supported), so an array end is
-// refused by name.
+// cudaMemcpy3D(Async): linear memory slice by slice over the 2-D copy path; an array's side is
+// its region (arrays.hpp), the extent and the array's x position then in its elements.
 cudaError_t memcpy_3d(const cudaMemcpy3DParms* p, cudaStream_t stream, bool async, bool per_thread) {
   if (p == nullptr) return cudaErrorInvalidValue;
-  if (p->srcArray != nullptr || p->dstArray != nullptr) {
-    report_unsupported("cudaMemcpy3D with a cudaArray");
-    return cudaErrorNotSupported;
+  uint64_t element = 1;
+  for (cudaArray_const_t a : {p->srcArray, p->dstArray}) {
+    if (a == nullptr) continue;
+    const std::optional<ArrayInfo> info = array_info(a, false);
+    if (!info) return cudaErrorInvalidResourceHandle;
+    element = info->element_bytes;
   }
-  const cudaExtent& e = p->extent;
-  if (p->srcPtr.ptr == nullptr || p->dstPtr.ptr == nullptr || !fits(p->srcPtr, p->srcPos, e) ||
-      !fits(p->dstPtr, p->dstPos, e))
-    return cudaErrorInvalidValue;
-  const Pitches dp{p->dstPtr.pitch, p->dstPtr.pitch * p->dstPtr.ysize};
-  const Pitches sp{p->srcPtr.pitch, p->srcPtr.pitch * p->srcPtr.ysize};
-  return copy_3d(at(p->dstPtr, p->dstPos), dp, at(p->srcPtr, p->srcPos), sp, {e.width, e.height, e.depth}, p->kind,
-                 stream, async, per_thread);
+  const cudaExtent e{p->extent.width * element, p->extent.height, p->extent.depth};
+  CopySide ds, ss;
+  Pitches dp{}, sp{};
+  if (p->dstArray != nullptr) {
+    if (cudaError_t err = array_side(p->dstArray, p->dstPos.x * element, p->dstPos.y, p->dstPos.z, ds, dp); err != cudaSuccess)
+      return err;
+  } else {
+    if (p->dstPtr.ptr == nullptr || !fits(p->dstPtr, p->dstPos, e)) return cudaErrorInvalidValue;
+    ds.ptr = at(p->dstPtr, p->dstPos);
+    dp = Pitches{p->dstPtr.pitch, p->dstPtr.pitch * p->dstPtr.ysize};
+  }
+  if (p->srcArray != nullptr) {
+    if (cudaError_t err = array_side(p->srcArray, p->srcPos.x * element, p->srcPos.y, p->srcPos.z, ss, sp); err != cudaSuccess)
+      return err;
+  } else {
+    if (p->srcPtr.ptr == nullptr || !fits(p->srcPtr, p->srcPos, e)) return cudaErrorInvalidValue;
+    ss.ptr = at(p->srcPtr, p->srcPos);
+    sp = Pitches{p->srcPtr.pitch, p->srcPtr.pitch * p->srcPtr.ysize};
+  }
+  return copy_sides(ds, dp, ss, sp, {e.width, e.height, e.depth}, p->kind, stream, async, per_thread);
 }
 
 cudaError_t memset_pitched(cudaPitchedPtr p, int value, cudaExtent e, cudaStream_t stream, bool per_thread) {

@@ -21,17 +21,31 @@ constexpr uint32_t state(StagingState s) { return static_cast<uint32_t>(s); }
 // One side of a copy, resolved.
 struct End {
   Classified c;
-  uint64_t addr = 0;  // the pointer as a number
+  uint64_t addr = 0;      // the pointer as a number (an array: the offset in its rows and slices)
+  uint64_t array_id = 0;  // an array's region (device memory to every check here)
   bool on_device() const { return c.kind == Classified::Device; }
   bool host_direct() const { return c.kind == Classified::Pinned; }
   // Where a device pointer is expected: device memory, or managed memory (the GPU's too).
   bool device_like() const { return on_device() || (c.kind == Classified::Pinned && c.managed); }
   // `offset` bytes past the pointer (a later slice).
   Location location(uint64_t offset = 0) const {
+    if (array_id != 0) return {MemSpace::Array, 0, array_id, addr + offset};
     if (c.kind == Classified::Device) return {MemSpace::Device, 0, 0, addr + offset};
     return {MemSpace::Pinned, 0, c.pinned_id, addr - c.base + offset};
   }
 };
+
+// An array's side: device memory of `bytes` (its rows and slices one after the other).
+End array_end(const CopySide& side) {
+  End e;
+  e.c.kind = Classified::Device;
+  e.c.device = side.device;
+  e.c.base = 0;
+  e.c.size = side.array_bytes;
+  e.addr = reinterpret_cast<uint64_t>(side.ptr);
+  e.array_id = side.array_id;
+  return e;
+}
 
 // The bytes a region spans from its first one: its last row ends at
 // slice*(depth-1) + pitch*(height-1) + width.  UINT64_MAX when that overflows.
@@ -262,23 +276,53 @@ cudaError_t direct_copy_command(void* dst, Pitches dp, const void* src, Pitches 
 
 cudaError_t copy_3d(void* dst, Pitches dp, const void* src, Pitches sp, Extent3 e, cudaMemcpyKind kind,
                     cudaStream_t stream, bool async, bool per_thread) noexcept {
+  return copy_sides(CopySide{dst}, dp, CopySide{src}, sp, e, kind, stream, async, per_thread);
+}
+
+cudaError_t copy_sides(const CopySide& dside, Pitches dp, const CopySide& sside, Pitches sp, Extent3 e,
+                       cudaMemcpyKind kind, cudaStream_t stream, bool async, bool per_thread) noexcept {
   try {
+    void* dst = const_cast<void*>(dside.ptr);
+    const void* src = sside.ptr;
+    const bool arrays = dside.array_id != 0 || sside.array_id != 0;
     if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return cudaErrorInvalidMemcpyDirection;
     if (e.height > 1 && (dp.pitch < e.width || sp.pitch < e.width)) return cudaErrorInvalidPitchValue;
     if (e.width == 0 || e.height == 0 || e.depth == 0) return cudaSuccess;
-    fold_slices(e, {dp, sp});
-    if (e.height == 1) dp.pitch = sp.pitch = e.width;
-    if (dst == nullptr || src == nullptr) return cudaErrorInvalidValue;
+    if (!arrays) fold_slices(e, {dp, sp});  // an array region's rows stay in their slice
+    if (e.height == 1) {
+      if (dside.array_id == 0) dp.pitch = e.width;
+      if (sside.array_id == 0) sp.pitch = e.width;
+    }
+    if ((dst == nullptr && dside.array_id == 0) || (src == nullptr && sside.array_id == 0)) return cudaErrorInvalidValue;
     StreamRef s;
     if (cudaError_t err = resolve_stream(stream, per_thread, s); err != cudaSuccess) return err;
     if (s.capturing()) {
       if (!async) return capture_refuse(s);  // a synchronous copy cannot be captured
+      if (arrays) return capture_refuse(s, "a copy to or from a CUDA array in a stream capture");
       return capture_copy(s, CopyParams{dst, src, dp, sp, e, kind});
     }
     Runtime& rt = Runtime::get();
 
     End d, sr;
-    if (cudaError_t err = resolve_ends(rt, dst, dp, src, sp, e, kind, d, sr); err != cudaSuccess) return err;
+    if (!arrays) {
+      if (cudaError_t err = resolve_ends(rt, dst, dp, src, sp, e, kind, d, sr); err != cudaSuccess) return err;
+    } else {
+      // An array is a device side; the kind must agree (cudaMemcpyDefault: the other side classified).
+      const bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+      const bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+      if (kind != cudaMemcpyDefault && ((dside.array_id != 0 && !dst_dev) || (sside.array_id != 0 && !src_dev)))
+        return cudaErrorInvalidMemcpyDirection;
+      d = dside.array_id != 0 ? array_end(dside) : resolve(rt, dst, dst_dev, kind != cudaMemcpyDefault && !dst_dev);
+      sr = sside.array_id != 0 ? array_end(sside) : resolve(rt, src, src_dev, kind != cudaMemcpyDefault && !src_dev);
+      if ((dst_dev && !d.device_like()) || (src_dev && !sr.device_like())) return cudaErrorInvalidValue;
+      if (!inside(d, span(dp, e)) || !inside(sr, span(sp, e))) return cudaErrorInvalidValue;
+      // An array's region stays within its rows and within one slice's rows.
+      for (const auto& [end, p] : {std::pair{&d, dp}, std::pair{&sr, sp}}) {
+        if (end->array_id == 0) continue;
+        const uint64_t x = end->addr % p.pitch, y = end->addr % p.slice / p.pitch;
+        if (e.width > p.pitch - x || e.height > p.slice / p.pitch - y) return cudaErrorInvalidValue;
+      }
+    }
 
     auto* dst_bytes = static_cast<std::byte*>(dst);
     auto* src_bytes = static_cast<std::byte*>(const_cast<void*>(src));

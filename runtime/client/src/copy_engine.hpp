@@ -44,6 +44,20 @@ inline bool fits(const cudaPitchedPtr& p, const cudaPos& pos, const cudaExtent& 
 cudaError_t copy_3d(void* dst, Pitches dp, const void* src, Pitches sp, Extent3 extent, cudaMemcpyKind kind,
                     cudaStream_t stream, bool async, bool per_thread) noexcept;
 
+// One side of a copy: a pointer, or (array_id not 0) the region of an array at byte offset `ptr`
+// of its rows (row bytes apart) and slices (rows * height apart) laid one after the other, the
+// array `array_bytes` long in that layout, of `device` (arrays.hpp).
+struct CopySide {
+  const void* ptr = nullptr;
+  uint64_t array_id = 0;
+  int device = 0;
+  uint64_t array_bytes = 0;
+};
+// copy_3d with either side an array's region (the array side's pitches are its row bytes and
+// slice bytes); arrays are refused in a stream capture.
+cudaError_t copy_sides(const CopySide& dst, Pitches dp, const CopySide& src, Pitches sp, Extent3 extent,
+                       cudaMemcpyKind kind, cudaStream_t stream, bool async, bool per_thread) noexcept;
+
 inline cudaError_t copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
                            cudaMemcpyKind kind, cudaStream_t stream, bool async, bool per_thread) noexcept {
   return copy_3d(dst, {dpitch, 0}, src, {spitch, 0}, {width, height, 1}, kind, stream, async, per_thread);

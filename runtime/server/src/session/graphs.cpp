@@ -65,6 +65,8 @@ Status Worker::add_graph_node(GraphNodes& b, const ipc::CommandHeader& h, const 
       if (cp.dst.space == ipc::MemSpace::Staging || cp.src.space == ipc::MemSpace::Staging || cp.width == 0 ||
           cp.height == 0)
         return Status::InvalidValue;
+      if (cp.dst.space == ipc::MemSpace::Array || cp.src.space == ipc::MemSpace::Array)
+        return Status::NotSupported;  // the client refuses array copy nodes by name
       bool dst_dev = false, src_dev = false;
       if (Status st = res_.resolve_location(cp.dst, cp.dst_pitch, cp.width, cp.height, n.copy.dst, dst_dev);
           st != Status::Success)

@@ -73,6 +73,19 @@ Status ClientResources::resolve_location(const ipc::Location& l, uint64_t pitch,
       is_device = false;
       return Status::Success;
     }
+    case ipc::MemSpace::Array: {
+      // The region's rows stay in one slice of the array, its pitch the array's rows.
+      auto it = arrays.find(l.id);
+      if (it == arrays.end() || it->second.array->shape.levels != 0) return Status::InvalidValue;
+      const ArrayShape& a = it->second.array->shape;
+      const uint64_t row = a.row_bytes(), slice = row * a.rows();
+      if (row == 0 || (height > 1 && pitch != row)) return Status::InvalidValue;
+      const uint64_t z = l.address / slice, y = l.address % slice / row, x = l.address % row;
+      if (z >= a.slices() || width > row - x || height > a.rows() - y) return Status::InvalidValue;
+      out = CopyEndpoint{true, 0, it->second.array.get(), x, y, z};
+      is_device = true;
+      return Status::Success;
+    }
   }
   return Status::InvalidValue;
 }
@@ -133,6 +146,7 @@ bool ClientResources::uses_device(int device) const {
 }
 
 void ClientResources::release_device(int device) {
+  release_arrays(device);
   for (auto it = events.begin(); it != events.end();) {
     if (it->second.device == device) {
       if (it->second.interprocess && !it->second.imported && shared_.ipc != nullptr) shared_.ipc->forget_event(it->second.event);
@@ -164,7 +178,29 @@ void ClientResources::close_imported(int device) {
   }
 }
 
+void ClientResources::release_arrays(int device) {
+  for (auto it = textures.begin(); it != textures.end();) {
+    if (device >= 0 && it->second.device != device) {
+      ++it;
+      continue;
+    }
+    (void)backend_.texture_destroy(it->second.device, it->first, it->second.surface);
+    it = textures.erase(it);
+  }
+  for (auto it = arrays.begin(); it != arrays.end();) {
+    const int d = it->second.array->device;
+    if (device >= 0 && d != device) {
+      ++it;
+      continue;
+    }
+    device_used[static_cast<size_t>(d)] -= it->second.bytes;
+    sub(counters_.device_memory_bytes, it->second.bytes);
+    it = arrays.erase(it);
+  }
+}
+
 void ClientResources::release_allocations_and_events() {
+  release_arrays(-1);
   for (const auto& [addr, a] : allocations) free_allocation(addr, a);
   allocations.clear();
   for (const auto& [addr, bytes] : reservations)

@@ -54,6 +54,21 @@ struct SymbolRange {
   uint64_t module_id;
 };
 
+// An array of this client's (ArrayCreate), or a level of one of its mipmapped arrays
+// (ArrayLevel: `mipmap` names it; it goes with it).  `bytes` count against the device-memory limit.
+struct ArrayEntry {
+  std::shared_ptr<BackendArray> array;
+  uint64_t mipmap = 0;
+  uint64_t bytes = 0;
+};
+
+// A texture or surface object: it keeps its array alive.
+struct TextureEntry {
+  int device;
+  bool surface;
+  std::shared_ptr<BackendArray> array;
+};
+
 class ClientResources {
  public:
   ClientResources(SessionShared& shared, Backend& backend, const ipc::ChannelView& view)
@@ -88,6 +103,8 @@ class ClientResources {
   void release_pinned();
   // Closes the other clients' allocations this one opened (on `device`; -1: all).
   void close_imported(int device);
+  // Destroys the texture and surface objects and arrays on `device` (-1: all).
+  void release_arrays(int device);
 
   std::map<uint64_t, DeviceAllocation> allocations;  // by base address
   std::array<uint64_t, ipc::kMaxDevices> device_used{};  // bytes of allocations by device
@@ -98,6 +115,8 @@ class ClientResources {
   std::map<uint64_t, DeviceAllocation> imported;  // other clients' allocations opened by IpcOpen, by base
   std::map<uint64_t, uint64_t> unmapping;     // MemUnmap asked for, waiting for earlier work: address -> bytes
   uint64_t next_pinned_id = 1;
+  std::unordered_map<uint64_t, ArrayEntry> arrays;       // by the client's id
+  std::unordered_map<uint64_t, TextureEntry> textures;   // by handle
 
  private:
   SessionShared& shared_;

@@ -183,6 +183,12 @@ class Worker {
   Status ipc_close(const ipc::CommandHeader& h, const ipc::AddressCmd& c);
   Status ipc_export_event(const ipc::CommandHeader& h, const ipc::EventCmd& c);
   Status ipc_open_event(const ipc::CommandHeader& h, const ipc::IpcOpenEventCmd& c);
+  // arrays.cpp: arrays, mipmapped arrays, texture and surface objects
+  Status array_create(const ipc::CommandHeader& h, const ipc::ArrayCreateCmd& c);
+  Status array_destroy(const ipc::CommandHeader& h, const ipc::ArrayCmd& c);
+  Status array_level(const ipc::CommandHeader& h, const ipc::ArrayLevelCmd& c);
+  Status tex_create(const ipc::CommandHeader& h, const ipc::TexCreateCmd& c);
+  Status tex_destroy(const ipc::CommandHeader& h, const ipc::TexCmd& c);
   // Answers h with the module now held for module_id.
   Status add_module(const ipc::CommandHeader& h, uint64_t module_id, std::shared_ptr<BackendModule> m);
   // The kernel `kernel_id` for a command on h.device (InvalidDevice, InvalidResourceHandle).

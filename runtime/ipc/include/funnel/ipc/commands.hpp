@@ -122,6 +122,12 @@ namespace funnel::ipc {
   X(IpcExportEvent, 93, EventCmd, NoBytes, NoQueue, ipc_export_event)                                       \
   /* Another client's exported event as this client's event_id -> value[0] = its device */                 \
   X(IpcOpenEvent, 94, IpcOpenEventCmd, NoBytes, NoQueue, ipc_open_event)                                    \
+  /* Arrays, textures and surfaces (doc/design/arrays.md); ids are chosen by the client.  Waited. */      \
+  X(ArrayCreate, 95, ArrayCreateCmd, NoBytes, NoQueue, array_create) /* an array or mipmapped array */     \
+  X(ArrayDestroy, 96, ArrayCmd, NoBytes, NoQueue, array_destroy) /* synchronous, as cudaFreeArray */        \
+  X(ArrayLevel, 97, ArrayLevelCmd, NoBytes, NoQueue, array_level) /* a mipmapped array's level */           \
+  X(TexCreate, 98, TexCreateCmd, NoBytes, NoQueue, tex_create) /* -> value[0] = the object's handle */      \
+  X(TexDestroy, 99, TexCmd, NoBytes, NoQueue, tex_destroy)                                                  \
   X(Detach, 100, DetachCmd, NoBytes, NoQueue, detach) /* the client leaves; the server frees what it held */
 
 enum class Opcode : uint16_t {
@@ -171,6 +177,10 @@ enum class MemSpace : uint32_t {
   Device = 1,   // address = device address
   Staging = 2,  // index = staging slot, address = byte offset in it
   Pinned = 3,   // id = pinned allocation, address = byte offset in it
+  // id = array; address = a byte offset in the array as if its rows (width * element bytes) and
+  // slices (rows * height) lay one after the other: a region's rows stay in one slice and its
+  // pitch is the row's bytes
+  Array = 4,
 };
 
 struct Location {
@@ -447,6 +457,55 @@ struct GraphTreeCmd {
   uint32_t value;
   uint32_t flags;
 };
+
+// ---- arrays, textures, surfaces ----------------------------------------------------
+// ArrayCreate: an array of `levels` 0 (cuArray3DCreate) or a mipmapped array of `levels` levels,
+// `width` x `height` x `depth` elements (0 for an absent dimension, as CUDA_ARRAY3D_DESCRIPTOR),
+// elements of `channels` (1, 2, 4) of CUarray_format `format`; flags: CUDA_ARRAY3D_* (layered
+// 0x1, surface load/store 0x2, cubemap 0x4, texture gather 0x8).
+inline constexpr uint32_t kArrayLayered = 0x1, kArraySurface = 0x2, kArrayCubemap = 0x4, kArrayGather = 0x8;
+inline constexpr uint32_t kMaxArrays = 65536;  // per client
+struct ArrayCreateCmd {
+  uint64_t array_id;
+  uint64_t width;
+  uint64_t height;
+  uint64_t depth;
+  uint32_t format;
+  uint32_t channels;
+  uint32_t flags;
+  uint32_t levels;
+};
+struct ArrayCmd { uint64_t array_id; };
+// Level `level` of mipmapped array `mipmap_id`, as array `array_id` (the mipmapped array's: gone
+// with it; ArrayDestroy of it is refused).
+struct ArrayLevelCmd { uint64_t mipmap_id; uint64_t array_id; uint32_t level; uint32_t reserved; };
+// A texture object (surface 0) or surface object (surface 1) of the client's memory, as the
+// driver's CUDA_RESOURCE_DESC, CUDA_TEXTURE_DESC and CUDA_RESOURCE_VIEW_DESC describe it.
+// res_type: CUresourcetype (0 array, 1 mipmapped array, 2 linear, 3 pitch 2-D); a surface: array.
+struct TexCreateCmd {
+  uint32_t surface;
+  uint32_t res_type;
+  uint64_t res_id;            // array, mipmapped array
+  uint64_t address;           // linear, pitch 2-D: device memory of the client's
+  uint32_t format;            // linear, pitch 2-D: CUarray_format
+  uint32_t channels;
+  uint64_t size;              // linear: bytes
+  uint64_t width, height, pitch;  // pitch 2-D
+  uint32_t address_mode[3];   // CUaddress_mode
+  uint32_t filter_mode;       // CUfilter_mode
+  uint32_t flags;             // CU_TRSF_*
+  uint32_t max_anisotropy;
+  uint32_t mipmap_filter_mode;
+  float mipmap_level_bias;
+  float min_mipmap_level_clamp;
+  float max_mipmap_level_clamp;
+  float border_color[4];
+  uint32_t has_view;          // 1: the view below applies
+  uint32_t view_format;       // CUresourceViewFormat
+  uint64_t view_width, view_height, view_depth;
+  uint32_t first_level, last_level, first_layer, last_layer;
+};
+struct TexCmd { uint64_t handle; uint32_t surface; uint32_t reserved; };
 
 // ---- IPC ---------------------------------------------------------------------------
 struct IpcOpenCmd { uint64_t token; };

@@ -94,9 +94,31 @@ struct BatchedLaunch {
 
 // One end of a copy: device memory, or host memory in the server's address space
 // (a staging slot or a pinned allocation, both registered with host_register).
+// An array of the backend's (ipc::ArrayCreateCmd): its shape, checked by the worker.
+struct ArrayShape {
+  uint64_t width = 0, height = 0, depth = 0;  // elements; 0: no such dimension
+  uint32_t format = 0;                        // CUarray_format
+  uint32_t channels = 1;
+  uint32_t flags = 0;                         // ipc::kArray*
+  uint32_t levels = 0;                        // 0: an array; else a mipmapped array's levels
+  uint32_t element_bytes = 0;                 // channels * the format's bytes
+  uint64_t row_bytes() const noexcept { return width * element_bytes; }
+  uint64_t rows() const noexcept { return height == 0 ? 1 : height; }
+  uint64_t slices() const noexcept { return depth == 0 ? 1 : depth; }
+};
+class BackendArray {
+ public:
+  virtual ~BackendArray() = default;
+  ArrayShape shape;
+  int device = 0;
+};
+
 struct CopyEndpoint {
   bool device;
   uint64_t address;  // a DeviceAddress, or a host pointer as an integer
+  // An array (device true, address unused): the region starts at byte x of row y of slice z.
+  const BackendArray* array = nullptr;
+  uint64_t x = 0, y = 0, z = 0;
 };
 
 struct CopyDesc {
@@ -246,6 +268,16 @@ class Backend {
   virtual Status create_event(int device, bool timing, std::unique_ptr<BackendEvent>& out) = 0;
 
   virtual Status copy(BackendStream& s, const CopyDesc& c) = 0;
+  // Arrays (doc/design/arrays.md): an array, or a mipmapped array (shape.levels > 0), on
+  // `device`; a mipmapped array's level as an array of its own (the mipmapped array's, valid while
+  // it lives).  Copies reach arrays through CopyEndpoint::array.
+  virtual Status array_create(int device, const ArrayShape& shape, std::unique_ptr<BackendArray>& out) = 0;
+  virtual Status array_level(BackendArray& mipmap, uint32_t level, std::unique_ptr<BackendArray>& out) = 0;
+  // A texture or surface object (ipc::TexCreateCmd, checked by the worker) of `array` (the
+  // resource's array or mipmapped array, else null: the command's device memory) -> its handle,
+  // the value kernels take.
+  virtual Status texture_create(int device, const ipc::TexCreateCmd& c, const BackendArray* array, uint64_t& handle) = 0;
+  virtual Status texture_destroy(int device, uint64_t handle, bool surface) = 0;
   // Fills `height` rows of `width` bytes, `pitch` apart, with `value`, one element of
   // `element` bytes (1, 2 or 4; the worker checks that address, width and pitch are multiples).
   virtual Status memset(BackendStream& s, DeviceAddress dst, uint64_t pitch, uint64_t width, uint64_t height,

@@ -20,6 +20,8 @@
 namespace funnel::server::cuda {
 
 class CudaGraphTree;  // graphs.cpp
+// A copy with an array end as one cuMemcpy3D of depth 1 (arrays.cpp).
+CUDA_MEMCPY3D array_copy_params(const CopyDesc& c);
 
 class CudaBackend final : public Backend {
  public:
@@ -57,6 +59,11 @@ class CudaBackend final : public Backend {
   Status host_register(void* p, uint64_t size) override;
   Status host_unregister(void* p) override;
   Status copy(BackendStream& bs, const CopyDesc& c) override;
+  // arrays.cpp
+  Status array_create(int device, const ArrayShape& shape, std::unique_ptr<BackendArray>& out) override;
+  Status array_level(BackendArray& mipmap, uint32_t level, std::unique_ptr<BackendArray>& out) override;
+  Status texture_create(int device, const ipc::TexCreateCmd& c, const BackendArray* array, uint64_t& handle) override;
+  Status texture_destroy(int device, uint64_t handle, bool surface) override;
   Status memset(BackendStream& bs, DeviceAddress dst, uint64_t pitch, uint64_t width, uint64_t height,
                 uint32_t value, uint32_t element) override;
 

@@ -80,6 +80,16 @@ static_assert(sizeof(size_t) == sizeof(uint64_t));
   X(cuMemcpyDtoDAsync, PFN_cuMemcpyDtoDAsync_v3020)                     \
   X(cuMemcpyAsync, PFN_cuMemcpyAsync_v4000)                             \
   X(cuMemcpy2DAsync, PFN_cuMemcpy2DAsync_v3020)                         \
+  X(cuMemcpy3DAsync, PFN_cuMemcpy3DAsync_v3020)                         \
+  X(cuArray3DCreate, PFN_cuArray3DCreate_v3020)                         \
+  X(cuArrayDestroy, PFN_cuArrayDestroy_v2000)                           \
+  X(cuMipmappedArrayCreate, PFN_cuMipmappedArrayCreate_v5000)           \
+  X(cuMipmappedArrayGetLevel, PFN_cuMipmappedArrayGetLevel_v5000)       \
+  X(cuMipmappedArrayDestroy, PFN_cuMipmappedArrayDestroy_v5000)         \
+  X(cuTexObjectCreate, PFN_cuTexObjectCreate_v5000)                     \
+  X(cuTexObjectDestroy, PFN_cuTexObjectDestroy_v5000)                   \
+  X(cuSurfObjectCreate, PFN_cuSurfObjectCreate_v5000)                   \
+  X(cuSurfObjectDestroy, PFN_cuSurfObjectDestroy_v5000)                 \
   X(cuMemsetD8Async, PFN_cuMemsetD8Async_v3020)                         \
   X(cuMemsetD2D8Async, PFN_cuMemsetD2D8Async_v3020)                     \
   X(cuMemsetD16Async, PFN_cuMemsetD16Async_v3020)                       \

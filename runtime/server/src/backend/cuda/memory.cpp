@@ -157,6 +157,10 @@ Status CudaBackend::copy(BackendStream& bs, const CopyDesc& c) {
   if (c.width == 0 || c.height == 0) return Status::Success;
   const Driver& d = s_->drv;
   const CUstream h = s.handle();
+  if (c.dst.array != nullptr || c.src.array != nullptr) {
+    const CUDA_MEMCPY3D m = array_copy_params(c);
+    return FUNNEL_CU(d, cuMemcpy3DAsync, &m, h);
+  }
   if (c.height == 1) {
     if (c.dst.device && !c.src.device) {
       return FUNNEL_CU(d, cuMemcpyHtoDAsync, device_pointer(c.dst.address), host_pointer(c.src.address), c.width, h);

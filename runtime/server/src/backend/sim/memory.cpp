@@ -203,8 +203,18 @@ Status SimBackend::host_register(void* p, uint64_t size) {
   return (p == nullptr || size == 0) ? Status::InvalidValue : any_device();
 }
 
-Status SimBackend::copy(BackendStream& s, const CopyDesc& c) {
+Status SimBackend::copy(BackendStream& s, const CopyDesc& in) {
   if (Status st = usable(s.device()); st != Status::Success) return st;
+  // An array's region: host memory whose rows are the array's row bytes apart.
+  CopyDesc c = in;
+  if (c.dst.array != nullptr) {
+    c.dst.address = reinterpret_cast<uint64_t>(array_bytes_at(c.dst));
+    c.dst_pitch = c.dst.array->shape.row_bytes();
+  }
+  if (c.src.array != nullptr) {
+    c.src.address = reinterpret_cast<uint64_t>(array_bytes_at(c.src));
+    c.src_pitch = c.src.array->shape.row_bytes();
+  }
   if (c.dst.address == 0 || c.src.address == 0) return Status::InvalidValue;
   if (c.height > 1 && (c.dst_pitch < c.width || c.src_pitch < c.width)) return Status::InvalidPitchValue;
   stream(s).enqueue([c] {

@@ -39,6 +39,8 @@ struct Allocation {
 
 // Frees an allocation's host memory (memory.cpp).
 void release_memory(uint64_t address, const Allocation& a) noexcept;
+// Where an array endpoint's region starts (arrays.cpp); its rows are the array's row bytes apart.
+std::byte* array_bytes_at(const CopyEndpoint& e);
 
 class SimBackend final : public Backend {
  public:
@@ -78,6 +80,11 @@ class SimBackend final : public Backend {
   Status mem_unmap(int device, DeviceAddress at, uint64_t size) override;
   Status mem_free(int device, DeviceAddress address) override;
   Status mem_alloc_async(BackendStream& s, uint64_t size, DeviceAddress& out) override;
+  // arrays.cpp
+  Status array_create(int device, const ArrayShape& shape, std::unique_ptr<BackendArray>& out) override;
+  Status array_level(BackendArray& mipmap, uint32_t level, std::unique_ptr<BackendArray>& out) override;
+  Status texture_create(int device, const ipc::TexCreateCmd& c, const BackendArray* array, uint64_t& handle) override;
+  Status texture_destroy(int device, uint64_t handle, bool surface) override;
   Status mem_free_async(BackendStream& s, DeviceAddress address) override;
   Status host_register(void* p, uint64_t size) override;
   Status host_unregister(void* p) override { return p == nullptr ? Status::InvalidValue : any_device(); }
@@ -187,6 +194,7 @@ class SimBackend final : public Backend {
   mutable std::mutex launch_m_;
   std::deque<SimLaunchRecord> launches_;
   std::atomic<uint64_t> events_created_{0}, event_queries_{0}, stream_queries_{0}, stream_writes_{0}, kernel_stores_{0};
+  std::atomic<uint64_t> next_texture_{0x7e0000000001};  // texture and surface object handles
   std::atomic<uint64_t> profiling_on_{0}, profiling_off_{0};
   std::mutex log_m_;
   std::ofstream log_;

@@ -274,7 +274,7 @@ void volumes() {
   SHOW("memset3d past the allocation", cudaMemset3D(p, 0, make_cudaExtent(W, H, D + 1)));
   bad = parms(p, {}, host.ptr(), {}, make_cudaExtent(20, 10, 2), cudaMemcpyHostToDevice);
   bad.srcArray = reinterpret_cast<cudaArray_t>(&bad);
-  SHOW("array source", cudaMemcpy3D(&bad));
+  SHOW("array source", cudaMemcpy3D(&bad));  // not an array of this process
   cudaGetLastError();
   std::printf("after the refusals: differences %d\n", differences(p, model));
   CHECK(cudaStreamDestroy(s));

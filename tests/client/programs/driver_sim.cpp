@@ -341,7 +341,7 @@ int main() {
     CHECK(cuStreamSynchronize(cs), CUDA_SUCCESS);
     for (size_t r = 0; r < 8; ++r) more = more && std::memcmp(&dst[r * 100], &src[r * 128], 100) == 0;
     up.srcMemoryType = CU_MEMORYTYPE_ARRAY;
-    CHECK(cuMemcpy2D(&up), CUDA_ERROR_NOT_SUPPORTED);  // arrays: expected.stderr
+    CHECK(cuMemcpy2D(&up), CUDA_ERROR_INVALID_VALUE);  // an array side without an array
     // Stream-ordered allocation, used and freed on the stream.
     CUdeviceptr async = 0;
     CHECK(cuMemAllocAsync(&async, 4096, cs), CUDA_SUCCESS);
@@ -715,6 +715,77 @@ int main() {
     CHECK(cuMemFree(a), CUDA_SUCCESS);
     std::printf("conditional nodes: bodies of the handles' defaults %s, one executable graph at a time %s\n",
                 ran ? "ran" : "FAIL", one_exec ? "ok" : "FAIL");
+  }
+
+  // Arrays through the driver front: a 2-D float array filled by cuMemcpy2D from pageable memory,
+  // read back by cuMemcpyAtoH across rows, copied to device memory and back (cuMemcpyAtoD,
+  // cuMemcpyDtoA into a second array, cuMemcpy3D out of it); its descriptor; a texture object of it
+  // and a surface object, described and destroyed.
+  {
+    constexpr size_t W = 32, H = 16;
+    CUDA_ARRAY3D_DESCRIPTOR ad{};
+    ad.Width = W;
+    ad.Height = H;
+    ad.Format = CU_AD_FORMAT_FLOAT;
+    ad.NumChannels = 1;
+    ad.Flags = CUDA_ARRAY3D_SURFACE_LDST;
+    CUarray a = nullptr, b = nullptr;
+    CHECK(cuArray3DCreate(&a, &ad), CUDA_SUCCESS);
+    CHECK(cuArray3DCreate(&b, &ad), CUDA_SUCCESS);
+    CUDA_ARRAY_DESCRIPTOR got{};
+    CHECK(cuArrayGetDescriptor(&got, a), CUDA_SUCCESS);
+    std::vector<float> in(W * H), out(W * H, -1.f);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i) * 0.25f;
+    CUDA_MEMCPY2D m{};
+    m.srcMemoryType = CU_MEMORYTYPE_HOST;
+    m.srcHost = in.data();
+    m.srcPitch = W * sizeof(float);
+    m.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+    m.dstArray = a;
+    m.WidthInBytes = W * sizeof(float);
+    m.Height = H;
+    CHECK(cuMemcpy2D(&m), CUDA_SUCCESS);
+    // 40 floats from the middle of row 2 on, across rows.
+    std::vector<float> span(40, 0.f);
+    CHECK(cuMemcpyAtoH(span.data(), a, (2 * W + 10) * sizeof(float), span.size() * sizeof(float)), CUDA_SUCCESS);
+    bool spans = true;
+    for (size_t i = 0; i < span.size(); ++i) spans = spans && span[i] == in[2 * W + 10 + i];
+    CUdeviceptr d = 0;
+    CHECK(cuMemAlloc(&d, W * H * sizeof(float)), CUDA_SUCCESS);
+    CHECK(cuMemcpyAtoD(d, a, 0, W * H * sizeof(float)), CUDA_SUCCESS);
+    CHECK(cuMemcpyDtoA(b, 0, d, W * H * sizeof(float)), CUDA_SUCCESS);
+    CUDA_MEMCPY3D m3{};
+    m3.srcMemoryType = CU_MEMORYTYPE_ARRAY;
+    m3.srcArray = b;
+    m3.dstMemoryType = CU_MEMORYTYPE_HOST;
+    m3.dstHost = out.data();
+    m3.dstPitch = W * sizeof(float);
+    m3.dstHeight = H;
+    m3.WidthInBytes = W * sizeof(float);
+    m3.Height = H;
+    m3.Depth = 1;
+    CHECK(cuMemcpy3D(&m3), CUDA_SUCCESS);
+    CUDA_RESOURCE_DESC rd{};
+    rd.resType = CU_RESOURCE_TYPE_ARRAY;
+    rd.res.array.hArray = a;
+    CUDA_TEXTURE_DESC td{};
+    td.filterMode = CU_TR_FILTER_MODE_LINEAR;
+    td.flags = CU_TRSF_NORMALIZED_COORDINATES;
+    CUtexObject t = 0;
+    CHECK(cuTexObjectCreate(&t, &rd, &td, nullptr), CUDA_SUCCESS);
+    CUDA_RESOURCE_DESC back{};
+    CHECK(cuTexObjectGetResourceDesc(&back, t), CUDA_SUCCESS);
+    CUsurfObject sf = 0;
+    CHECK(cuSurfObjectCreate(&sf, &rd), CUDA_SUCCESS);
+    const bool objects = t != 0 && sf != 0 && back.resType == CU_RESOURCE_TYPE_ARRAY && back.res.array.hArray == a;
+    CHECK(cuSurfObjectDestroy(sf), CUDA_SUCCESS);
+    CHECK(cuTexObjectDestroy(t), CUDA_SUCCESS);
+    CHECK(cuArrayDestroy(a), CUDA_SUCCESS);
+    CHECK(cuArrayDestroy(b), CUDA_SUCCESS);
+    CHECK(cuArrayDestroy(a), CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuMemFree(d), CUDA_SUCCESS);
+    std::printf("arrays: descriptor %zux%zu, 2-D copy and row-spanning read %s, through device memory %s, objects %s\n",
+                got.Width, got.Height, spans ? "ok" : "FAIL", out == in ? "ok" : "FAIL", objects ? "ok" : "FAIL");
   }
 
   // A wait left pending at exit, on a word nothing writes: the server meets it when the client

@@ -2,6 +2,7 @@
 // and copy paths as the runtime front's (a cuMemAlloc'd pointer is a cudaMalloc'd one).
 #include <string>
 
+#include "arrays.hpp"
 #include "copy_engine.hpp"
 #include "device_memory.hpp"
 #include <cstring>
@@ -30,12 +31,15 @@ CUresult copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, CUstrea
                                                        reinterpret_cast<cudaStream_t>(s), async, per_thread));
 }
 
-// One side of a CUDA_MEMCPY2D/3D: the address of its first byte and its pitches.  Host, device
-// and unified memory; arrays are refused (issue 30).
+// One side of a CUDA_MEMCPY2D/3D: the address of its first byte and its pitches, or an array's
+// region (the core's arrays.hpp: its pitches are the array's rows and slices).
 CUresult side(CUmemorytype type, const void* host_ptr, CUdeviceptr dev, CUarray array, size_t x, size_t y, size_t z,
-              size_t pitch, size_t height, const char* call, char*& at) {
-  if (array != nullptr || type == CU_MEMORYTYPE_ARRAY)
-    return static_cast<CUresult>(funnel::driver::not_supported((std::string(call) + " with a CUDA array").c_str()));
+              size_t pitch, size_t height, size_t width, size_t rows, size_t depth, funnel::client::CopySide& out,
+              funnel::client::Pitches& pitches) {
+  if (type == CU_MEMORYTYPE_ARRAY) {
+    if (array == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return funnel::driver::to_cu(funnel::client::array_side(array, x, y, z, out, pitches));
+  }
   const char* base = nullptr;
   switch (type) {
     case CU_MEMORYTYPE_HOST: base = static_cast<const char*>(host_ptr); break;
@@ -44,31 +48,29 @@ CUresult side(CUmemorytype type, const void* host_ptr, CUdeviceptr dev, CUarray 
     default: return CUDA_ERROR_INVALID_VALUE;
   }
   if (base == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  at = const_cast<char*>(base) + z * pitch * height + y * pitch + x;
+  out = funnel::client::CopySide{base + z * pitch * height + y * pitch + x};
+  pitches = {rows > 1 || depth > 1 ? pitch : width, pitch * height};
   return CUDA_SUCCESS;
 }
 
-CUresult copy3d(const CUDA_MEMCPY3D* c, CUstream s, bool async, bool per_thread, const char* call) {
+CUresult copy3d(const CUDA_MEMCPY3D* c, CUstream s, bool async, bool per_thread, const char*) {
   if (c == nullptr || c->srcLOD != 0 || c->dstLOD != 0 || c->reserved0 != nullptr || c->reserved1 != nullptr)
     return CUDA_ERROR_INVALID_VALUE;
   int d = 0;
   if (CUresult r = funnel::driver::in_context(d); r != CUDA_SUCCESS) return r;
-  char* dst = nullptr;
-  char* src = nullptr;
+  funnel::client::CopySide dst, src;
+  funnel::client::Pitches dp{}, sp{};
   if (CUresult r = side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstArray, c->dstXInBytes, c->dstY, c->dstZ,
-                        c->dstPitch, c->dstHeight, call, dst);
+                        c->dstPitch, c->dstHeight, c->WidthInBytes, c->Height, c->Depth, dst, dp);
       r != CUDA_SUCCESS)
     return r;
   if (CUresult r = side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcArray, c->srcXInBytes, c->srcY, c->srcZ,
-                        c->srcPitch, c->srcHeight, call, src);
+                        c->srcPitch, c->srcHeight, c->WidthInBytes, c->Height, c->Depth, src, sp);
       r != CUDA_SUCCESS)
     return r;
-  const size_t dpitch = c->Height > 1 || c->Depth > 1 ? c->dstPitch : c->WidthInBytes;
-  const size_t spitch = c->Height > 1 || c->Depth > 1 ? c->srcPitch : c->WidthInBytes;
-  return funnel::driver::to_cu(funnel::client::copy_3d(dst, {dpitch, c->dstPitch * c->dstHeight}, src,
-                                                       {spitch, c->srcPitch * c->srcHeight},
-                                                       {c->WidthInBytes, c->Height, c->Depth}, cudaMemcpyDefault,
-                                                       reinterpret_cast<cudaStream_t>(s), async, per_thread));
+  return funnel::driver::to_cu(funnel::client::copy_sides(dst, dp, src, sp, {c->WidthInBytes, c->Height, c->Depth},
+                                                          cudaMemcpyDefault, reinterpret_cast<cudaStream_t>(s), async,
+                                                          per_thread));
 }
 
 // A 2-D copy is a 3-D copy of one slice.

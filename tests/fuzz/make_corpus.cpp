@@ -314,6 +314,31 @@ void write_all(const std::filesystem::path& dir) {
       .cmd(Opcode::GraphExecDestroy, ipc::GraphExecCmd{12})
       .bare(Opcode::DeviceSynchronize, true)
       .write(dir, "graph_trees");
+  // Arrays: a 3-D float array, copies into and out of a region, a mipmapped array's level, a
+  // texture object of the array and one of device memory, frees.
+  ipc::TexCreateCmd tex{};
+  tex.res_id = 21;
+  ipc::TexCreateCmd linear{};
+  linear.res_type = 2;
+  linear.address = fuzz::address_token(0, 0);
+  linear.format = 0x20;
+  linear.channels = 1;
+  linear.size = 4096;
+  const ipc::Location arr{MemSpace::Array, 0, 21, 32};
+  Seed()
+      .cmd(Opcode::MemAlloc, ipc::MemAllocCmd{4096}, true)
+      .cmd(Opcode::ArrayCreate, ipc::ArrayCreateCmd{21, 16, 8, 4, 0x20, 1, 0, 0}, true)
+      .cmd(Opcode::ArrayCreate, ipc::ArrayCreateCmd{22, 16, 16, 0, 0x01, 4, 0, 3}, true)
+      .cmd(Opcode::ArrayLevel, ipc::ArrayLevelCmd{22, 23, 1, 0}, true)
+      .cmd(Opcode::Copy, copy(arr, device(0, 0), 64, 4, 64))
+      .cmd(Opcode::Copy, copy(device(0, 512), arr, 64, 4, 64))
+      .cmd(Opcode::Copy, copy(ipc::Location{MemSpace::Array, 0, 23, 0}, device(0, 0), 32, 2, 32))
+      .cmd(Opcode::TexCreate, tex, true)
+      .cmd(Opcode::TexCreate, linear, true)
+      .cmd(Opcode::ArrayDestroy, ipc::ArrayCmd{22}, true)
+      .cmd(Opcode::ArrayDestroy, ipc::ArrayCmd{21}, true)
+      .bare(Opcode::DeviceSynchronize, true)
+      .write(dir, "arrays");
   // Modules: a second upload (whose bytes are no fat binary) and an unload.
   ipc::ModuleCmd m{};
   m.module_id = 2;

@@ -52,6 +52,7 @@ build zero_copy zero_copy.cu -cudart shared -L"$STUBS" -lcuda
 build graph_kernels graph_kernels.cu -cudart shared
 build graph_driver graph_driver.cpp -cudart none -L"$STUBS" -lcuda
 build managed_kernels managed_kernels.cu -cudart shared -L"$STUBS" -lcuda
+build textures textures.cu -cudart shared
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "FAILED to build: ${failed[*]}" >&2

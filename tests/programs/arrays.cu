@@ -11,6 +11,9 @@
 
 #include "check.h"
 
+// cudaMemcpyToArray and cudaMemcpyFromArray are deprecated, and tested on purpose.
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
 static unsigned sum(const float* p, size_t n) {
   double s = 0;
   for (size_t i = 0; i < n; ++i) s += p[i];

@@ -4,6 +4,8 @@
 // runtime's), with work after each (a kernel, a synchronisation, a memset read back).  Prints the same natively and through funnel.
 #include <cuda_profiler_api.h>
 
+#include <vector>
+
 #include "check.h"
 
 __global__ void add_one(int* p, int n) {
@@ -95,6 +97,72 @@ int main() {
   std::printf("cache preference read back: %s\n", cache == cudaFuncCachePreferShared ? "prefer shared" : "other");
   CHECK(cudaDeviceSetCacheConfig(cudaFuncCachePreferNone));
   std::printf("work after them: %s\n", run_and_check(d, n) ? "ok" : "FAIL");
+
+  // Stream attributes: an access-policy window on a stream, read back and copied to another;
+  // the synchronisation policy; a stream's priority; the persisting lines reset.
+  cudaStream_t s1, s2;
+  CHECK(cudaStreamCreateWithPriority(&s1, cudaStreamNonBlocking, -1));
+  CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  cudaStreamAttrValue w{};
+  w.accessPolicyWindow.base_ptr = d;
+  w.accessPolicyWindow.num_bytes = n * sizeof(int);
+  w.accessPolicyWindow.hitRatio = 0.5f;
+  w.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;
+  w.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
+  CHECK(cudaStreamSetAttribute(s1, cudaStreamAttributeAccessPolicyWindow, &w));
+  cudaStreamAttrValue r{};
+  CHECK(cudaStreamGetAttribute(s1, cudaStreamAttributeAccessPolicyWindow, &r));
+  std::printf("access-policy window read back: %s, %zu bytes, hit ratio %.2f, hit %d, miss %d\n",
+              r.accessPolicyWindow.base_ptr == d ? "the buffer" : "other", r.accessPolicyWindow.num_bytes,
+              r.accessPolicyWindow.hitRatio, static_cast<int>(r.accessPolicyWindow.hitProp),
+              static_cast<int>(r.accessPolicyWindow.missProp));
+  add_one<<<(n + 255) / 256, 256, 0, s1>>>(d, n);
+  CHECK(cudaStreamSynchronize(s1));
+  CHECK(cudaStreamCopyAttributes(s2, s1));
+  CHECK(cudaStreamGetAttribute(s2, cudaStreamAttributeAccessPolicyWindow, &r));
+  std::printf("copied to another stream: %s\n", r.accessPolicyWindow.num_bytes == n * sizeof(int) ? "yes" : "no");
+  cudaStreamAttrValue p{};
+  p.syncPolicy = cudaSyncPolicyYield;
+  CHECK(cudaStreamSetAttribute(s2, cudaStreamAttributeSynchronizationPolicy, &p));
+  CHECK(cudaStreamGetAttribute(s2, cudaStreamAttributeSynchronizationPolicy, &r));
+  std::printf("synchronisation policy read back: %s\n", r.syncPolicy == cudaSyncPolicyYield ? "yield" : "other");
+  CHECK(cudaStreamGetAttribute(s1, cudaStreamAttributePriority, &r));
+  std::printf("priority attribute of a priority -1 stream: %d\n", r.priority);
+  w.accessPolicyWindow.num_bytes = 0;
+  CHECK(cudaStreamSetAttribute(s1, cudaStreamAttributeAccessPolicyWindow, &w));
+  CHECK(cudaCtxResetPersistingL2Cache());
+  std::printf("work after the window: %s\n", run_and_check(d, n) ? "ok" : "FAIL");
+  CHECK(cudaStreamDestroy(s1));
+  CHECK(cudaStreamDestroy(s2));
+
+  // Host flags of pinned memory, peers, valid devices, the largest cluster.
+  void *ph = nullptr, *pm = nullptr;
+  CHECK(cudaMallocHost(&ph, 4096));
+  CHECK(cudaHostAlloc(&pm, 4096, cudaHostAllocMapped | cudaHostAllocWriteCombined));
+  unsigned hf = 0, mf = 0;
+  CHECK(cudaHostGetFlags(&hf, ph));
+  CHECK(cudaHostGetFlags(&mf, pm));
+  std::printf("cudaHostGetFlags: cudaMallocHost %#x, cudaHostAlloc(mapped|write-combined) %#x\n", hf, mf);
+  std::vector<int> pageable(16);
+  std::printf("cudaHostGetFlags of pageable memory: %s\n", cudaGetErrorName(cudaHostGetFlags(&hf, pageable.data())));
+  cudaGetLastError();
+  CHECK(cudaFreeHost(ph));
+  CHECK(cudaFreeHost(pm));
+  int can = -1;
+  CHECK(cudaDeviceCanAccessPeer(&can, 0, 0));
+  std::printf("cudaDeviceCanAccessPeer(0, 0): %d; of no device: %s\n", can,
+              cudaGetErrorName(cudaDeviceCanAccessPeer(&can, 0, 99)));
+  cudaGetLastError();
+  int valid[] = {0}, invalid[] = {99};
+  std::printf("cudaSetValidDevices({0}): %s, ({99}): %s\n", cudaGetErrorName(cudaSetValidDevices(valid, 1)),
+              cudaGetErrorName(cudaSetValidDevices(invalid, 1)));
+  cudaGetLastError();
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(64);
+  cfg.blockDim = dim3(128);
+  int cluster = 0;
+  CHECK(cudaOccupancyMaxPotentialClusterSize(&cluster, reinterpret_cast<const void*>(add_one), &cfg));
+  std::printf("cudaOccupancyMaxPotentialClusterSize of 128-thread blocks: %d\n", cluster);
   CHECK(cudaFree(d));
   std::printf("done\n");
   return 0;

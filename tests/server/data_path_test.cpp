@@ -281,6 +281,29 @@ TEST_F(ServerTest, LimitsAndProfiledRanges) {
   EXPECT_EQ(counts(), (Counts{2, 2})) << "the ranges a client left open were not closed";
 }
 
+// Stream access-policy windows (cudaStreamSetAttribute): of the client's own device memory only,
+// properties and hit ratios CUDA has; the persisting-lines reset.
+TEST_F(ServerTest, StreamAccessPolicyWindowsCoverTheClientsMemoryOnly) {
+  start_server();
+  TestClient c(run_dir_);
+  ASSERT_TRUE(c.ok());
+  const uint64_t a = c.alloc(1 << 20);
+  c.create_stream(3);
+  auto window = [&](uint64_t base, uint64_t bytes, float ratio, uint32_t hit, uint32_t miss, uint64_t stream = 3) {
+    return c.call(Opcode::StreamAttribute, ipc::StreamAttributeCmd{base, bytes, ratio, hit, miss, 0}, stream).status;
+  };
+  EXPECT_EQ(window(a, 1 << 20, 0.5f, 2, 1), Status::Success);
+  EXPECT_EQ(window(a, 0, 0.f, 0, 0), Status::Success) << "no window";
+  EXPECT_EQ(window(a, 0, 0.f, 0, 0, 0), Status::Success) << "the legacy stream";
+  EXPECT_EQ(window(a + 4096, 1 << 20, 0.5f, 2, 1), Status::InvalidValue) << "past the allocation";
+  EXPECT_EQ(window(0x1000, 4096, 0.5f, 2, 1), Status::InvalidValue) << "memory of no allocation";
+  EXPECT_EQ(window(a, 4096, 1.5f, 2, 1), Status::InvalidValue) << "a hit ratio above 1";
+  EXPECT_EQ(window(a, 4096, 0.5f, 3, 1), Status::InvalidValue) << "no such property";
+  EXPECT_EQ(window(a, 4096, 0.5f, 2, 1, 77), Status::InvalidResourceHandle) << "no such stream";
+  EXPECT_EQ(c.call(Opcode::ResetPersistingL2).status, Status::Success);
+  EXPECT_EQ(c.call(Opcode::ResetPersistingL2, nullptr, 0, 0, 9).status, Status::InvalidDevice);
+}
+
 // FUNNEL_DEVICE_MEM_LIMIT as the hello carries it: per device, counted over cudaMalloc
 // and cudaMallocAsync, given back by frees and a device reset, shown by MemGetInfo.
 TEST_F(ServerTest, DeviceMemoryLimitPerClient) {

@@ -83,6 +83,15 @@ cudaError_t get_limit(int device, uint32_t limit, uint64_t& value);
 cudaError_t set_limit(int device, uint32_t limit, uint64_t value);
 // cudaProfilerStart/Stop, cuProfilerStart/Stop: this process's profiled range on `device`.
 cudaError_t profiler(int device, bool start);
+// cudaCtxResetPersistingL2Cache, cuCtxResetPersistingL2Cache: `device`'s persisting L2 lines made
+// normal (the server's context: every client's on the device).
+cudaError_t reset_persisting_l2(int device);
+// cudaDeviceCanAccessPeer, cuDeviceCanAccessPeer: 0 for two valid devices (funnel gives no peer
+// access yet: doc/not-supported.md), cudaErrorInvalidDevice otherwise.  Attached already.
+cudaError_t can_access_peer(int* can, int device, int peer) noexcept;
+// cudaHostGetFlags, cuMemHostGetFlags: the flags a pinned buffer was made with (cudaHostAlloc's),
+// as CUDA reports them under unified addressing (mapped and portable always set).
+cudaError_t host_get_flags(unsigned* flags, const void* p) noexcept;
 cudaError_t& last_error() noexcept;      // per host thread
 
 // Records a failing status as the thread's last error (cudaErrorNotReady is not an

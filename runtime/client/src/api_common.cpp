@@ -84,6 +84,26 @@ cudaError_t profiler(int device, bool start) {
   return to_cuda(Runtime::get().call(ipc::Opcode::Profiler, device, 0, &c, sizeof c));
 }
 
+cudaError_t reset_persisting_l2(int device) {
+  return to_cuda(Runtime::get().call(ipc::Opcode::ResetPersistingL2, device, 0, nullptr, 0));
+}
+
+cudaError_t can_access_peer(int* can, int device, int peer) noexcept {
+  if (can == nullptr) return cudaErrorInvalidValue;
+  const int n = Runtime::get().device_count();
+  if (device < 0 || device >= n || peer < 0 || peer >= n) return cudaErrorInvalidDevice;
+  *can = 0;
+  return cudaSuccess;
+}
+
+cudaError_t host_get_flags(unsigned* flags, const void* p) noexcept {
+  if (flags == nullptr || p == nullptr) return cudaErrorInvalidValue;
+  const Classified c = Runtime::get().tables.classify(p);
+  if (c.kind != Classified::Pinned || c.managed) return cudaErrorInvalidValue;
+  *flags = c.pinned_flags | cudaHostAllocMapped | cudaHostAllocPortable;
+  return cudaSuccess;
+}
+
 cudaError_t set_context_flags(int device, unsigned flags, const char* call) noexcept {
   constexpr unsigned kSchedule = 0x7u, kKept = kSchedule | 0x8u | 0x10u;  // + MAP_HOST, LMEM_RESIZE_TO_MAX
   const unsigned sched = flags & kSchedule;

@@ -301,6 +301,34 @@ FUNNEL_API cudaError_t cudaProfilerStop() {
   return guarded(__func__, [&] { return profiler(current_device(), false); });
 }
 
+FUNNEL_API cudaError_t cudaCtxResetPersistingL2Cache() {
+  return guarded(__func__, [&] {
+    if (cudaError_t e = attach(); e != cudaSuccess) return e;
+    return reset_persisting_l2(current_device());
+  });
+}
+
+FUNNEL_API cudaError_t cudaDeviceCanAccessPeer(int* can, int device, int peer) {
+  return guarded(__func__, [&] {
+    if (cudaError_t e = attach(); e != cudaSuccess) return e;
+    return can_access_peer(can, device, peer);
+  });
+}
+
+// The list is checked and taken; funnel picks devices as cudaSetDevice says (the list's first
+// device is not made current: CUDA's choice among them happens at context creation, which the
+// server does for every client).
+FUNNEL_API cudaError_t cudaSetValidDevices(int* devices, int len) {
+  return guarded(__func__, [&] {
+    if (len < 0 || (len > 0 && devices == nullptr)) return cudaErrorInvalidValue;
+    if (cudaError_t e = attach(); e != cudaSuccess) return e;
+    const int n = Runtime::get().device_count();
+    for (int i = 0; i < len; ++i)
+      if (devices[i] < 0 || devices[i] >= n) return cudaErrorInvalidDevice;
+    return cudaSuccess;
+  });
+}
+
 // Priorities are answered locally: 0 (least) and -5 (greatest), as an H100 reports them.
 FUNNEL_API cudaError_t cudaDeviceGetStreamPriorityRange(int* leastPriority, int* greatestPriority) {
   return guarded(__func__, [&] {

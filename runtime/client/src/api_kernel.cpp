@@ -232,6 +232,18 @@ FUNNEL_API cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t* bytes, 
                                                                  int block_size) {
   return guarded(__func__, [&] { return available_smem(bytes, func, blocks, block_size); });
 }
+FUNNEL_API cudaError_t cudaOccupancyMaxPotentialClusterSize(int* size, const void* func,
+                                                            const cudaLaunchConfig_t* config) {
+  return guarded(__func__, [&] {
+    if (size == nullptr) return cudaErrorInvalidValue;
+    LaunchSpec l;
+    if (cudaError_t e = read_config(config, false, l); e != cudaSuccess) return e;
+    const int dev = current_device();
+    Kernel* k = nullptr;
+    if (cudaError_t e = ready_kernel(func, dev, k); e != cudaSuccess) return e;
+    return kernel_max_cluster_size(*k, dev, l, *size);
+  });
+}
 FUNNEL_API cudaError_t cudaOccupancyMaxActiveClusters(int* clusters, const void* func,
                                                       const cudaLaunchConfig_t* config) {
   return guarded(__func__, [&] { return max_active_clusters(clusters, func, config); });

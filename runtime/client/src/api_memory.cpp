@@ -206,6 +206,10 @@ FUNNEL_API cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int flags
   return guarded(__func__, [&] { return pinned_alloc(ptr, size, flags); });
 }
 
+FUNNEL_API cudaError_t cudaHostGetFlags(unsigned* flags, void* host) {
+  return guarded(__func__, [&] { return host_get_flags(flags, host); });
+}
+
 FUNNEL_API cudaError_t cudaHostGetDevicePointer(void** pDevice, void* pHost, unsigned int flags) {
   return guarded(__func__, [&] { return pinned_device_pointer(pDevice, pHost, flags, "cudaHostGetDevicePointer"); });
 }

@@ -60,6 +60,25 @@ FUNNEL_API cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t s, cudaEvent_t e, u
 
 // The _ptsz variants differ only in what stream 0 means, and both default streams answer
 // alike.
+FUNNEL_API cudaError_t cudaStreamSetAttribute(cudaStream_t s, cudaStreamAttrID attr, const cudaStreamAttrValue* v) {
+  return guarded(__func__, [&] { return stream_set_attribute(s, false, static_cast<int>(attr), v); });
+}
+FUNNEL_API cudaError_t cudaStreamSetAttribute_ptsz(cudaStream_t s, cudaStreamAttrID attr, const cudaStreamAttrValue* v) {
+  return guarded(__func__, [&] { return stream_set_attribute(s, true, static_cast<int>(attr), v); });
+}
+FUNNEL_API cudaError_t cudaStreamGetAttribute(cudaStream_t s, cudaStreamAttrID attr, cudaStreamAttrValue* v) {
+  return guarded(__func__, [&] { return stream_get_attribute(s, false, static_cast<int>(attr), v); });
+}
+FUNNEL_API cudaError_t cudaStreamGetAttribute_ptsz(cudaStream_t s, cudaStreamAttrID attr, cudaStreamAttrValue* v) {
+  return guarded(__func__, [&] { return stream_get_attribute(s, true, static_cast<int>(attr), v); });
+}
+FUNNEL_API cudaError_t cudaStreamCopyAttributes(cudaStream_t dst, cudaStream_t src) {
+  return guarded(__func__, [&] { return stream_copy_attributes(dst, src, false); });
+}
+FUNNEL_API cudaError_t cudaStreamCopyAttributes_ptsz(cudaStream_t dst, cudaStream_t src) {
+  return guarded(__func__, [&] { return stream_copy_attributes(dst, src, true); });
+}
+
 FUNNEL_API cudaError_t cudaStreamGetPriority(cudaStream_t s, int* priority) {
   return guarded(__func__, [&] { return stream_field(s, priority, kPriority); });
 }

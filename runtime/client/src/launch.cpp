@@ -278,7 +278,9 @@ cudaError_t set_kernel_cache_config(Kernel& k, int dev, int config) {
   return post_attribute(k, dev, ipc::kFuncCacheConfig, config);
 }
 
-cudaError_t kernel_max_active_clusters(Kernel& k, int dev, const LaunchSpec& l, int& clusters) {  if (l.shared > UINT32_MAX) return cudaErrorInvalidValue;
+// A cluster question about a launch configuration (MaxActiveClusters, MaxClusterSize).
+static cudaError_t cluster_query(Opcode op, Kernel& k, int dev, const LaunchSpec& l, int& out) {
+  if (l.shared > UINT32_MAX) return cudaErrorInvalidValue;
   ipc::LaunchCmd c{};  // no parameters follow (param_bytes 0)
   c.kernel_id = k.id;
   c.grid[0] = l.grid.x, c.grid[1] = l.grid.y, c.grid[2] = l.grid.z;
@@ -286,9 +288,17 @@ cudaError_t kernel_max_active_clusters(Kernel& k, int dev, const LaunchSpec& l, 
   c.shared_bytes = static_cast<uint32_t>(l.shared);
   for (int i = 0; i < 3; ++i) c.cluster[i] = l.cluster[i];
   Reply r;
-  const cudaError_t e = to_cuda(Runtime::get().ask(Opcode::MaxActiveClusters, dev, &c, sizeof c, {}, &r));
-  if (e == cudaSuccess) clusters = static_cast<int>(r.value[0]);
+  const cudaError_t e = to_cuda(Runtime::get().ask(op, dev, &c, sizeof c, {}, &r));
+  if (e == cudaSuccess) out = static_cast<int>(r.value[0]);
   return e;
+}
+
+cudaError_t kernel_max_active_clusters(Kernel& k, int dev, const LaunchSpec& l, int& clusters) {
+  return cluster_query(Opcode::MaxActiveClusters, k, dev, l, clusters);
+}
+
+cudaError_t kernel_max_cluster_size(Kernel& k, int dev, const LaunchSpec& l, int& size) {
+  return cluster_query(Opcode::MaxClusterSize, k, dev, l, size);
 }
 
 }  // namespace funnel::client

@@ -53,5 +53,8 @@ cudaError_t set_kernel_attribute(Kernel& k, int device, int attr, int value);
 cudaError_t set_kernel_cache_config(Kernel& k, int device, int config);
 // cudaOccupancyMaxActiveClusters / cuOccupancyMaxActiveClusters for a ready kernel.
 cudaError_t kernel_max_active_clusters(Kernel& k, int device, const LaunchSpec& l, int& clusters);
+// cudaOccupancyMaxPotentialClusterSize / cuOccupancyMaxPotentialClusterSize (the cluster
+// dimensions of `l` are not used).
+cudaError_t kernel_max_cluster_size(Kernel& k, int device, const LaunchSpec& l, int& size);
 
 }  // namespace funnel::client

@@ -106,6 +106,7 @@ cudaError_t pinned_alloc(void** ptr, size_t size, unsigned flags, bool managed) 
     return cudaErrorMemoryAllocation;
   }
   entry.managed = managed;
+  entry.flags = flags;
   rt.tables.add_pinned(reinterpret_cast<uintptr_t>(p), std::move(entry));
   *ptr = p;
   return cudaSuccess;

@@ -1,6 +1,9 @@
 // Streams: streams.hpp. Ids are chosen here (nonzero, never reused), so creation is one-way.
 #include "streams.hpp"
 
+#include <mutex>
+#include <unordered_map>
+
 #include <algorithm>
 #include <memory>
 #include <optional>
@@ -112,6 +115,99 @@ cudaError_t destroy_stream(cudaStream_t stream) {
   const int dev = s->device;
   // Pending work still completes (CUDA semantics); the server sees to that.
   return to_cuda(rt.post(Opcode::StreamDestroy, dev, id, nullptr, 0));
+}
+
+// ---- stream attributes ---------------------------------------------------------------------------
+
+namespace {
+
+struct StreamAttrs {
+  cudaAccessPolicyWindow window{};
+  int sync_policy = cudaSyncPolicyAuto;
+};
+
+// By stream id (0: the legacy stream of each device is keyed by 2^63 + device, as stream_unique_id).
+std::mutex g_attrs_mu;
+std::unordered_map<unsigned long long, StreamAttrs>& attrs() {
+  static auto* m = new std::unordered_map<unsigned long long, StreamAttrs>;  // never destroyed
+  return *m;
+}
+
+cudaError_t set_window(const StreamRef& s, const cudaAccessPolicyWindow& w) {
+  if (w.num_bytes != 0 && w.base_ptr == nullptr) return cudaErrorInvalidValue;
+  const ipc::StreamAttributeCmd c{reinterpret_cast<uint64_t>(w.base_ptr), w.num_bytes, w.hitRatio,
+                                  static_cast<uint32_t>(w.hitProp), static_cast<uint32_t>(w.missProp), 0};
+  return to_cuda(Runtime::get().call(Opcode::StreamAttribute, s.device, s.id, &c, sizeof c));
+}
+
+}  // namespace
+
+cudaError_t stream_set_attribute(cudaStream_t stream, bool ptds, int attr, const cudaLaunchAttributeValue* value) {
+  if (value == nullptr) return cudaErrorInvalidValue;
+  if (cudaError_t e = attach(); e != cudaSuccess) return e;
+  StreamRef s;
+  if (cudaError_t e = resolve_stream(stream, ptds, s); e != cudaSuccess) return e;
+  unsigned long long key = 0;
+  if (cudaError_t e = stream_unique_id(stream, ptds, &key); e != cudaSuccess) return e;
+  switch (attr) {
+    case cudaLaunchAttributeAccessPolicyWindow: {
+      if (cudaError_t e = set_window(s, value->accessPolicyWindow); e != cudaSuccess) return e;
+      std::lock_guard lk(g_attrs_mu);
+      attrs()[key].window = value->accessPolicyWindow;
+      return cudaSuccess;
+    }
+    case cudaLaunchAttributeSynchronizationPolicy: {
+      const int p = static_cast<int>(value->syncPolicy);
+      if (p < cudaSyncPolicyAuto || p > cudaSyncPolicyBlockingSync) return cudaErrorInvalidValue;
+      std::lock_guard lk(g_attrs_mu);
+      attrs()[key].sync_policy = p;
+      return cudaSuccess;
+    }
+    default:
+      report_unsupported(fmt::format("setting stream attribute {}", attr).c_str());
+      return cudaErrorNotSupported;
+  }
+}
+
+cudaError_t stream_get_attribute(cudaStream_t stream, bool ptds, int attr, cudaLaunchAttributeValue* value) {
+  if (value == nullptr) return cudaErrorInvalidValue;
+  StreamRef s;
+  if (cudaError_t e = resolve_stream(stream, ptds, s); e != cudaSuccess) return e;
+  unsigned long long key = 0;
+  if (cudaError_t e = stream_unique_id(stream, ptds, &key); e != cudaSuccess) return e;
+  StreamAttrs a;
+  {
+    std::lock_guard lk(g_attrs_mu);
+    if (auto it = attrs().find(key); it != attrs().end()) a = it->second;
+  }
+  switch (attr) {
+    case cudaLaunchAttributeAccessPolicyWindow:
+      value->accessPolicyWindow = a.window;
+      return cudaSuccess;
+    case cudaLaunchAttributeSynchronizationPolicy:
+      value->syncPolicy = static_cast<cudaSynchronizationPolicy>(a.sync_policy);
+      return cudaSuccess;
+    case cudaLaunchAttributePriority: {
+      StreamObj rec{};
+      if (cudaError_t e = stream_record(stream, rec); e != cudaSuccess) return e;
+      value->priority = rec.priority;
+      return cudaSuccess;
+    }
+    default:
+      report_unsupported(fmt::format("stream attribute {}", attr).c_str());
+      return cudaErrorNotSupported;
+  }
+}
+
+cudaError_t stream_copy_attributes(cudaStream_t dst, cudaStream_t src, bool ptds) {
+  cudaLaunchAttributeValue v{};
+  for (int attr : {static_cast<int>(cudaLaunchAttributeAccessPolicyWindow),
+                   static_cast<int>(cudaLaunchAttributeSynchronizationPolicy)}) {
+    if (cudaError_t e = stream_get_attribute(src, ptds, attr, &v); e != cudaSuccess) return e;
+    // An empty window need not reach the server unless the destination has one.
+    if (cudaError_t e = stream_set_attribute(dst, ptds, attr, &v); e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
 }
 
 }  // namespace funnel::client

@@ -27,4 +27,12 @@ cudaError_t stream_unique_id(cudaStream_t stream, bool ptds, unsigned long long*
 cudaError_t stream_mem_op(cudaStream_t stream, bool ptds, uint64_t address, uint64_t value, ipc::StreamMemOp op,
                           uint32_t flags);
 
+// cudaStreamSetAttribute/GetAttribute/CopyAttributes and the driver's (their attribute ids and
+// value union are the driver's too): the access-policy window (set on the server's stream, its
+// memory checked to be the client's), the synchronisation policy (kept; the scheduling of waits
+// follows the device flags) and the priority (read only); other attributes are refused by name.
+cudaError_t stream_set_attribute(cudaStream_t stream, bool ptds, int attr, const cudaLaunchAttributeValue* value);
+cudaError_t stream_get_attribute(cudaStream_t stream, bool ptds, int attr, cudaLaunchAttributeValue* value);
+cudaError_t stream_copy_attributes(cudaStream_t dst, cudaStream_t src, bool ptds);
+
 }  // namespace funnel::client

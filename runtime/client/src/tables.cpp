@@ -286,6 +286,7 @@ Classified ClientTables::classify(const void* p) noexcept {
       c.pinned_id = it->second.id;
       c.pinned_device = it->second.device;
       c.managed = it->second.managed;
+      c.pinned_flags = it->second.flags;
       return c;
     }
   }

@@ -44,6 +44,7 @@ struct PinnedAlloc {
   std::shared_ptr<ipc::MappedFile> file;
   uint64_t device = 0;  // its address in the server, which kernels use (== the host address when mapped there)
   bool managed = false;  // cudaMallocManaged's (managed.hpp): always mapped at the server's address
+  unsigned flags = 0;    // cudaHostAlloc's
 };
 struct StreamObj {
   uint64_t id;
@@ -82,6 +83,7 @@ struct Classified {
   uint64_t pinned_id = 0;
   uint64_t pinned_device = 0;  // Pinned: the buffer's address in the server (the GPU's)
   bool managed = false;        // Pinned: managed memory (cudaMallocManaged), usable where device memory is
+  unsigned pinned_flags = 0;   // Pinned: cudaHostAlloc's flags
   bool graph = false;          // Device: a graph's memory (DeviceAlloc::graph)
   int device = 0;
 };

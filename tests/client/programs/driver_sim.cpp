@@ -788,6 +788,42 @@ int main() {
                 got.Width, got.Height, spans ? "ok" : "FAIL", out == in ? "ok" : "FAIL", objects ? "ok" : "FAIL");
   }
 
+  // The small calls through the driver front: a stream's access-policy window set, read back and
+  // copied; the persisting-lines reset; host flags of cuMemHostAlloc memory; peers.
+  {
+    CUdeviceptr w = 0;
+    CHECK(cuMemAlloc(&w, 1 << 16), CUDA_SUCCESS);
+    CUstream s1 = nullptr, s2 = nullptr;
+    CHECK(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    CHECK(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    CUstreamAttrValue v{};
+    v.accessPolicyWindow.base_ptr = reinterpret_cast<void*>(w);
+    v.accessPolicyWindow.num_bytes = 1 << 16;
+    v.accessPolicyWindow.hitRatio = 1.f;
+    v.accessPolicyWindow.hitProp = CU_ACCESS_PROPERTY_PERSISTING;
+    CHECK(cuStreamSetAttribute(s1, CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW, &v), CUDA_SUCCESS);
+    CHECK(cuStreamCopyAttributes(s2, s1), CUDA_SUCCESS);
+    CUstreamAttrValue r{};
+    CHECK(cuStreamGetAttribute(s2, CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW, &r), CUDA_SUCCESS);
+    v.accessPolicyWindow.base_ptr = &r;  // not device memory of this client
+    CHECK(cuStreamSetAttribute(s1, CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW, &v), CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuCtxResetPersistingL2Cache(), CUDA_SUCCESS);
+    void* host = nullptr;
+    CHECK(cuMemHostAlloc(&host, 4096, CU_MEMHOSTALLOC_DEVICEMAP), CUDA_SUCCESS);
+    unsigned hf = 0;
+    CHECK(cuMemHostGetFlags(&hf, host), CUDA_SUCCESS);
+    int can = -1;
+    CHECK(cuDeviceCanAccessPeer(&can, 0, 0), CUDA_SUCCESS);
+    CHECK(cuMemFreeHost(host), CUDA_SUCCESS);
+    CHECK(cuStreamDestroy(s1), CUDA_SUCCESS);
+    CHECK(cuStreamDestroy(s2), CUDA_SUCCESS);
+    CHECK(cuMemFree(w), CUDA_SUCCESS);
+    std::printf("small calls: window copied %s, host flags %#x, peer access %d\n",
+                r.accessPolicyWindow.num_bytes == (1 << 16) && r.accessPolicyWindow.hitProp == CU_ACCESS_PROPERTY_PERSISTING
+                    ? "yes" : "no",
+                hf, can);
+  }
+
   // A wait left pending at exit, on a word nothing writes: the server meets it when the client
   // goes, so the client detaches cleanly (run_program.sh) and the server's teardown ends.  In the
   // last exit handler (registered first): a free after it would wait for it, as under CUDA.

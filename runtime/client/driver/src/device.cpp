@@ -408,6 +408,15 @@ FUNNEL_DRIVER_API CUresult cuCtxGetSharedMemConfig(CUsharedconfig* config) {
 // The profiled range of this process on the current context's device (the server's context is
 // profiled while any client's range is open).  cuProfilerInitialize is gone from CUDA 12's
 // headers; its stub refuses it.
+FUNNEL_DRIVER_API CUresult cuCtxResetPersistingL2Cache() {
+  int d = 0;
+  if (CUresult r = current(d); r != CUDA_SUCCESS) return r;
+  return to_cu(funnel::client::reset_persisting_l2(d));
+}
+FUNNEL_DRIVER_API CUresult cuDeviceCanAccessPeer(int* can, CUdevice dev, CUdevice peer) {
+  if (CUresult r = funnel::driver::ready(); r != CUDA_SUCCESS) return r;
+  return to_cu(funnel::client::can_access_peer(can, dev, peer));
+}
 FUNNEL_DRIVER_API CUresult cuProfilerStart() {
   int d = 0;
   if (CUresult r = current(d); r != CUDA_SUCCESS) return r;

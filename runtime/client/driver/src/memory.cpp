@@ -448,6 +448,10 @@ FUNNEL_DRIVER_API CUresult cuMemHostUnregister(void* p) {
 
 // The address kernels use for pinned memory (pinned_device_pointer): the host address itself
 // when the client mapped the buffer at the server's address.
+FUNNEL_DRIVER_API CUresult cuMemHostGetFlags(unsigned* flags, void* p) {
+  if (CUresult r = funnel::driver::ready(); r != CUDA_SUCCESS) return r;
+  return funnel::driver::to_cu(funnel::client::host_get_flags(flags, p));
+}
 FUNNEL_DRIVER_API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p, unsigned int flags) {
   if (pdptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
   int d = 0;

@@ -342,6 +342,16 @@ FUNNEL_DRIVER_API CUresult cuOccupancyMaxActiveClusters(int* clusters, CUfunctio
   return funnel::driver::to_cu(funnel::client::kernel_max_active_clusters(*k, d, l, *clusters));
 }
 
+FUNNEL_DRIVER_API CUresult cuOccupancyMaxPotentialClusterSize(int* size, CUfunction f, const CUlaunchConfig* c) {
+  if (size == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Kernel* k = nullptr;
+  int d = 0;
+  if (CUresult r = current_kernel(f, k, d); r != CUDA_SUCCESS) return r;
+  funnel::client::LaunchSpec l;
+  if (CUresult r = read_config(c, false, l); r != CUDA_SUCCESS) return r;
+  return funnel::driver::to_cu(funnel::client::kernel_max_cluster_size(*k, d, l, *size));
+}
+
 // ---- globals, libraries and kernels, function attributes --------------------------------------
 // A CUlibrary is a module too, a CUkernel the same Kernel as the CUfunction cuKernelGetFunction
 // gives for it (CUDA accepts a CUkernel wherever a CUfunction goes).

@@ -43,6 +43,30 @@ FUNNEL_DRIVER_API CUresult cuStreamQuery_ptsz(CUstream s) {
   return with_context(funnel::client::stream_query, s, true);
 }
 
+static_assert(sizeof(CUstreamAttrValue) == sizeof(cudaStreamAttrValue));
+FUNNEL_DRIVER_API CUresult cuStreamSetAttribute(CUstream s, CUstreamAttrID attr, const CUstreamAttrValue* v) {
+  return funnel::driver::to_cu(funnel::client::stream_set_attribute(
+      rt(s), false, static_cast<int>(attr), reinterpret_cast<const cudaLaunchAttributeValue*>(v)));
+}
+FUNNEL_DRIVER_API CUresult cuStreamSetAttribute_ptsz(CUstream s, CUstreamAttrID attr, const CUstreamAttrValue* v) {
+  return funnel::driver::to_cu(funnel::client::stream_set_attribute(
+      rt(s), true, static_cast<int>(attr), reinterpret_cast<const cudaLaunchAttributeValue*>(v)));
+}
+FUNNEL_DRIVER_API CUresult cuStreamGetAttribute(CUstream s, CUstreamAttrID attr, CUstreamAttrValue* v) {
+  return funnel::driver::to_cu(funnel::client::stream_get_attribute(rt(s), false, static_cast<int>(attr),
+                                                                    reinterpret_cast<cudaLaunchAttributeValue*>(v)));
+}
+FUNNEL_DRIVER_API CUresult cuStreamGetAttribute_ptsz(CUstream s, CUstreamAttrID attr, CUstreamAttrValue* v) {
+  return funnel::driver::to_cu(funnel::client::stream_get_attribute(rt(s), true, static_cast<int>(attr),
+                                                                    reinterpret_cast<cudaLaunchAttributeValue*>(v)));
+}
+FUNNEL_DRIVER_API CUresult cuStreamCopyAttributes(CUstream dst, CUstream src) {
+  return funnel::driver::to_cu(funnel::client::stream_copy_attributes(rt(dst), rt(src), false));
+}
+FUNNEL_DRIVER_API CUresult cuStreamCopyAttributes_ptsz(CUstream dst, CUstream src) {
+  return funnel::driver::to_cu(funnel::client::stream_copy_attributes(rt(dst), rt(src), true));
+}
+
 FUNNEL_DRIVER_API CUresult cuStreamGetPriority(CUstream s, int* priority) {
   if (priority == nullptr) return CUDA_ERROR_INVALID_VALUE;
   funnel::client::StreamObj o{};

@@ -392,6 +392,21 @@ Status Worker::max_active_clusters(const ipc::CommandHeader& h, const ipc::Launc
   return Status::Success;
 }
 
+Status Worker::max_cluster_size(const ipc::CommandHeader& h, const ipc::LaunchCmd& c) {
+  if (one_way(h)) return Status::InvalidValue;
+  KernelEntry* k = nullptr;
+  if (Status st = kernel_on_device(h, c.kernel_id, k); st != Status::Success) return st;
+  if (c.param_bytes != 0 || c.flags != 0) return Status::InvalidValue;
+  for (int i = 0; i < 3; ++i)
+    if (c.grid[i] == 0 || c.block[i] == 0) return Status::InvalidValue;
+  LaunchDesc d = launch_desc(c);
+  d.cluster[0] = d.cluster[1] = d.cluster[2] = 0;  // the call's cluster dimensions are not used
+  int size = 0;
+  if (Status st = backend_.max_cluster_size(*k->kernel, h.device, d, size); st != Status::Success) return st;
+  answers_.answer(h, {static_cast<uint64_t>(size)});
+  return Status::Success;
+}
+
 // ---- host functions -----------------------------------------------------------
 
 Status Worker::host_func(const ipc::CommandHeader& h, const ipc::HostFuncCmd& c) {

@@ -350,6 +350,28 @@ Status Worker::limit(const ipc::CommandHeader& h, const ipc::LimitCmd& c, bool s
 // cudaProfilerStart/Stop: the device context's profiling is on while any client's range is open
 // (Backend::profiling counts them); a second start or a stop without a start changes nothing, as
 // under CUDA.
+Status Worker::reset_persisting_l2(const ipc::CommandHeader& h) {
+  if (Status st = check_device(h.device); st != Status::Success) return st;
+  if (Status st = backend_.reset_persisting_l2(h.device); st != Status::Success) return st;
+  answers_.answer(h);
+  return Status::Success;
+}
+
+Status Worker::stream_attribute(const ipc::CommandHeader& h, const ipc::StreamAttributeCmd& c) {
+  if (c.hit_prop > 2 || c.miss_prop > 2 || c.reserved != 0 || !(c.hit_ratio >= 0.f && c.hit_ratio <= 1.f))
+    return Status::InvalidValue;
+  if (c.bytes != 0 && !res_.device_range_ok(c.base, c.bytes)) return Status::InvalidValue;
+  Status st;
+  StreamEntry* s = find_stream(h, st);
+  if (s == nullptr) return st;
+  if (st = backend_.stream_access_policy(*s->stream, c.bytes != 0 ? c.base : 0, c.bytes, c.hit_ratio, c.hit_prop,
+                                         c.miss_prop);
+      st != Status::Success)
+    return st;
+  answers_.answer(h);
+  return Status::Success;
+}
+
 Status Worker::profiler(const ipc::CommandHeader& h, const ipc::ProfilerCmd& c) {
   if (Status st = check_device(h.device); st != Status::Success) return st;
   if (c.start > 1 || c.reserved != 0) return Status::InvalidValue;

@@ -131,6 +131,7 @@ class Worker {
   Status stream_state(StreamEntry& s);  // the driver's query, or Success once the client saw its last word
   Status stream_wait_event(const ipc::CommandHeader& h, const ipc::EventCmd& c);
   Status stream_mem_op(const ipc::CommandHeader& h, const ipc::StreamMemOpCmd& c);
+  Status stream_attribute(const ipc::CommandHeader& h, const ipc::StreamAttributeCmd& c);
   Status event_create(const ipc::CommandHeader& h, const ipc::EventCreateCmd& c);
   Status event_destroy(const ipc::CommandHeader& h, const ipc::EventCmd& c);
   Status event_record(const ipc::CommandHeader& h, const ipc::EventRecordCmd& c);
@@ -143,6 +144,7 @@ class Worker {
   Status get_limit(const ipc::CommandHeader& h, const ipc::LimitCmd& c) { return limit(h, c, false); }
   Status limit(const ipc::CommandHeader& h, const ipc::LimitCmd& c, bool set);
   Status profiler(const ipc::CommandHeader& h, const ipc::ProfilerCmd& c);
+  Status reset_persisting_l2(const ipc::CommandHeader& h);
   // Stops the profiled ranges this client left open on `device` (-1: every device).
   void stop_profiling(int device) noexcept;
   // kernels.cpp: modules, kernels, launches, symbols, host functions
@@ -159,6 +161,7 @@ class Worker {
   Status occupancy(const ipc::CommandHeader& h, const ipc::OccupancyCmd& c);
   Status occupancy_dynamic_smem(const ipc::CommandHeader& h, const ipc::OccupancyCmd& c);
   Status max_active_clusters(const ipc::CommandHeader& h, const ipc::LaunchCmd& c);
+  Status max_cluster_size(const ipc::CommandHeader& h, const ipc::LaunchCmd& c);
   Status host_func(const ipc::CommandHeader& h, const ipc::HostFuncCmd& c);
   // graphs.cpp: graph builds, executable graphs, their launches
   Status graph_node(const ipc::CommandHeader& h, const ipc::GraphNodeCmd& c, const std::byte* trailing);

@@ -55,6 +55,8 @@ namespace funnel::ipc {
   /* a 32- or 64-bit write to, or wait on, device memory of this client (cuStreamWriteValue*, */            \
   /* cuStreamWaitValue*), one-way, on header.stream */                                                      \
   X(StreamMemOp, 25, StreamMemOpCmd, NoBytes, Queues, stream_mem_op)                                        \
+  /* header.stream's access-policy window (cudaStreamSetAttribute); waited */                              \
+  X(StreamAttribute, 26, StreamAttributeCmd, NoBytes, NoQueue, stream_attribute)                            \
   X(EventCreate, 30, EventCreateCmd, NoBytes, NoQueue, event_create) /* one-way */                          \
   X(EventDestroy, 31, EventCmd, NoBytes, NoQueue, event_destroy) /* one-way */                              \
   X(EventRecord, 32, EventRecordCmd, NoBytes, Queues, event_record) /* on header.stream, one-way */         \
@@ -71,6 +73,8 @@ namespace funnel::ipc {
   X(GetLimit, 43, LimitCmd, NoBytes, NoQueue, get_limit) /* -> value[0] */                                  \
   /* cudaProfilerStart/Stop: this client's profiled range on header.device (server: profiler.hpp) */      \
   X(Profiler, 44, ProfilerCmd, NoBytes, NoQueue, profiler)                                                  \
+  /* cudaCtxResetPersistingL2Cache: header.device's persisting L2 lines made normal; waited */             \
+  X(ResetPersistingL2, 45, NoPayload, NoBytes, NoQueue, reset_persisting_l2)                                \
   /* -> once every earlier command was consumed (not necessarily completed) */                              \
   X(Fence, 50, NoPayload, NoBytes, NoQueue, fence)                                                               \
   /* Kernels (doc/design/kernels.md).  Module and kernel ids are chosen by the client. */                   \
@@ -100,7 +104,9 @@ namespace funnel::ipc {
   X(OccupancyDynamicSmem, 72, OccupancyCmd, NoBytes, NoQueue, occupancy_dynamic_smem)                       \
   /* param_bytes 0 (no parameters follow) -> value[0] = clusters */                                         \
   X(MaxActiveClusters, 73, LaunchCmd, NoBytes, NoQueue, max_active_clusters)                                \
-  /* 74..79 stay reserved for kernels. */                                                                   \
+  /* cluster dimensions ignored -> value[0] = the largest cluster size that fits (header.device) */          \
+  X(MaxClusterSize, 74, LaunchCmd, NoBytes, NoQueue, max_cluster_size)                                      \
+  /* 75..79 stay reserved for kernels. */                                                                   \
   /* Graphs (doc/design/graphs.md): a graph's nodes, each after those it depends on, into build    */      \
   /* graph_id (index 0 starts it), then instantiated into an executable graph (ids the client's). */      \
   X(GraphNode, 80, GraphNodeCmd, GraphBytes, NoQueue, graph_node) /* + dependencies, params; one-way */     \
@@ -231,6 +237,18 @@ struct MemsetCmd {
   uint64_t height;
   uint32_t value;    // one element: the low byte, the low 16 bits or all 32 (cuMemsetD8/16/32)
   uint32_t element;  // bytes per element: 1 (0 reads as 1), 2 or 4; width, pitch and address are multiples
+};
+
+// An access-policy window (cudaAccessPolicyWindow) for header.stream: `bytes` of the client's
+// device memory from `base` (bytes 0: no window), hit_ratio in [0, 1], the hit and miss properties
+// cudaAccessPropertyNormal (0), Streaming (1) or Persisting (2).
+struct StreamAttributeCmd {
+  uint64_t base;
+  uint64_t bytes;
+  float hit_ratio;
+  uint32_t hit_prop;
+  uint32_t miss_prop;
+  uint32_t reserved;
 };
 
 // Stream flags as cudaStreamCreateWithFlags takes them.

@@ -343,6 +343,14 @@ class Backend {
                                         uint64_t& bytes) = 0;
   // cudaOccupancyMaxActiveClusters for a launch configuration with cluster dimensions.
   virtual Status max_active_clusters(BackendKernel& k, int device, const LaunchDesc& d, int& clusters) = 0;
+  // cudaOccupancyMaxPotentialClusterSize: the largest cluster of the launch's blocks that fits.
+  virtual Status max_cluster_size(BackendKernel& k, int device, const LaunchDesc& d, int& size) = 0;
+  // cudaCtxResetPersistingL2Cache: the device's persisting L2 lines made normal (the context's,
+  // so every client's on the device).
+  virtual Status reset_persisting_l2(int device) = 0;
+  // A stream's access-policy window (bytes 0: none), checked by the worker.
+  virtual Status stream_access_policy(BackendStream& s, DeviceAddress base, uint64_t bytes, float hit_ratio,
+                                      uint32_t hit_prop, uint32_t miss_prop) = 0;
   // The stream waits (without holding the worker) until `word` reaches `value` (wrapping
   // compare: (int32_t)(word - value) >= 0) — stored by a client after a host function ran
   // (cuStreamWaitValue32 with CU_STREAM_WAIT_VALUE_GEQ).

@@ -101,6 +101,10 @@ class CudaBackend final : public Backend {
   Status available_dynamic_smem(BackendKernel& bk, int device, uint32_t blocks_per_sm, uint32_t block_size,
                                 uint64_t& bytes) override;
   Status max_active_clusters(BackendKernel& bk, int device, const LaunchDesc& d, int& clusters) override;
+  Status max_cluster_size(BackendKernel& bk, int device, const LaunchDesc& d, int& size) override;
+  Status reset_persisting_l2(int device) override;
+  Status stream_access_policy(BackendStream& bs, DeviceAddress base, uint64_t bytes, float hit_ratio, uint32_t hit_prop,
+                              uint32_t miss_prop) override;
 
   // launch.cpp
   Status launch(BackendStream& bs, BackendKernel& bk, const LaunchDesc& l, std::span<const std::byte> params) override;

@@ -111,6 +111,9 @@ static_assert(sizeof(size_t) == sizeof(uint64_t));
   X(cuStreamWaitValue32, PFN_cuStreamWaitValue32_v11070)                \
   X(cuOccupancyAvailableDynamicSMemPerBlock, PFN_cuOccupancyAvailableDynamicSMemPerBlock_v10020) \
   X(cuOccupancyMaxActiveClusters, PFN_cuOccupancyMaxActiveClusters_v11070) \
+  X(cuOccupancyMaxPotentialClusterSize, PFN_cuOccupancyMaxPotentialClusterSize_v11070) \
+  X(cuCtxResetPersistingL2Cache, PFN_cuCtxResetPersistingL2Cache_v11000) \
+  X(cuStreamSetAttribute, PFN_cuStreamSetAttribute_v11000)             \
   X(cuDeviceGetDevResource, PFN_cuDeviceGetDevResource_v12040)             \
   X(cuDevSmResourceSplitByCount, PFN_cuDevSmResourceSplitByCount_v12040)   \
   X(cuDevResourceGenerateDesc, PFN_cuDevResourceGenerateDesc_v12040)       \

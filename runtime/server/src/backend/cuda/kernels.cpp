@@ -171,6 +171,34 @@ Status CudaBackend::max_active_clusters(BackendKernel& bk, int device, const Lau
   return st;
 }
 
+Status CudaBackend::max_cluster_size(BackendKernel& bk, int device, const LaunchDesc& d, int& size) {
+  CUfunction f = nullptr;
+  if (Status st = function_of(bk, device, f); !ok(st)) return st;
+  LaunchConfig c(d, nullptr);
+  int v = 0;
+  const Status st = FUNNEL_CU(s_->drv, cuOccupancyMaxPotentialClusterSize, &v, f, &c.config);
+  if (ok(st)) size = v;
+  return st;
+}
+
+Status CudaBackend::reset_persisting_l2(int device) {
+  if (Status st = s_->bind(device); !ok(st)) return st;
+  return FUNNEL_CU(s_->drv, cuCtxResetPersistingL2Cache);
+}
+
+Status CudaBackend::stream_access_policy(BackendStream& bs, DeviceAddress base, uint64_t bytes, float hit_ratio,
+                                         uint32_t hit_prop, uint32_t miss_prop) {
+  CudaStream& s = enqueue_on(bs);
+  if (Status st = s_->bind(s.device()); !ok(st)) return st;
+  CUstreamAttrValue v{};
+  v.accessPolicyWindow.base_ptr = host_pointer(base);
+  v.accessPolicyWindow.num_bytes = bytes;
+  v.accessPolicyWindow.hitRatio = hit_ratio;
+  v.accessPolicyWindow.hitProp = static_cast<CUaccessProperty>(hit_prop);
+  v.accessPolicyWindow.missProp = static_cast<CUaccessProperty>(miss_prop);
+  return FUNNEL_CU(s_->drv, cuStreamSetAttribute, s.handle(), CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW, &v);
+}
+
 // The kernel's function in the device's context (loads the code there if needed); the
 // context is current afterwards.
 Status CudaBackend::function_of(BackendKernel& bk, int device, CUfunction& f) {

@@ -293,4 +293,18 @@ Status SimBackend::max_active_clusters(BackendKernel& kernel, int device, const 
   return Status::Success;
 }
 
+// The portable cluster size (8 blocks) when the kernel has room for a cluster of its blocks on one
+// multiprocessor's worth of the device; the sim has no GPC structure to say more.
+Status SimBackend::max_cluster_size(BackendKernel& kernel, int device, const LaunchDesc& d, int& size) {
+  if (!valid(device)) return Status::InvalidDevice;
+  int per_sm = 0;
+  const uint64_t threads = uint64_t{d.block[0]} * d.block[1] * d.block[2];
+  if (Status st = occupancy(kernel, device, static_cast<uint32_t>(std::min<uint64_t>(threads, 0xffffffffu)),
+                            d.shared_bytes, 0, per_sm);
+      st != Status::Success)
+    return st;
+  size = per_sm > 0 ? 8 : 0;
+  return Status::Success;
+}
+
 }  // namespace funnel::server::sim

@@ -127,6 +127,11 @@ class SimBackend final : public Backend {
   Status available_dynamic_smem(BackendKernel& kernel, int device, uint32_t blocks_per_sm, uint32_t block_size,
                                 uint64_t& bytes) override;
   Status max_active_clusters(BackendKernel& kernel, int device, const LaunchDesc& d, int& clusters) override;
+  Status max_cluster_size(BackendKernel& kernel, int device, const LaunchDesc& d, int& size) override;
+  Status reset_persisting_l2(int device) override { return valid(device) ? Status::Success : Status::InvalidDevice; }
+  Status stream_access_policy(BackendStream& s, DeviceAddress, uint64_t, float, uint32_t, uint32_t) override {
+    return usable(s.device());
+  }
 
  private:
   // memory.cpp

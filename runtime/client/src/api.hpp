@@ -90,7 +90,7 @@ cudaError_t reset_persisting_l2(int device);
 // access yet: doc/not-supported.md), cudaErrorInvalidDevice otherwise.  Attached already.
 cudaError_t can_access_peer(int* can, int device, int peer) noexcept;
 // cudaHostGetFlags, cuMemHostGetFlags: the flags a pinned buffer was made with (cudaHostAlloc's),
-// as CUDA reports them under unified addressing (mapped and portable always set).
+// as CUDA reports them under unified addressing (mapped always set).
 cudaError_t host_get_flags(unsigned* flags, const void* p) noexcept;
 cudaError_t& last_error() noexcept;      // per host thread
 

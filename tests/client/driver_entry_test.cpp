@@ -110,7 +110,8 @@ TEST(ClientDriver, AFunctionNotServedYetSaysSoOnce) {
   ASSERT_NE(enable, nullptr);
   EXPECT_EQ(enable(nullptr, 0), CUDA_ERROR_NOT_SUPPORTED);
   EXPECT_EQ(enable(nullptr, 0), CUDA_ERROR_NOT_SUPPORTED);
-  EXPECT_EQ(cuTexObjectDestroy(0), CUDA_ERROR_NOT_SUPPORTED);
+  CUexternalMemory ext = nullptr;
+  EXPECT_EQ(cuImportExternalMemory(&ext, nullptr), CUDA_ERROR_NOT_SUPPORTED);
   const CUuuid id{{0x6c, static_cast<char>(0xd5)}};
   const void* table = reinterpret_cast<const void*>(1);
   EXPECT_EQ(cuGetExportTable(&table, &id), CUDA_ERROR_NOT_SUPPORTED);
@@ -118,7 +119,7 @@ TEST(ClientDriver, AFunctionNotServedYetSaysSoOnce) {
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(err,
             "funnel: cuCtxEnablePeerAccess is not supported yet\n"
-            "funnel: cuTexObjectDestroy is not supported yet\n"
+            "funnel: cuImportExternalMemory is not supported yet\n"
             "funnel: cuGetExportTable(6cd50000000000000000000000000000) is not supported yet\n");
 }
 

@@ -105,8 +105,8 @@ namespace funnel::ipc {
   /* param_bytes 0 (no parameters follow) -> value[0] = clusters */                                         \
   X(MaxActiveClusters, 73, LaunchCmd, NoBytes, NoQueue, max_active_clusters)                                \
   /* cluster dimensions ignored -> value[0] = the largest cluster size that fits (header.device) */          \
-  X(MaxClusterSize, 74, LaunchCmd, NoBytes, NoQueue, max_cluster_size)                                      \
-  /* 75..79 stay reserved for kernels. */                                                                   \
+  X(MaxClusterSize, 75, LaunchCmd, NoBytes, NoQueue, max_cluster_size)                                      \
+  /* 74 and 76..79 stay reserved for kernels. */                                                            \
   /* Graphs (doc/design/graphs.md): a graph's nodes, each after those it depends on, into build    */      \
   /* graph_id (index 0 starts it), then instantiated into an executable graph (ids the client's). */      \
   X(GraphNode, 80, GraphNodeCmd, GraphBytes, NoQueue, graph_node) /* + dependencies, params; one-way */     \
@@ -128,13 +128,13 @@ namespace funnel::ipc {
   X(IpcExportEvent, 93, EventCmd, NoBytes, NoQueue, ipc_export_event)                                       \
   /* Another client's exported event as this client's event_id -> value[0] = its device */                 \
   X(IpcOpenEvent, 94, IpcOpenEventCmd, NoBytes, NoQueue, ipc_open_event)                                    \
+  X(Detach, 100, DetachCmd, NoBytes, NoQueue, detach) /* the client leaves; the server frees what it held */ \
   /* Arrays, textures and surfaces (doc/design/arrays.md); ids are chosen by the client.  Waited. */      \
-  X(ArrayCreate, 95, ArrayCreateCmd, NoBytes, NoQueue, array_create) /* an array or mipmapped array */     \
-  X(ArrayDestroy, 96, ArrayCmd, NoBytes, NoQueue, array_destroy) /* synchronous, as cudaFreeArray */        \
-  X(ArrayLevel, 97, ArrayLevelCmd, NoBytes, NoQueue, array_level) /* a mipmapped array's level */           \
-  X(TexCreate, 98, TexCreateCmd, NoBytes, NoQueue, tex_create) /* -> value[0] = the object's handle */      \
-  X(TexDestroy, 99, TexCmd, NoBytes, NoQueue, tex_destroy)                                                  \
-  X(Detach, 100, DetachCmd, NoBytes, NoQueue, detach) /* the client leaves; the server frees what it held */
+  X(ArrayCreate, 101, ArrayCreateCmd, NoBytes, NoQueue, array_create) /* an array or mipmapped array */     \
+  X(ArrayDestroy, 102, ArrayCmd, NoBytes, NoQueue, array_destroy) /* synchronous, as cudaFreeArray */        \
+  X(ArrayLevel, 103, ArrayLevelCmd, NoBytes, NoQueue, array_level) /* a mipmapped array's level */           \
+  X(TexCreate, 104, TexCreateCmd, NoBytes, NoQueue, tex_create) /* -> value[0] = the object's handle */      \
+  X(TexDestroy, 105, TexCmd, NoBytes, NoQueue, tex_destroy)
 
 enum class Opcode : uint16_t {
 #define FUNNEL_IPC_OPCODE(name, number, ...) name = number,

@@ -103,9 +103,12 @@ HAVE_FUNNEL=0
 
 # ---- 2. backend smoke test (the cuda backend alone) ----------------------------------
 note "cuda backend smoke test"
+# -Wno-error=...: the warnings the project's build does not make errors either
+# (cmake/FunnelWarnings.cmake): GCC's false positives in the fmt headers.
 if nvcc -fatbin -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=[sm_80,compute_80] \
   -Itests/fatbin -o "$BUILD/smoke_kernels.fatbin" tests/fatbin/kernels.cu >"$OUT_DIR/smoke/compile.log" 2>&1 &&
   g++ -std=c++20 -O2 -Wall -Wextra -Wconversion -Wold-style-cast -Wshadow -Werror \
+  -Wno-error=array-bounds -Wno-error=stringop-overflow -Wno-error=null-dereference \
   -Iruntime/server/include -Iruntime/server/src -Iruntime/ipc/include -Iruntime/common/include -Iruntime/fatbin/include \
   -I/usr/local/cuda/include runtime/server/src/backend/*.cpp runtime/server/src/backend/cuda/*.cpp runtime/fatbin/src/*.cpp \
   tests/gpu/backend_smoke.cpp \

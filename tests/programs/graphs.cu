@@ -687,7 +687,8 @@ static void conditional_nodes(cudaStream_t s) {
   CHECK(cudaGraphConditionalHandleCreate(&nested_h, sw[2], 1, cudaGraphCondAssignDefault));
   cudaGraphNode_t nested;
   cudaGraph_t* nb = add_conditional(sw[2], nullptr, 0, nested_h, cudaGraphCondTypeIf, 1, &nested);
-  add_memset(nb[0], nullptr, 0, v + 2, 0xC1);
+  cudaGraphNode_t nested_set;
+  add_memset(nb[0], nullptr, 0, v + 2, 0xC1, &nested_set);
   cudaGraph_t* wb = add_conditional(g, &switch_n, 1, while_h, cudaGraphCondTypeWhile, 1, &while_n);
   add_memset(wb[0], nullptr, 0, v + 3, 0xD1);
   CHECK(cudaGraphAddMemcpyNode1D(&copy, g, &while_n, 1, h, v, 4 * sizeof(int), cudaMemcpyDeviceToHost));
@@ -706,6 +707,13 @@ static void conditional_nodes(cudaStream_t s) {
     CHECK(cudaStreamSynchronize(s));
     std::printf("conditional launch %d: if-else %#x, switch %#x, nested if %#x, while %#x\n", i, h[0], h[1], h[2], h[3]);
   }
+  // A node of a nested body changed in the executable graph.
+  cudaMemsetParams np = memset_params(v + 2, 0xC7, 1);
+  CHECK(cudaGraphExecMemsetNodeSetParams(x, nested_set, &np));
+  std::memset(h, 0, 4 * sizeof(int));
+  CHECK(cudaGraphLaunch(x, s));
+  CHECK(cudaStreamSynchronize(s));
+  std::printf("a nested body's memset changed in the executable graph: nested if %#x\n", h[2]);
   cudaGraphExec_t second;
   std::printf("a second executable graph while the first lives: %s\n",
               cudaGetErrorName(cudaGraphInstantiate(&second, g, 0)));

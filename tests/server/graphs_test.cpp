@@ -327,11 +327,11 @@ TEST_F(ServerTest, GraphTreesRunTheBodiesTheirHandlesChoose) {
     n.cond = ipc::GraphCondRef{which, 0};
     return n;
   };
-  auto build = [&](uint64_t graph) {
+  auto build = [&](uint64_t graph, uint32_t otherwise = 0x22) {
     send_node(c, memset_node(graph, 0, a, kBytes, 0, 1), {});
     send_node(c, cond(graph, 1, 0), {0});
     send_node(c, in_part(memset_node(graph, 2, a, kBytes, 0x11, 1), 1), {});
-    send_node(c, in_part(memset_node(graph, 3, a, kBytes, 0x22, 1), 2), {});
+    send_node(c, in_part(memset_node(graph, 3, a, kBytes, otherwise, 1), 2), {});
     send_node(c, cond(graph, 4, 1), {1});
     for (uint32_t k = 0; k < 3; ++k) send_node(c, in_part(memset_node(graph, 5 + k, b, kBytes, 0x30 + k, 1), 3 + k), {});
   };
@@ -345,8 +345,14 @@ TEST_F(ServerTest, GraphTreesRunTheBodiesTheirHandlesChoose) {
   build(21);
   EXPECT_EQ(c.call(Opcode::GraphInstantiate, ipc::GraphBuildCmd{21, 41, 8, 0, 3}).status, Status::NotSupported)
       << "one executable graph of a tree at a time (CUDA: cudaErrorNotSupported)";
-  build(22);
-  EXPECT_EQ(c.call(Opcode::GraphUpdate, ipc::GraphBuildCmd{22, 40, 8, 0, 3}).status, Status::NotSupported);
+  // An update from the tree's own graph: the else body's memset now 0x44.
+  build(22, 0x44);
+  ASSERT_EQ(c.call(Opcode::GraphUpdate, ipc::GraphBuildCmd{22, 40, 8, 0, 3}).status, Status::Success);
+  c.post(Opcode::GraphLaunch, ipc::GraphExecCmd{40}, 1);
+  EXPECT_TRUE(all_equal(read_words(c, a, kBytes / 4), 0x44444444u)) << "the updated else body";
+  build(32);
+  EXPECT_EQ(c.call(Opcode::GraphUpdate, ipc::GraphBuildCmd{32, 40, 8, 0, 0}).status, Status::NotSupported)
+      << "a build of no tree for a tree's executable graph";
   c.post(Opcode::GraphExecDestroy, ipc::GraphExecCmd{40});
   // A build without one of the tree's conditional nodes, or one into a part of no tree.
   send_node(c, memset_node(23, 0, a, kBytes, 0, 1), {});

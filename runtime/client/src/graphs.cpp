@@ -192,14 +192,15 @@ void copy_params(NodeObj& to, const NodeObj& from) {
   point_args(to);
 }
 
-// A copy of a node's parameters (not its links); a child graph is copied whole.
-std::unique_ptr<NodeObj> clone_node(const NodeObj& n) {
+// A copy of a node's parameters (not its links); a child graph is copied whole.  `map`: the
+// conditional bodies' nodes to their copies, when given (the exec set calls name them).
+std::unique_ptr<NodeObj> clone_node(const NodeObj& n, std::unordered_map<const NodeObj*, NodeObj*>* map = nullptr) {
   auto c = std::make_unique<NodeObj>();
   c->kind = n.kind;
   copy_params(*c, n);
   if (n.child) c->child = clone_graph(*n.child, nullptr);
   for (const auto& b : n.bodies) {  // an executable graph's copy: the same parts of the same tree
-    c->bodies.push_back(clone_graph(*b, nullptr));
+    c->bodies.push_back(clone_graph(*b, map));
     c->body_handles.push_back(reinterpret_cast<cudaGraph_t>(c->bodies.back().get()));
   }
   c->conditional.phGraph_out = c->body_handles.empty() ? nullptr : c->body_handles.data();
@@ -215,7 +216,7 @@ std::unique_ptr<GraphObj> clone_graph(const GraphObj& g, std::unordered_map<cons
   std::unordered_map<const NodeObj*, NodeObj*> local;
   auto& m = map != nullptr ? *map : local;
   for (const auto& n : g.nodes) {
-    auto c = clone_node(*n);
+    auto c = clone_node(*n, map);
     c->graph = out.get();
     m[n.get()] = c.get();
     out->nodes.push_back(std::move(c));
@@ -525,9 +526,26 @@ bool same_shape(const GraphObj& a, const GraphObj& b, const NodeObj*& bad) {
       if (ia[x.deps[d]] != ib[y.deps[d]]) return false;
     if (x.kind == NodeKind::Kernel && x.kernel != y.kernel) return false;
     if (x.kind == NodeKind::Child && !same_shape(*x.child, *y.child, bad)) return false;
+    if (x.kind == NodeKind::Conditional) {
+      if (x.cond != y.cond || x.bodies.size() != y.bodies.size()) return false;
+      for (size_t k = 0; k < x.bodies.size(); ++k)
+        if (!same_shape(*x.bodies[k], *y.bodies[k], bad)) return false;
+    }
     if (x.kind == NodeKind::Memcpy && x.device != y.device) return false;
   }
   return true;
+}
+
+// The parameters of every node of `from` (a graph of `to`'s shape) into `to`, child graphs and
+// conditional bodies too.
+void copy_all_params(GraphObj& to, const GraphObj& from) {
+  for (size_t i = 0; i < to.nodes.size(); ++i) {
+    NodeObj& t = *to.nodes[i];
+    const NodeObj& f = *from.nodes[i];
+    copy_params(t, f);
+    if (t.child && f.child) copy_all_params(*t.child, *f.child);
+    for (size_t b = 0; b < t.bodies.size() && b < f.bodies.size(); ++b) copy_all_params(*t.bodies[b], *f.bodies[b]);
+  }
 }
 
 // Takes the exec's new events (post-launch bookkeeping of EventRecord nodes).
@@ -1180,11 +1198,6 @@ cudaError_t exec_upload(cudaGraphExec_t h, cudaStream_t stream, bool ptds) {
 // Sends the exec's (changed) copy of its graph as its new parameters.  r.mu not held.
 static cudaError_t push_update(uint64_t id, int device, const GraphObj& g, std::vector<cudaEvent_t>& records,
                                std::vector<HostSlot> hosts) {
-  if (g.tree) {
-    report_unsupported("updating an executable graph with conditional nodes (cudaGraphExecUpdate, "
-                       "cudaGraphExec*NodeSetParams)");
-    return cudaErrorNotSupported;
-  }
   int d = device;
   return build_on_server(g, Opcode::GraphUpdate, id, 0, d, records, hosts);
 }
@@ -1207,6 +1220,13 @@ cudaError_t exec_update(cudaGraphExec_t h, cudaGraph_t gh, cudaGraphExecUpdateRe
     ExecObj* x = find_exec(r, h);
     GraphObj* g = find_graph(r, gh);
     if (x == nullptr || g == nullptr) return cudaErrorInvalidValue;
+    // With conditional nodes, only the graph the executable graph was made of (its handles are
+    // that graph's tree's) can update it.
+    if (g->tree != x->graph->tree) {
+      report_unsupported("cudaGraphExecUpdate between graphs with conditional nodes other than the one the "
+                         "executable graph was made of");
+      return cudaErrorNotSupported;
+    }
     const NodeObj* bad = nullptr;
     if (!same_shape(*x->graph, *g, bad)) {
       const bool count = x->graph->nodes.size() != g->nodes.size();
@@ -1231,7 +1251,7 @@ cudaError_t exec_update(cudaGraphExec_t h, cudaGraph_t gh, cudaGraphExecUpdateRe
     ExecObj* x = find_exec(r, h);
     if (x == nullptr) return cudaErrorInvalidValue;
     // The exec's nodes stay those of the graph it was made from (the set calls name them).
-    for (size_t i = 0; i < x->graph->nodes.size(); ++i) copy_params(*x->graph->nodes[i], *fresh->nodes[i]);
+    copy_all_params(*x->graph, *fresh);
     set_records(*x, std::move(records));
   }
   set(cudaGraphExecUpdateSuccess, nullptr);

@@ -706,15 +706,26 @@ int main() {
     CHECK(cuStreamSynchronize(s), CUDA_SUCCESS);
     const bool ran = type == CU_GRAPH_NODE_TYPE_CONDITIONAL && h[0] == 0x22 && h[n / 2 - 1] == 0x22 &&
                      h[n / 2] == 0x44 && h[n - 1] == 0x44;
+    // The executable graph updated from its own graph: the else body's memset now 0x55.
+    CUDA_MEMSET_NODE_PARAMS set{};
+    CUgraphNode else_nodes[1] = {};
+    size_t count = 1;
+    CHECK(cuGraphGetNodes(ib[1], else_nodes, &count), CUDA_SUCCESS);
+    CHECK(cuGraphMemsetNodeGetParams(else_nodes[0], &set), CUDA_SUCCESS);
+    set.value = 0x55;
+    CHECK(cuGraphMemsetNodeSetParams(else_nodes[0], &set), CUDA_SUCCESS);
     CUgraphExecUpdateResultInfo info{};
-    CHECK(cuGraphExecUpdate(x, g, &info), CUDA_ERROR_NOT_SUPPORTED);
+    CHECK(cuGraphExecUpdate(x, g, &info), CUDA_SUCCESS);
+    CHECK(cuGraphLaunch(x, s), CUDA_SUCCESS);
+    CHECK(cuStreamSynchronize(s), CUDA_SUCCESS);
+    const bool updated = h[0] == 0x55 && h[n / 2 - 1] == 0x55 && h[n / 2] == 0x44;
     CHECK(cuGraphExecDestroy(x), CUDA_SUCCESS);
     CHECK(cuGraphDestroy(g), CUDA_SUCCESS);
     CHECK(cuStreamDestroy(s), CUDA_SUCCESS);
     CHECK(cuMemFreeHost(host), CUDA_SUCCESS);
     CHECK(cuMemFree(a), CUDA_SUCCESS);
-    std::printf("conditional nodes: bodies of the handles' defaults %s, one executable graph at a time %s\n",
-                ran ? "ran" : "FAIL", one_exec ? "ok" : "FAIL");
+    std::printf("conditional nodes: bodies of the handles' defaults %s, one executable graph at a time %s, updated %s\n",
+                ran ? "ran" : "FAIL", one_exec ? "ok" : "FAIL", updated ? "ok" : "FAIL");
   }
 
   // Arrays through the driver front: a 2-D float array filled by cuMemcpy2D from pageable memory,

@@ -166,6 +166,26 @@ static void conditionals() {
     chosen = chosen && all(h, N, want);
   }
   expect(chosen, "IF/else and SWITCH nodes ran the bodies their kernels chose");
+  // The IF body's kernel argument changed in the executable graph: adds 7 now.
+  cudaGraphNode_t if_kernel;
+  size_t one_node = 1;
+  CUDA_CHECK(cudaGraphGetNodes(ib[0], &if_kernel, &one_node));
+  int seven = 7;
+  void* a7[] = {&buf, &n, &seven};
+  cudaKernelNodeParams kp{};
+  kp.func = reinterpret_cast<void*>(add_k);
+  kp.gridDim = dim3(GRID);
+  kp.blockDim = dim3(BLOCK);
+  kp.kernelParams = a7;
+  CUDA_CHECK(cudaGraphExecKernelNodeSetParams(x1, if_kernel, &kp));
+  const int three = 3;
+  CUDA_CHECK(cudaMemcpyAsync(x, &three, sizeof three, cudaMemcpyHostToDevice, s));
+  CUDA_CHECK(cudaMemsetAsync(buf, 0, BYTES, s));
+  CUDA_CHECK(cudaGraphLaunch(x1, s));
+  CUDA_CHECK(cudaMemcpyAsync(h, buf, BYTES, cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  std::printf("the IF body's kernel changed in the executable graph, x=3: %d\n", h[0]);
+  expect(all(h, N, 7), "cudaGraphExecKernelNodeSetParams on a conditional body's kernel");
   CUDA_CHECK(cudaGraphExecDestroy(x1));
   CUDA_CHECK(cudaGraphDestroy(g));
 

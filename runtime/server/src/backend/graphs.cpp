@@ -129,7 +129,7 @@ Status Backend::graph_tree_cond(BackendGraphTree&, uint32_t, uint64_t, uint32_t,
 
 Status Backend::graph_tree_cond_destroy(BackendGraphTree&, uint32_t) { return Status::Success; }
 
-Status Backend::graph_update(BackendGraph& g, std::span<const GraphNodeDesc> nodes) {
+Status Backend::graph_update(BackendGraph& g, std::span<const GraphNodeDesc> nodes, BackendGraphTree*) {
   auto& list = static_cast<NodeList&>(g).nodes();
   if (list.size() != nodes.size()) return Status::InvalidValue;
   list.assign(nodes.begin(), nodes.end());

@@ -37,7 +37,9 @@ struct GraphNodes {
   bool same_shape(const GraphNodes& other) const noexcept {
     if (other.nodes.size() != nodes.size()) return false;
     for (size_t i = 0; i < nodes.size(); ++i)
-      if (nodes[i].kind != other.nodes[i].kind || nodes[i].deps != other.nodes[i].deps) return false;
+      if (nodes[i].kind != other.nodes[i].kind || nodes[i].deps != other.nodes[i].deps ||
+          nodes[i].part != other.nodes[i].part || nodes[i].cond != other.nodes[i].cond)
+        return false;
     return true;
   }
 };

@@ -193,10 +193,18 @@ Status Worker::graph_update(const ipc::CommandHeader& h, const ipc::GraphBuildCm
   auto it = graphs_.execs.find(c.exec);
   if (it == graphs_.execs.end()) return Status::InvalidResourceHandle;
   GraphExecEntry& e = it->second;
-  if (e.tree) return Status::NotSupported;  // the client refuses it by name
   if (b.device != e.nodes.device || !e.nodes.same_shape(b)) return Status::InvalidValue;
   if (b.host_words != e.nodes.host_words) return Status::InvalidValue;  // the client keeps them
-  if (Status st = backend_.graph_update(*e.graph, b.nodes); st != Status::Success) return st;
+  // An executable graph of a tree takes a build of that same tree (its handles are the tree's).
+  if (e.tree) {
+    auto t = graphs_.trees.find(c.tree);
+    if (t == graphs_.trees.end() || t->second != e.tree) return Status::NotSupported;
+    if (Status st = check_tree_build(*e.tree, b); st != Status::Success) return st;
+  } else if (c.tree != 0) {
+    return Status::InvalidValue;
+  }
+  if (Status st = backend_.graph_update(*e.graph, b.nodes, e.tree ? e.tree->tree.get() : nullptr); st != Status::Success)
+    return st;
   e.nodes = std::move(b);  // the new parameters' kernels and events now kept instead
   answers_.answer(h);
   return Status::Success;

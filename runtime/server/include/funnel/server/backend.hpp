@@ -376,7 +376,8 @@ class Backend {
   virtual Status graph_tree_cond_destroy(BackendGraphTree& t, uint32_t cond);
   // New parameters for every node of `g` (the worker checked that kinds and dependencies are the
   // graph's own); nothing changes on an error.
-  virtual Status graph_update(BackendGraph& g, std::span<const GraphNodeDesc> nodes);
+  // `tree`: the tree `g` was made of (its nodes rebuilt in place, then the update).
+  virtual Status graph_update(BackendGraph& g, std::span<const GraphNodeDesc> nodes, BackendGraphTree* tree = nullptr);
   virtual Status graph_launch(BackendStream& s, BackendGraph& g);
   // Readies the graph for launches on the stream (cuGraphUpload); the default has nothing to do.
   virtual Status graph_upload(BackendStream& s, BackendGraph& g);

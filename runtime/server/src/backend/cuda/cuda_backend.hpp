@@ -118,7 +118,7 @@ class CudaBackend final : public Backend {
                            uint64_t& handle) override;
   Status graph_tree_cond(BackendGraphTree& t, uint32_t part, uint64_t handle, uint32_t type, uint32_t size) override;
   Status graph_tree_cond_destroy(BackendGraphTree& t, uint32_t cond) override;
-  Status graph_update(BackendGraph& g, std::span<const GraphNodeDesc> nodes) override;
+  Status graph_update(BackendGraph& g, std::span<const GraphNodeDesc> nodes, BackendGraphTree* tree) override;
   Status graph_launch(BackendStream& bs, BackendGraph& g) override;
   Status graph_upload(BackendStream& bs, BackendGraph& g) override;
 

@@ -291,8 +291,15 @@ Status CudaBackend::graph_tree_cond_destroy(BackendGraphTree& bt, uint32_t cond)
   return FUNNEL_CU(s_->drv, cuGraphDestroyNode, node);
 }
 
-Status CudaBackend::graph_update(BackendGraph& bg, std::span<const GraphNodeDesc> nodes) {
+Status CudaBackend::graph_update(BackendGraph& bg, std::span<const GraphNodeDesc> nodes, BackendGraphTree* bt) {
   auto& g = static_cast<CudaGraph&>(bg);
+  if (auto* tree = static_cast<CudaGraphTree*>(bt); tree != nullptr) {
+    // The tree's own graph rebuilt with the new parameters (its conditional nodes and handles
+    // stay), then the executable graph made of it updated from it.
+    if (Status st = build_graph(g.device(), nodes, tree->parts[0], tree); !ok(st)) return st;
+    CUgraphExecUpdateResultInfo info{};
+    return FUNNEL_CU(s_->drv, cuGraphExecUpdate, g.exec(), tree->parts[0], &info);
+  }
   GraphGuard graph{s_->drv};
   if (Status st = FUNNEL_CU(s_->drv, cuGraphCreate, &graph.g, 0); !ok(st)) return st;
   if (Status st = build_graph(g.device(), nodes, graph.g, nullptr); !ok(st)) return st;

@@ -43,7 +43,7 @@ Status Worker::array_create(const ipc::CommandHeader& h, const ipc::ArrayCreateC
   if (!res_.within_mem_limit(h.device, bytes)) return Status::MemoryAllocation;
   std::unique_ptr<BackendArray> a;
   if (Status st = backend_.array_create(h.device, shape, a); st != Status::Success) return st;
-  res_.arrays.emplace(c.array_id, ArrayEntry{std::shared_ptr<BackendArray>(std::move(a)), 0, bytes});
+  res_.arrays.emplace(c.array_id, ArrayEntry{std::shared_ptr<BackendArray>(std::move(a)), 0, bytes, nullptr});
   res_.device_used[static_cast<size_t>(h.device)] += bytes;
   add(counters_.device_memory_bytes, bytes);
   answers_.answer(h);
@@ -76,7 +76,8 @@ Status Worker::array_level(const ipc::CommandHeader& h, const ipc::ArrayLevelCmd
   std::unique_ptr<BackendArray> level;
   if (Status st = backend_.array_level(*it->second.array, c.level, level); st != Status::Success) return st;
   // The level's array keeps its mipmapped array's storage alive through the backend's object.
-  res_.arrays.emplace(c.array_id, ArrayEntry{std::shared_ptr<BackendArray>(std::move(level)), c.mipmap_id, 0});
+  res_.arrays.emplace(c.array_id,
+                      ArrayEntry{std::shared_ptr<BackendArray>(std::move(level)), c.mipmap_id, 0, it->second.array});
   answers_.answer(h);
   return Status::Success;
 }
@@ -84,18 +85,13 @@ Status Worker::array_level(const ipc::CommandHeader& h, const ipc::ArrayLevelCmd
 Status Worker::tex_create(const ipc::CommandHeader& h, const ipc::TexCreateCmd& c) {
   if (Status st = check_device(h.device); st != Status::Success) return st;
   if (c.surface > 1 || c.res_type > 3 || (c.surface != 0 && c.res_type != 0)) return Status::InvalidValue;
-  std::shared_ptr<BackendArray> array;
+  std::shared_ptr<BackendArray> array, parent;
   if (c.res_type <= 1) {
     auto it = res_.arrays.find(c.res_id);
     if (it == res_.arrays.end() || (it->second.array->shape.levels != 0) != (c.res_type == 1)) return Status::InvalidValue;
     array = it->second.array;
+    parent = it->second.parent;  // a level: its mipmapped array outlives the object too
     if (array->device != h.device) return Status::InvalidValue;
-    // A level of a mipmapped array: the mipmapped array must outlive the object too.
-    if (it->second.mipmap != 0) {
-      auto m = res_.arrays.find(it->second.mipmap);
-      if (m == res_.arrays.end()) return Status::InvalidValue;
-      // Kept through the level's entry: the backend's level object holds the mipmap's storage.
-    }
   } else {
     if (format_bytes(c.format) == 0 || (c.channels != 1 && c.channels != 2 && c.channels != 4)) return Status::InvalidValue;
     uint64_t extent = c.size;
@@ -115,7 +111,7 @@ Status Worker::tex_create(const ipc::CommandHeader& h, const ipc::TexCreateCmd& 
   if (res_.textures.size() >= ipc::kMaxArrays) return Status::InvalidValue;
   uint64_t handle = 0;
   if (Status st = backend_.texture_create(h.device, c, array.get(), handle); st != Status::Success) return st;
-  res_.textures.emplace(handle, TextureEntry{h.device, c.surface != 0, std::move(array)});
+  res_.textures.emplace(handle, TextureEntry{h.device, c.surface != 0, std::move(array), std::move(parent)});
   answers_.answer(h, {handle});
   return Status::Success;
 }

@@ -60,13 +60,16 @@ struct ArrayEntry {
   std::shared_ptr<BackendArray> array;
   uint64_t mipmap = 0;
   uint64_t bytes = 0;
+  std::shared_ptr<BackendArray> parent;  // a level: its mipmapped array (the level's memory)
 };
 
-// A texture or surface object: it keeps its array alive.
+// A texture or surface object: it keeps its array alive (a level's mipmapped array too), so that
+// no kernel reads memory freed under it.
 struct TextureEntry {
   int device;
   bool surface;
   std::shared_ptr<BackendArray> array;
+  std::shared_ptr<BackendArray> parent;
 };
 
 class ClientResources {

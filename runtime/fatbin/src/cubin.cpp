@@ -2,6 +2,7 @@
 // records (doc/design/fatbin.md).  Only what kernel layouts, kernel resources and
 // variables need is read.
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <string>
@@ -253,6 +254,53 @@ std::vector<GlobalInfo> globals_of_cubin(std::span<const std::byte> elf) {
     }
     out.push_back(std::move(g));
   }
+  return out;
+}
+
+std::vector<std::byte> patch_managed(std::span<const std::byte> elf,
+                                     const std::vector<std::pair<std::string, uint64_t>>& addresses) {
+  constexpr uint32_t kShtRela = 4;
+  constexpr size_t kRelaSize = 24;  // Elf64_Rela
+  constexpr uint32_t kRCuda64 = 2, kRCudaNone = 0;
+  const Cubin c = read_cubin(elf);
+  const std::vector<Symbol> syms = symbols(c);
+  std::vector<std::byte> out(elf.begin(), elf.end());
+  std::vector<bool> patched(addresses.size(), false);
+  auto wanted = [&](uint64_t sym) -> int {
+    if (sym >= syms.size()) return -1;
+    for (size_t i = 0; i < addresses.size(); ++i)
+      if (syms[sym].name == addresses[i].first) return static_cast<int>(i);
+    return -1;
+  };
+  for (const Section& rel : c.sections) {
+    if (rel.type != kShtRela) continue;
+    if (rel.entsize < kRelaSize) throw Error("cubin: " + rel.name + " entry size below 24");
+    const bool bank4 = rel.name == ".rela.nv.constant4";
+    const Section* target = nullptr;
+    if (bank4) {
+      auto it = std::find_if(c.sections.begin(), c.sections.end(), [](const Section& x) { return x.name == ".nv.constant4"; });
+      if (it == c.sections.end()) throw Error("cubin: .rela.nv.constant4 without .nv.constant4");
+      target = &*it;
+    }
+    const auto table = c.bytes(rel);
+    for (uint64_t at = 0; at + kRelaSize <= table.size(); at += rel.entsize) {
+      const auto offset = read<uint64_t>(table, at, "cubin relocation");
+      const auto info = read<uint64_t>(table, at + 8, "cubin relocation");
+      const auto addend = read<int64_t>(table, at + 16, "cubin relocation");
+      const int i = wanted(info >> 32);
+      if (i < 0 || rel.name.starts_with(".rela.debug")) continue;
+      if (!bank4 || (info & 0xffffffffu) != kRCuda64 || !detail::in_range(offset, 8, target->size))
+        throw Error("cubin: __managed__ variable " + addresses[static_cast<size_t>(i)].first + " is referenced from " +
+                    rel.name + " (relocatable device code is not served)");
+      const uint64_t value = addresses[static_cast<size_t>(i)].second + static_cast<uint64_t>(addend);
+      std::memcpy(out.data() + target->offset + offset, &value, sizeof value);
+      const uint64_t none = kRCudaNone;
+      std::memcpy(out.data() + rel.offset + at + 8, &none, sizeof none);
+      patched[static_cast<size_t>(i)] = true;
+    }
+  }
+  for (size_t i = 0; i < addresses.size(); ++i)
+    if (!patched[i]) throw Error("cubin: no constant-bank slot refers to __managed__ variable " + addresses[i].first);
   return out;
 }
 

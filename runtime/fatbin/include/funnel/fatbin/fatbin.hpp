@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace funnel::fatbin {
@@ -100,6 +101,14 @@ struct GlobalInfo {
 
 // Variables of one ELF cubin, in symbol table order.  Throws Error on malformed input.
 std::vector<GlobalInfo> globals_of_cubin(std::span<const std::byte> elf);
+
+// __managed__ variables (doc/design/managed.md, "the way to serve them"): a copy of `elf` in
+// which the constant-bank-4 slots that hold each named variable's address (the relocations of
+// .rela.nv.constant4 against its symbol) hold `addresses` (+ the relocation's addend) instead,
+// those relocations made R_CUDA_NONE.  Throws Error when a named variable is referenced
+// otherwise (relocatable device code: instruction relocations) or not at all.
+std::vector<std::byte> patch_managed(std::span<const std::byte> elf,
+                                     const std::vector<std::pair<std::string, uint64_t>>& addresses);
 
 struct FatbinKernels {
   std::vector<KernelInfo> kernels;  // of every cubin, in entry order

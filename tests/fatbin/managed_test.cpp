@@ -1,0 +1,99 @@
+// funnel::fatbin::patch_managed against nvcc's cubins of tests/fatbin/managed.cu: the
+// constant-bank-4 slots of the named __managed__ variables hold the given addresses, their
+// relocations are gone, everything else is as it was; relocatable device code and unknown names
+// are refused.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "funnel/fatbin/fatbin.hpp"
+
+namespace {
+
+std::vector<std::byte> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> out(bytes.size());
+  std::memcpy(out.data(), bytes.data(), bytes.size());
+  return out;
+}
+
+// The bytes at `offset` of the section named `name` (a minimal ELF64 section lookup).
+uint64_t u64(const std::vector<std::byte>& b, size_t at) {
+  uint64_t v;
+  std::memcpy(&v, b.data() + at, 8);
+  return v;
+}
+uint32_t u32(const std::vector<std::byte>& b, size_t at) {
+  uint32_t v;
+  std::memcpy(&v, b.data() + at, 4);
+  return v;
+}
+uint16_t u16(const std::vector<std::byte>& b, size_t at) {
+  uint16_t v;
+  std::memcpy(&v, b.data() + at, 2);
+  return v;
+}
+struct Sec {
+  uint64_t offset = 0, size = 0;
+};
+Sec section(const std::vector<std::byte>& elf, const std::string& name) {
+  const uint64_t shoff = u64(elf, 0x28);
+  const uint16_t shnum = u16(elf, 0x3c), shstrndx = u16(elf, 0x3e);
+  const uint64_t strs = u64(elf, shoff + 64ull * shstrndx + 0x18);
+  for (uint16_t i = 0; i < shnum; ++i) {
+    const uint64_t h = shoff + 64ull * i;
+    const char* n = reinterpret_cast<const char*>(elf.data() + strs + u32(elf, h));
+    if (name == n) return {u64(elf, h + 0x18), u64(elf, h + 0x20)};
+  }
+  return {};
+}
+
+const std::string kDir = FUNNEL_MANAGED_CUBINS_DIR;
+
+TEST(PatchManaged, SlotsHoldTheGivenAddressesAndTheirRelocationsAreGone) {
+  const auto cubin = read_file(kDir + "/managed.cubin");
+  ASSERT_GT(cubin.size(), 64u);
+  const auto patched = funnel::fatbin::patch_managed(cubin, {{"counter", 0x7e0000001000}, {"table", 0x7e0000002000}});
+  ASSERT_EQ(patched.size(), cubin.size());
+  const Sec bank = section(patched, ".nv.constant4"), rela = section(patched, ".rela.nv.constant4");
+  ASSERT_GT(bank.size, 0u);
+  ASSERT_GT(rela.size, 0u);
+  std::vector<uint64_t> slots;
+  for (uint64_t at = 0; at + 8 <= bank.size; at += 8) slots.push_back(u64(patched, bank.offset + at));
+  EXPECT_NE(std::find(slots.begin(), slots.end(), 0x7e0000001000u), slots.end());
+  EXPECT_NE(std::find(slots.begin(), slots.end(), 0x7e0000002000u), slots.end());
+  size_t none = 0, kept = 0;
+  for (uint64_t at = 0; at + 24 <= rela.size; at += 24) {
+    const uint64_t info = u64(patched, rela.offset + at + 8);
+    if ((info & 0xffffffffu) == 0) ++none;
+    else ++kept;
+  }
+  EXPECT_EQ(none, 2u) << "the two managed variables' relocations";
+  EXPECT_EQ(kept, 1u) << "the __device__ variable's relocation stays";
+  // Nothing else changed.
+  size_t differing = 0;
+  for (size_t i = 0; i < cubin.size(); ++i) differing += cubin[i] != patched[i];
+  EXPECT_LE(differing, 2u * 8 + 2u * 8);
+  // The patched cubin still reads as a cubin with its kernel and variables.
+  EXPECT_EQ(funnel::fatbin::kernels_of_cubin(patched).size(), 1u);
+}
+
+TEST(PatchManaged, RelocatableCodeAndUnknownNamesAreRefused) {
+  const auto rdc = read_file(kDir + "/managed_rdc.cubin");
+  ASSERT_GT(rdc.size(), 64u);
+  try {
+    (void)funnel::fatbin::patch_managed(rdc, {{"counter", 0x1000}});
+    FAIL() << "relocatable device code was patched";
+  } catch (const funnel::fatbin::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("relocatable device code"), std::string::npos) << e.what();
+  }
+  const auto cubin = read_file(kDir + "/managed.cubin");
+  EXPECT_THROW((void)funnel::fatbin::patch_managed(cubin, {{"no_such_variable", 0x1000}}), funnel::fatbin::Error);
+}
+
+}  // namespace

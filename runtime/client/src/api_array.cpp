@@ -325,8 +325,7 @@ FUNNEL_API cudaError_t cudaCreateTextureObject(cudaTextureObject_t* out, const c
     ipc::TexCreateCmd c{};
     const void* resource = nullptr;
     if (cudaError_t e = resource_cmd(r, c, resource); e != cudaSuccess) return e;
-    for (int i = 0; i < 3; ++i) c.address_mode[i] = static_cast<uint32_t>(t->addressMode[i]);
-    c.filter_mode = static_cast<uint32_t>(t->filterMode);
+    put_texture_fields(c, *t);
     // Element-type reads of integer data read integers (the driver's READ_AS_INTEGER); float data
     // read floats either way.
     if (t->readMode == cudaReadModeElementType && is_int_format(texture_format(c, resource)))
@@ -335,27 +334,8 @@ FUNNEL_API cudaError_t cudaCreateTextureObject(cudaTextureObject_t* out, const c
     if (t->sRGB != 0) c.flags |= CU_TRSF_SRGB;
     if (t->disableTrilinearOptimization != 0) c.flags |= CU_TRSF_DISABLE_TRILINEAR_OPTIMIZATION;
     if (t->seamlessCubemap != 0) c.flags |= CU_TRSF_SEAMLESS_CUBEMAP;
-    c.max_anisotropy = t->maxAnisotropy;
-    c.mipmap_filter_mode = static_cast<uint32_t>(t->mipmapFilterMode);
-    c.mipmap_level_bias = t->mipmapLevelBias;
-    c.min_mipmap_level_clamp = t->minMipmapLevelClamp;
-    c.max_mipmap_level_clamp = t->maxMipmapLevelClamp;
-    for (int i = 0; i < 4; ++i) c.border_color[i] = t->borderColor[i];
-    if (v != nullptr) {
-      c.has_view = 1;
-      c.view_format = static_cast<uint32_t>(v->format);
-      c.view_width = v->width;
-      c.view_height = v->height;
-      c.view_depth = v->depth;
-      c.first_level = v->firstMipmapLevel;
-      c.last_level = v->lastMipmapLevel;
-      c.first_layer = v->firstLayer;
-      c.last_layer = v->lastLayer;
-    }
-    uint64_t h = 0;
-    const cudaError_t e = texture_create(&h, c, resource);
-    if (e == cudaSuccess) *out = h;
-    return e;
+    put_view(c, v);
+    return texture_create_into(out, c, resource);
   });
 }
 FUNNEL_API cudaError_t cudaDestroyTextureObject(cudaTextureObject_t t) {
@@ -375,19 +355,12 @@ FUNNEL_API cudaError_t cudaGetTextureObjectTextureDesc(cudaTextureDesc* out, cud
     if (out == nullptr || !rec) return cudaErrorInvalidValue;
     const ipc::TexCreateCmd& c = rec->cmd;
     *out = cudaTextureDesc{};
-    for (int i = 0; i < 3; ++i) out->addressMode[i] = static_cast<cudaTextureAddressMode>(c.address_mode[i]);
-    out->filterMode = static_cast<cudaTextureFilterMode>(c.filter_mode);
+    get_texture_fields(c, *out);
     out->readMode = (c.flags & CU_TRSF_READ_AS_INTEGER) != 0 || !is_int_format(texture_format(c, rec->resource))
                         ? cudaReadModeElementType
                         : cudaReadModeNormalizedFloat;
     out->sRGB = (c.flags & CU_TRSF_SRGB) != 0;
-    for (int i = 0; i < 4; ++i) out->borderColor[i] = c.border_color[i];
     out->normalizedCoords = (c.flags & CU_TRSF_NORMALIZED_COORDINATES) != 0;
-    out->maxAnisotropy = c.max_anisotropy;
-    out->mipmapFilterMode = static_cast<cudaTextureFilterMode>(c.mipmap_filter_mode);
-    out->mipmapLevelBias = c.mipmap_level_bias;
-    out->minMipmapLevelClamp = c.min_mipmap_level_clamp;
-    out->maxMipmapLevelClamp = c.max_mipmap_level_clamp;
     out->disableTrilinearOptimization = (c.flags & CU_TRSF_DISABLE_TRILINEAR_OPTIMIZATION) != 0;
     out->seamlessCubemap = (c.flags & CU_TRSF_SEAMLESS_CUBEMAP) != 0;
     return cudaSuccess;
@@ -397,17 +370,7 @@ FUNNEL_API cudaError_t cudaGetTextureObjectResourceViewDesc(cudaResourceViewDesc
   return guarded(__func__, [&] {
     const std::optional<TextureRecord> rec = texture_record(t, false);
     if (out == nullptr || !rec) return cudaErrorInvalidValue;
-    const ipc::TexCreateCmd& c = rec->cmd;
-    *out = cudaResourceViewDesc{};
-    if (c.has_view == 0) return cudaSuccess;
-    out->format = static_cast<cudaResourceViewFormat>(c.view_format);
-    out->width = c.view_width;
-    out->height = c.view_height;
-    out->depth = c.view_depth;
-    out->firstMipmapLevel = c.first_level;
-    out->lastMipmapLevel = c.last_level;
-    out->firstLayer = c.first_layer;
-    out->lastLayer = c.last_layer;
+    *out = view_of<cudaResourceViewDesc>(rec->cmd);
     return cudaSuccess;
   });
 }
@@ -419,10 +382,7 @@ FUNNEL_API cudaError_t cudaCreateSurfaceObject(cudaSurfaceObject_t* out, const c
     const void* resource = nullptr;
     if (cudaError_t e = resource_cmd(r, c, resource); e != cudaSuccess) return e;
     if (c.res_type != cudaResourceTypeArray) return cudaErrorInvalidValue;
-    uint64_t h = 0;
-    const cudaError_t e = texture_create(&h, c, resource);
-    if (e == cudaSuccess) *out = h;
-    return e;
+    return texture_create_into(out, c, resource);
   });
 }
 FUNNEL_API cudaError_t cudaDestroySurfaceObject(cudaSurfaceObject_t s) {

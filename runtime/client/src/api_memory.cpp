@@ -38,24 +38,19 @@ cudaError_t memcpy_3d(const cudaMemcpy3DParms* p, cudaStream_t stream, bool asyn
     element = info->element_bytes;
   }
   const cudaExtent e{p->extent.width * element, p->extent.height, p->extent.depth};
+  // One side: an array's region (its x in elements) or a pitched pointer's.
+  auto side = [&](cudaArray_const_t array, const cudaPitchedPtr& ptr, const cudaPos& pos, CopySide& out,
+                  Pitches& pitches) {
+    if (array != nullptr) return array_side(array, pos.x * element, pos.y, pos.z, out, pitches);
+    if (ptr.ptr == nullptr || !fits(ptr, pos, e)) return cudaErrorInvalidValue;
+    out.ptr = at(ptr, pos);
+    pitches = Pitches{ptr.pitch, ptr.pitch * ptr.ysize};
+    return cudaSuccess;
+  };
   CopySide ds, ss;
   Pitches dp{}, sp{};
-  if (p->dstArray != nullptr) {
-    if (cudaError_t err = array_side(p->dstArray, p->dstPos.x * element, p->dstPos.y, p->dstPos.z, ds, dp); err != cudaSuccess)
-      return err;
-  } else {
-    if (p->dstPtr.ptr == nullptr || !fits(p->dstPtr, p->dstPos, e)) return cudaErrorInvalidValue;
-    ds.ptr = at(p->dstPtr, p->dstPos);
-    dp = Pitches{p->dstPtr.pitch, p->dstPtr.pitch * p->dstPtr.ysize};
-  }
-  if (p->srcArray != nullptr) {
-    if (cudaError_t err = array_side(p->srcArray, p->srcPos.x * element, p->srcPos.y, p->srcPos.z, ss, sp); err != cudaSuccess)
-      return err;
-  } else {
-    if (p->srcPtr.ptr == nullptr || !fits(p->srcPtr, p->srcPos, e)) return cudaErrorInvalidValue;
-    ss.ptr = at(p->srcPtr, p->srcPos);
-    sp = Pitches{p->srcPtr.pitch, p->srcPtr.pitch * p->srcPtr.ysize};
-  }
+  if (cudaError_t err = side(p->dstArray, p->dstPtr, p->dstPos, ds, dp); err != cudaSuccess) return err;
+  if (cudaError_t err = side(p->srcArray, p->srcPtr, p->srcPos, ss, sp); err != cudaSuccess) return err;
   return copy_sides(ds, dp, ss, sp, {e.width, e.height, e.depth}, p->kind, stream, async, per_thread);
 }
 

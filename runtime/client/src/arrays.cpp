@@ -24,6 +24,16 @@ Registry& reg() {
 
 std::atomic<uint64_t> g_next_array{1};
 
+// Keeps `a` in the registry; *out is its handle.
+cudaError_t keep(std::unique_ptr<ArrayInfo> a, void** out) {
+  Registry& r = reg();
+  std::lock_guard lk(r.mu);
+  void* h = a.get();
+  r.arrays.emplace(h, std::move(a));
+  *out = h;
+  return cudaSuccess;
+}
+
 uint64_t bytes_of(const ArrayInfo& a) {
   const ipc::ArrayCreateCmd& s = a.shape;
   return s.width * a.element_bytes * (s.height == 0 ? 1 : s.height) * (s.depth == 0 ? 1 : s.depth);
@@ -56,12 +66,7 @@ cudaError_t array_create(void** out, uint64_t width, uint64_t height, uint64_t d
   if (cudaError_t e = to_cuda(Runtime::get().call(Opcode::ArrayCreate, a->device, 0, &a->shape, sizeof a->shape));
       e != cudaSuccess)
     return e;
-  Registry& r = reg();
-  std::lock_guard lk(r.mu);
-  void* h = a.get();
-  r.arrays.emplace(h, std::move(a));
-  *out = h;
-  return cudaSuccess;
+  return keep(std::move(a), out);
 }
 
 cudaError_t array_destroy(const void* handle, bool mipmap) {
@@ -101,12 +106,7 @@ cudaError_t array_level(void** out, const void* mipmap, unsigned level) {
   const ipc::ArrayLevelCmd c{m->id, a->id, level, 0};
   if (cudaError_t e = to_cuda(Runtime::get().call(Opcode::ArrayLevel, a->device, 0, &c, sizeof c)); e != cudaSuccess)
     return e;
-  Registry& r = reg();
-  std::lock_guard lk(r.mu);
-  void* h = a.get();
-  r.arrays.emplace(h, std::move(a));
-  *out = h;
-  return cudaSuccess;
+  return keep(std::move(a), out);
 }
 
 std::optional<ArrayInfo> array_info(const void* handle, bool mipmap) {

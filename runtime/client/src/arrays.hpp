@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <type_traits>
 
 #include "api.hpp"
 #include "copy_engine.hpp"
@@ -59,5 +60,70 @@ struct TextureRecord {
   const void* resource;
 };
 std::optional<TextureRecord> texture_record(uint64_t handle, bool surface);
+// texture_create into a front's handle type (cudaTextureObject_t, CUtexObject, ...): *out is set
+// on success only.
+template <class Handle>
+cudaError_t texture_create_into(Handle* out, const ipc::TexCreateCmd& c, const void* resource) {
+  uint64_t h = 0;
+  const cudaError_t e = texture_create(&h, c, resource);
+  if (e == cudaSuccess) *out = static_cast<Handle>(h);
+  return e;
+}
+
+// The fields the runtime's and the driver's texture and view descriptions share by name
+// (cudaTextureDesc / CUDA_TEXTURE_DESC, cudaResourceViewDesc / CUDA_RESOURCE_VIEW_DESC), into the
+// command and back; each front adds its flags.
+template <class TexDesc>
+void put_texture_fields(ipc::TexCreateCmd& c, const TexDesc& t) {
+  for (int i = 0; i < 3; ++i) c.address_mode[i] = static_cast<uint32_t>(t.addressMode[i]);
+  c.filter_mode = static_cast<uint32_t>(t.filterMode);
+  c.max_anisotropy = t.maxAnisotropy;
+  c.mipmap_filter_mode = static_cast<uint32_t>(t.mipmapFilterMode);
+  c.mipmap_level_bias = t.mipmapLevelBias;
+  c.min_mipmap_level_clamp = t.minMipmapLevelClamp;
+  c.max_mipmap_level_clamp = t.maxMipmapLevelClamp;
+  for (int i = 0; i < 4; ++i) c.border_color[i] = t.borderColor[i];
+}
+template <class TexDesc>
+void get_texture_fields(const ipc::TexCreateCmd& c, TexDesc& t) {
+  using Address = std::remove_reference_t<decltype(t.addressMode[0])>;
+  using Filter = decltype(t.filterMode);
+  for (int i = 0; i < 3; ++i) t.addressMode[i] = static_cast<Address>(c.address_mode[i]);
+  t.filterMode = static_cast<Filter>(c.filter_mode);
+  t.maxAnisotropy = c.max_anisotropy;
+  t.mipmapFilterMode = static_cast<Filter>(c.mipmap_filter_mode);
+  t.mipmapLevelBias = c.mipmap_level_bias;
+  t.minMipmapLevelClamp = c.min_mipmap_level_clamp;
+  t.maxMipmapLevelClamp = c.max_mipmap_level_clamp;
+  for (int i = 0; i < 4; ++i) t.borderColor[i] = c.border_color[i];
+}
+template <class ViewDesc>
+void put_view(ipc::TexCreateCmd& c, const ViewDesc* v) {
+  if (v == nullptr) return;
+  c.has_view = 1;
+  c.view_format = static_cast<uint32_t>(v->format);
+  c.view_width = v->width;
+  c.view_height = v->height;
+  c.view_depth = v->depth;
+  c.first_level = v->firstMipmapLevel;
+  c.last_level = v->lastMipmapLevel;
+  c.first_layer = v->firstLayer;
+  c.last_layer = v->lastLayer;
+}
+// The view an object was made with (all zero without one).
+template <class ViewDesc>
+ViewDesc view_of(const ipc::TexCreateCmd& c) {
+  ViewDesc v{};
+  if (c.has_view == 0) return v;
+  v.format = static_cast<decltype(v.format)>(c.view_format);
+  v.width = c.view_width;
+  v.height = c.view_height;
+  v.depth = c.view_depth;
+  v.firstMipmapLevel = c.first_level;
+  v.lastMipmapLevel = c.last_level;
+  v.firstLayer = c.first_layer;
+  v.lastLayer = c.last_layer;
+  return v;
+}
 
 }  // namespace funnel::client

@@ -109,10 +109,11 @@ CUDA_RESOURCE_DESC resource_desc(const c::TextureRecord& t) {
   return r;
 }
 
-CUresult object(uint64_t* out, funnel::ipc::TexCreateCmd cmd, const void* resource) {
+template <class Handle>
+CUresult object(Handle* out, const funnel::ipc::TexCreateCmd& cmd, const void* resource) {
   int device = 0;
   if (CUresult r = funnel::driver::in_context(device); r != CUDA_SUCCESS) return r;
-  return to_cu(c::texture_create(out, cmd, resource));
+  return to_cu(c::texture_create_into(out, cmd, resource));
 }
 
 }  // namespace
@@ -212,30 +213,10 @@ FUNNEL_DRIVER_API CUresult cuTexObjectCreate(CUtexObject* out, const CUDA_RESOUR
   funnel::ipc::TexCreateCmd cmd{};
   const void* resource = nullptr;
   if (CUresult e = resource_cmd(r, cmd, resource); e != CUDA_SUCCESS) return e;
-  for (int i = 0; i < 3; ++i) cmd.address_mode[i] = static_cast<uint32_t>(t->addressMode[i]);
-  cmd.filter_mode = static_cast<uint32_t>(t->filterMode);
+  c::put_texture_fields(cmd, *t);
   cmd.flags = t->flags;
-  cmd.max_anisotropy = t->maxAnisotropy;
-  cmd.mipmap_filter_mode = static_cast<uint32_t>(t->mipmapFilterMode);
-  cmd.mipmap_level_bias = t->mipmapLevelBias;
-  cmd.min_mipmap_level_clamp = t->minMipmapLevelClamp;
-  cmd.max_mipmap_level_clamp = t->maxMipmapLevelClamp;
-  for (int i = 0; i < 4; ++i) cmd.border_color[i] = t->borderColor[i];
-  if (v != nullptr) {
-    cmd.has_view = 1;
-    cmd.view_format = static_cast<uint32_t>(v->format);
-    cmd.view_width = v->width;
-    cmd.view_height = v->height;
-    cmd.view_depth = v->depth;
-    cmd.first_level = v->firstMipmapLevel;
-    cmd.last_level = v->lastMipmapLevel;
-    cmd.first_layer = v->firstLayer;
-    cmd.last_layer = v->lastLayer;
-  }
-  uint64_t h = 0;
-  const CUresult e = object(&h, cmd, resource);
-  if (e == CUDA_SUCCESS) *out = h;
-  return e;
+  c::put_view(cmd, v);
+  return object(out, cmd, resource);
 }
 FUNNEL_DRIVER_API CUresult cuTexObjectDestroy(CUtexObject t) { return to_cu(c::texture_destroy(t, false)); }
 FUNNEL_DRIVER_API CUresult cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC* out, CUtexObject t) {
@@ -247,33 +228,15 @@ FUNNEL_DRIVER_API CUresult cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC* out, C
 FUNNEL_DRIVER_API CUresult cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC* out, CUtexObject t) {
   const std::optional<c::TextureRecord> rec = c::texture_record(t, false);
   if (out == nullptr || !rec) return CUDA_ERROR_INVALID_VALUE;
-  const funnel::ipc::TexCreateCmd& cmd = rec->cmd;
   *out = CUDA_TEXTURE_DESC{};
-  for (int i = 0; i < 3; ++i) out->addressMode[i] = static_cast<CUaddress_mode>(cmd.address_mode[i]);
-  out->filterMode = static_cast<CUfilter_mode>(cmd.filter_mode);
-  out->flags = cmd.flags;
-  out->maxAnisotropy = cmd.max_anisotropy;
-  out->mipmapFilterMode = static_cast<CUfilter_mode>(cmd.mipmap_filter_mode);
-  out->mipmapLevelBias = cmd.mipmap_level_bias;
-  out->minMipmapLevelClamp = cmd.min_mipmap_level_clamp;
-  out->maxMipmapLevelClamp = cmd.max_mipmap_level_clamp;
-  for (int i = 0; i < 4; ++i) out->borderColor[i] = cmd.border_color[i];
+  c::get_texture_fields(rec->cmd, *out);
+  out->flags = rec->cmd.flags;
   return CUDA_SUCCESS;
 }
 FUNNEL_DRIVER_API CUresult cuTexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC* out, CUtexObject t) {
   const std::optional<c::TextureRecord> rec = c::texture_record(t, false);
   if (out == nullptr || !rec) return CUDA_ERROR_INVALID_VALUE;
-  const funnel::ipc::TexCreateCmd& cmd = rec->cmd;
-  *out = CUDA_RESOURCE_VIEW_DESC{};
-  if (cmd.has_view == 0) return CUDA_SUCCESS;
-  out->format = static_cast<CUresourceViewFormat>(cmd.view_format);
-  out->width = cmd.view_width;
-  out->height = cmd.view_height;
-  out->depth = cmd.view_depth;
-  out->firstMipmapLevel = cmd.first_level;
-  out->lastMipmapLevel = cmd.last_level;
-  out->firstLayer = cmd.first_layer;
-  out->lastLayer = cmd.last_layer;
+  *out = c::view_of<CUDA_RESOURCE_VIEW_DESC>(rec->cmd);
   return CUDA_SUCCESS;
 }
 FUNNEL_DRIVER_API CUresult cuSurfObjectCreate(CUsurfObject* out, const CUDA_RESOURCE_DESC* r) {
@@ -283,10 +246,7 @@ FUNNEL_DRIVER_API CUresult cuSurfObjectCreate(CUsurfObject* out, const CUDA_RESO
   const void* resource = nullptr;
   if (CUresult e = resource_cmd(r, cmd, resource); e != CUDA_SUCCESS) return e;
   if (cmd.res_type != CU_RESOURCE_TYPE_ARRAY) return CUDA_ERROR_INVALID_VALUE;
-  uint64_t h = 0;
-  const CUresult e = object(&h, cmd, resource);
-  if (e == CUDA_SUCCESS) *out = h;
-  return e;
+  return object(out, cmd, resource);
 }
 FUNNEL_DRIVER_API CUresult cuSurfObjectDestroy(CUsurfObject s) { return to_cu(c::texture_destroy(s, true)); }
 FUNNEL_DRIVER_API CUresult cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC* out, CUsurfObject s) {

@@ -100,14 +100,17 @@ cudaError_t available_smem(size_t* bytes, const void* func, int blocks, int bloc
   return kernel_available_smem(*k, dev, blocks, block_size, *bytes);
 }
 
-cudaError_t max_active_clusters(int* clusters, const void* func, const cudaLaunchConfig_t* config) {
-  if (clusters == nullptr) return cudaErrorInvalidValue;
+// cudaOccupancyMaxActiveClusters and MaxPotentialClusterSize: `query` (launch.hpp) of the kernel
+// on the current device.
+using ClusterQuery = cudaError_t (*)(Kernel&, int, const LaunchSpec&, int&);
+cudaError_t cluster_query(int* out, const void* func, const cudaLaunchConfig_t* config, ClusterQuery query) {
+  if (out == nullptr) return cudaErrorInvalidValue;
   LaunchSpec l;
   if (cudaError_t e = read_config(config, false, l); e != cudaSuccess) return e;
   const int dev = current_device();
   Kernel* k = nullptr;
   if (cudaError_t e = ready_kernel(func, dev, k); e != cudaSuccess) return e;
-  return kernel_max_active_clusters(*k, dev, l, *clusters);
+  return query(*k, dev, l, *out);
 }
 
 LaunchSpec spec(dim3 grid, dim3 block, size_t shared, cudaStream_t stream, bool per_thread, uint32_t flags = 0) {
@@ -234,17 +237,9 @@ FUNNEL_API cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t* bytes, 
 }
 FUNNEL_API cudaError_t cudaOccupancyMaxPotentialClusterSize(int* size, const void* func,
                                                             const cudaLaunchConfig_t* config) {
-  return guarded(__func__, [&] {
-    if (size == nullptr) return cudaErrorInvalidValue;
-    LaunchSpec l;
-    if (cudaError_t e = read_config(config, false, l); e != cudaSuccess) return e;
-    const int dev = current_device();
-    Kernel* k = nullptr;
-    if (cudaError_t e = ready_kernel(func, dev, k); e != cudaSuccess) return e;
-    return kernel_max_cluster_size(*k, dev, l, *size);
-  });
+  return guarded(__func__, [&] { return cluster_query(size, func, config, kernel_max_cluster_size); });
 }
 FUNNEL_API cudaError_t cudaOccupancyMaxActiveClusters(int* clusters, const void* func,
                                                       const cudaLaunchConfig_t* config) {
-  return guarded(__func__, [&] { return max_active_clusters(clusters, func, config); });
+  return guarded(__func__, [&] { return cluster_query(clusters, func, config, kernel_max_active_clusters); });
 }

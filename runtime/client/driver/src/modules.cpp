@@ -332,24 +332,22 @@ FUNNEL_DRIVER_API CUresult cuKernelGetParamInfo(CUkernel kernel, size_t index, s
   return cuFuncGetParamInfo(reinterpret_cast<CUfunction>(kernel), index, offset, size);
 }
 
-FUNNEL_DRIVER_API CUresult cuOccupancyMaxActiveClusters(int* clusters, CUfunction f, const CUlaunchConfig* c) {
-  if (clusters == nullptr) return CUDA_ERROR_INVALID_VALUE;
+// cuOccupancyMaxActiveClusters and MaxPotentialClusterSize: `query` (launch.hpp) of the function.
+static CUresult cluster_query(int* out, CUfunction f, const CUlaunchConfig* c,
+                              cudaError_t (*query)(Kernel&, int, const funnel::client::LaunchSpec&, int&)) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Kernel* k = nullptr;
   int d = 0;
   if (CUresult r = current_kernel(f, k, d); r != CUDA_SUCCESS) return r;
   funnel::client::LaunchSpec l;
   if (CUresult r = read_config(c, false, l); r != CUDA_SUCCESS) return r;
-  return funnel::driver::to_cu(funnel::client::kernel_max_active_clusters(*k, d, l, *clusters));
+  return funnel::driver::to_cu(query(*k, d, l, *out));
 }
-
+FUNNEL_DRIVER_API CUresult cuOccupancyMaxActiveClusters(int* clusters, CUfunction f, const CUlaunchConfig* c) {
+  return cluster_query(clusters, f, c, funnel::client::kernel_max_active_clusters);
+}
 FUNNEL_DRIVER_API CUresult cuOccupancyMaxPotentialClusterSize(int* size, CUfunction f, const CUlaunchConfig* c) {
-  if (size == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  Kernel* k = nullptr;
-  int d = 0;
-  if (CUresult r = current_kernel(f, k, d); r != CUDA_SUCCESS) return r;
-  funnel::client::LaunchSpec l;
-  if (CUresult r = read_config(c, false, l); r != CUDA_SUCCESS) return r;
-  return funnel::driver::to_cu(funnel::client::kernel_max_cluster_size(*k, d, l, *size));
+  return cluster_query(size, f, c, funnel::client::kernel_max_cluster_size);
 }
 
 // ---- globals, libraries and kernels, function attributes --------------------------------------

@@ -377,22 +377,9 @@ Status Worker::occupancy_dynamic_smem(const ipc::CommandHeader& h, const ipc::Oc
   return Status::Success;
 }
 
-Status Worker::max_active_clusters(const ipc::CommandHeader& h, const ipc::LaunchCmd& c) {
-  if (one_way(h)) return Status::InvalidValue;
-  KernelEntry* k = nullptr;
-  if (Status st = kernel_on_device(h, c.kernel_id, k); st != Status::Success) return st;
-  if (c.param_bytes != 0 || c.flags != 0) return Status::InvalidValue;
-  for (int i = 0; i < 3; ++i)
-    if (c.grid[i] == 0 || c.block[i] == 0) return Status::InvalidValue;
-  if (!cluster_shape_ok(c)) return Status::InvalidClusterSize;
-  int clusters = 0;
-  if (Status st = backend_.max_active_clusters(*k->kernel, h.device, launch_desc(c), clusters); st != Status::Success)
-    return st;
-  answers_.answer(h, {static_cast<uint64_t>(clusters)});
-  return Status::Success;
-}
-
-Status Worker::max_cluster_size(const ipc::CommandHeader& h, const ipc::LaunchCmd& c) {
+// MaxActiveClusters (the launch's cluster shape checked) and MaxClusterSize (its cluster
+// dimensions not used): one answer from the backend.
+Status Worker::cluster_query(const ipc::CommandHeader& h, const ipc::LaunchCmd& c, bool size) {
   if (one_way(h)) return Status::InvalidValue;
   KernelEntry* k = nullptr;
   if (Status st = kernel_on_device(h, c.kernel_id, k); st != Status::Success) return st;
@@ -400,10 +387,13 @@ Status Worker::max_cluster_size(const ipc::CommandHeader& h, const ipc::LaunchCm
   for (int i = 0; i < 3; ++i)
     if (c.grid[i] == 0 || c.block[i] == 0) return Status::InvalidValue;
   LaunchDesc d = launch_desc(c);
-  d.cluster[0] = d.cluster[1] = d.cluster[2] = 0;  // the call's cluster dimensions are not used
-  int size = 0;
-  if (Status st = backend_.max_cluster_size(*k->kernel, h.device, d, size); st != Status::Success) return st;
-  answers_.answer(h, {static_cast<uint64_t>(size)});
+  if (size) d.cluster[0] = d.cluster[1] = d.cluster[2] = 0;
+  else if (!cluster_shape_ok(c)) return Status::InvalidClusterSize;
+  int value = 0;
+  const Status st = size ? backend_.max_cluster_size(*k->kernel, h.device, d, value)
+                         : backend_.max_active_clusters(*k->kernel, h.device, d, value);
+  if (st != Status::Success) return st;
+  answers_.answer(h, {static_cast<uint64_t>(value)});
   return Status::Success;
 }
 

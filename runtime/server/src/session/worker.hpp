@@ -160,8 +160,9 @@ class Worker {
   Status func_set_attribute(const ipc::CommandHeader& h, const ipc::FuncSetAttributeCmd& c);
   Status occupancy(const ipc::CommandHeader& h, const ipc::OccupancyCmd& c);
   Status occupancy_dynamic_smem(const ipc::CommandHeader& h, const ipc::OccupancyCmd& c);
-  Status max_active_clusters(const ipc::CommandHeader& h, const ipc::LaunchCmd& c);
-  Status max_cluster_size(const ipc::CommandHeader& h, const ipc::LaunchCmd& c);
+  Status max_active_clusters(const ipc::CommandHeader& h, const ipc::LaunchCmd& c) { return cluster_query(h, c, false); }
+  Status max_cluster_size(const ipc::CommandHeader& h, const ipc::LaunchCmd& c) { return cluster_query(h, c, true); }
+  Status cluster_query(const ipc::CommandHeader& h, const ipc::LaunchCmd& c, bool size);
   Status host_func(const ipc::CommandHeader& h, const ipc::HostFuncCmd& c);
   // graphs.cpp: graph builds, executable graphs, their launches
   Status graph_node(const ipc::CommandHeader& h, const ipc::GraphNodeCmd& c, const std::byte* trailing);

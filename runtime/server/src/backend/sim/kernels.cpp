@@ -277,6 +277,13 @@ Status SimBackend::available_dynamic_smem(BackendKernel& kernel, int device, uin
   return Status::Success;
 }
 
+// Blocks of a launch's shape per multiprocessor (occupancy of its block and shared memory).
+Status SimBackend::launch_occupancy(BackendKernel& kernel, int device, const LaunchDesc& d, int& per_sm) {
+  const uint64_t threads = uint64_t{d.block[0]} * d.block[1] * d.block[2];
+  return occupancy(kernel, device, static_cast<uint32_t>(std::min<uint64_t>(threads, 0xffffffffu)), d.shared_bytes, 0,
+                   per_sm);
+}
+
 // Clusters of the launch's cluster shape that fit at once: the blocks per multiprocessor
 // over the whole sim device, in whole clusters (the sim has no GPC structure).
 Status SimBackend::max_active_clusters(BackendKernel& kernel, int device, const LaunchDesc& d, int& clusters) {
@@ -284,11 +291,7 @@ Status SimBackend::max_active_clusters(BackendKernel& kernel, int device, const 
   const uint64_t cluster = uint64_t{std::max(d.cluster[0], 1u)} * std::max(d.cluster[1], 1u) * std::max(d.cluster[2], 1u);
   if (cluster > 16) return Status::InvalidValue;
   int per_sm = 0;
-  const uint64_t threads = uint64_t{d.block[0]} * d.block[1] * d.block[2];
-  if (Status st = occupancy(kernel, device, static_cast<uint32_t>(std::min<uint64_t>(threads, 0xffffffffu)),
-                            d.shared_bytes, 0, per_sm);
-      st != Status::Success)
-    return st;
+  if (Status st = launch_occupancy(kernel, device, d, per_sm); st != Status::Success) return st;
   clusters = static_cast<int>(uint64_t(per_sm) * kMultiprocessors / cluster);
   return Status::Success;
 }
@@ -298,11 +301,7 @@ Status SimBackend::max_active_clusters(BackendKernel& kernel, int device, const 
 Status SimBackend::max_cluster_size(BackendKernel& kernel, int device, const LaunchDesc& d, int& size) {
   if (!valid(device)) return Status::InvalidDevice;
   int per_sm = 0;
-  const uint64_t threads = uint64_t{d.block[0]} * d.block[1] * d.block[2];
-  if (Status st = occupancy(kernel, device, static_cast<uint32_t>(std::min<uint64_t>(threads, 0xffffffffu)),
-                            d.shared_bytes, 0, per_sm);
-      st != Status::Success)
-    return st;
+  if (Status st = launch_occupancy(kernel, device, d, per_sm); st != Status::Success) return st;
   size = per_sm > 0 ? 8 : 0;
   return Status::Success;
 }

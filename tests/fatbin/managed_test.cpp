@@ -70,8 +70,12 @@ TEST(PatchManaged, SlotsHoldTheGivenAddressesAndTheirRelocationsAreGone) {
   size_t none = 0, kept = 0;
   for (uint64_t at = 0; at + 24 <= rela.size; at += 24) {
     const uint64_t info = u64(patched, rela.offset + at + 8);
-    if ((info & 0xffffffffu) == 0) ++none;
-    else ++kept;
+    if ((info & 0xffffffffu) == 0) {
+      ++none;
+      EXPECT_NE(info >> 32, 0u) << "the relocation keeps its symbol (the driver refuses symbol 0)";
+    } else {
+      ++kept;
+    }
   }
   EXPECT_EQ(none, 2u) << "the two managed variables' relocations";
   EXPECT_EQ(kept, 1u) << "the __device__ variable's relocation stays";
@@ -83,7 +87,7 @@ TEST(PatchManaged, SlotsHoldTheGivenAddressesAndTheirRelocationsAreGone) {
   EXPECT_EQ(funnel::fatbin::kernels_of_cubin(patched).size(), 1u);
 }
 
-TEST(PatchManaged, RelocatableCodeAndUnknownNamesAreRefused) {
+TEST(PatchManaged, RelocatableCodeIsRefusedAndUnreferencedNamesLeaveTheCubinAlone) {
   const auto rdc = read_file(kDir + "/managed_rdc.cubin");
   ASSERT_GT(rdc.size(), 64u);
   try {
@@ -93,7 +97,25 @@ TEST(PatchManaged, RelocatableCodeAndUnknownNamesAreRefused) {
     EXPECT_NE(std::string(e.what()).find("relocatable device code"), std::string::npos) << e.what();
   }
   const auto cubin = read_file(kDir + "/managed.cubin");
-  EXPECT_THROW((void)funnel::fatbin::patch_managed(cubin, {{"no_such_variable", 0x1000}}), funnel::fatbin::Error);
+  // A variable no kernel refers to (host code only, or removed by nvcc) needs no slot.
+  EXPECT_EQ(funnel::fatbin::patch_managed(cubin, {{"no_such_variable", 0x1000}}), cubin);
+}
+
+// The cubin the driver would run on each GPU: its own, else the newest of its major version below
+// it; none for another major version (only PTX there).
+TEST(CubinForArch, PicksTheCubinTheGpuRunsWithoutCompiling) {
+  const auto fat = read_file(kDir + "/managed.fatbin");
+  ASSERT_GT(fat.size(), 64u);
+  auto arch_of = [&](int gpu) { return funnel::fatbin::kernels_of_cubin(funnel::fatbin::cubin_for_arch(fat, gpu)).at(0).sm_arch; };
+  EXPECT_EQ(arch_of(90), 90);
+  EXPECT_EQ(arch_of(89), 86);
+  EXPECT_EQ(arch_of(86), 86);
+  EXPECT_EQ(arch_of(80), 80);
+  EXPECT_THROW((void)funnel::fatbin::cubin_for_arch(fat, 75), funnel::fatbin::Error);
+  EXPECT_THROW((void)funnel::fatbin::cubin_for_arch(fat, 100), funnel::fatbin::Error);
+  // A cubin is its own answer.
+  const auto cubin = read_file(kDir + "/managed.cubin");
+  EXPECT_EQ(funnel::fatbin::cubin_for_arch(cubin, 90), cubin);
 }
 
 }  // namespace

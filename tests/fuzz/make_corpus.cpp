@@ -354,6 +354,22 @@ void write_all(const std::filesystem::path& dir) {
       .cmd(Opcode::ModuleQuery, ipc::ModuleCmd{1, {}, ipc::kModuleHasVariables, 0, 0}, true)
       .cmd(Opcode::ModuleUnload, ipc::ModuleCmd{1, {}, 0, 0, 0}, true)
       .write(dir, "modules");
+  // A module with __managed__ variables: names whose storage is not the client's, a second
+  // name, a load of bytes that are no fat binary.
+  ipc::ModuleCmd mm = m;
+  mm.module_id = 3;
+  mm.flags = ipc::kModuleHasManaged;
+  const std::string counter_name = "counter";
+  Seed()
+      .cmd(Opcode::ModuleQuery, mm, true)
+      .stage(96, 0x42)
+      .cmd(Opcode::ModuleData, ipc::ModuleDataCmd{3, 0, 96, 0, 0})
+      .trailing(Opcode::ModuleManaged, ipc::ModuleManagedCmd{3, 0x7f0000001000, 4, 7, 0}, counter_name.data(),
+                counter_name.size(), true)
+      .trailing(Opcode::ModuleManaged, ipc::ModuleManagedCmd{4, 0x1000, 4, 7, 0}, counter_name.data(),
+                counter_name.size(), true)
+      .cmd(Opcode::ModuleLoad, mm, true)
+      .write(dir, "managed_modules");
   // The framing and the ring: unknown opcodes, wrong sizes, a reply slot out of range,
   // a size of the record's own, a Pad, a Detach.
   const ipc::MemAllocCmd small{64};

@@ -73,7 +73,8 @@ bool answered_when_processed(Opcode op) {
     case Opcode::MemAlloc: case Opcode::MemAllocAsync: case Opcode::MemGetInfo: case Opcode::GetLimit:
     case Opcode::SetLimit: case Opcode::Profiler: case Opcode::PinnedAlloc: case Opcode::StreamQuery: case Opcode::EventQuery:
     case Opcode::EventElapsedTime: case Opcode::Fence: case Opcode::ModuleQuery: case Opcode::ModuleLoad:
-    case Opcode::KernelGet: case Opcode::KernelParams: case Opcode::SymbolGet: case Opcode::FuncGetAttributes:
+    case Opcode::KernelGet: case Opcode::KernelParams: case Opcode::SymbolGet: case Opcode::ModuleManaged:
+    case Opcode::FuncGetAttributes:
     case Opcode::FuncSetAttribute: case Opcode::Occupancy: case Opcode::OccupancyDynamicSmem:
     case Opcode::MaxActiveClusters: case Opcode::AddressReserve: case Opcode::AddressFree: case Opcode::MemMap:
       return true;
@@ -103,6 +104,7 @@ bool badly_framed(const std::vector<std::byte>& rec) {
   uint64_t limit = ipc::kMaxNameBytes;
   if (h.opcode == Opcode::KernelGet) trailing = field<ipc::KernelGetCmd>(rec, p).name_bytes;
   if (h.opcode == Opcode::SymbolGet) trailing = field<ipc::SymbolGetCmd>(rec, p).name_bytes;
+  if (h.opcode == Opcode::ModuleManaged) trailing = field<ipc::ModuleManagedCmd>(rec, p).name_bytes;
   if (h.opcode == Opcode::Launch) {
     trailing = field<ipc::LaunchCmd>(rec, p).param_bytes;
     limit = ipc::kMaxParamBytes;

@@ -4,7 +4,9 @@
 // parameter buffer of a launch reaches the backend byte for byte.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
+#include <cstring>
 #include <cstddef>
 #include <fstream>
 #include <iterator>
@@ -132,6 +134,82 @@ TEST_F(KernelTest, ModuleIsUploadedOnceAndSharedByClients) {
   EXPECT_EQ(b.call(Opcode::FuncGetAttributes, ipc::KernelCmd{5}).status, Status::InvalidResourceHandle);
   EXPECT_EQ(kernel_get(a, 5, 1, "mixed").status, Status::Success);
   EXPECT_EQ(b.take_deferred(), 0);
+}
+
+std::vector<std::byte> read_bytes(const char* path) {
+  std::ifstream in(path, std::ios::binary);
+  const std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> out(chars.size());
+  std::memcpy(out.data(), chars.data(), chars.size());
+  return out;
+}
+
+// __managed__ variables (doc/design/managed.md): a module that has them is always uploaded, its
+// variables must lie in the client's pinned memory, and the load writes their initial values there
+// (the cubin patched to use them); -rdc code and sizes that disagree with the cubin are refused.
+TEST_F(KernelTest, ManagedVariablesLiveInTheClientsMemoryWithTheirInitialValues) {
+  start_server();
+  TestClient a(run_dir_), b(run_dir_);
+  ASSERT_TRUE(a.ok() && b.ok());
+  const auto fat = read_bytes(FUNNEL_SERVER_MANAGED_FATBIN);
+  ASSERT_GT(fat.size(), 64u);
+  const auto digest = ipc::module_digest(fat);
+  // Another client loads the same bytes plainly: they are cached, but that spares no upload.
+  const auto plain = module_cmd(1, 0, digest, fat.size());
+  ASSERT_EQ(b.call(Opcode::ModuleQuery, plain).value[0], 0u);
+  upload(b, 1, fat);
+  ASSERT_EQ(b.call(Opcode::ModuleLoad, plain).status, Status::Success);
+
+  const Reply p = a.call(Opcode::PinnedAlloc, ipc::PinnedAllocCmd{4096, 0, 0});
+  ASSERT_EQ(p.status, Status::Success);
+  const uint64_t storage = p.value[2];  // the buffer at the server's address (this process)
+  ASSERT_NE(storage, 0u);
+  std::memset(reinterpret_cast<void*>(storage), 0x5a, 4096);
+  auto managed = [&](uint64_t module, const std::string& name, uint64_t address, uint64_t size) {
+    const ipc::ModuleManagedCmd c{module, address, size, static_cast<uint32_t>(name.size()), 0};
+    return call_record(a, Opcode::ModuleManaged, with_trailing(c, name.data(), name.size())).status;
+  };
+  const auto cmd = module_cmd(7, ipc::kModuleHasManaged, digest, fat.size());
+  EXPECT_EQ(managed(7, "counter", storage, 4), Status::InvalidResourceHandle) << "no upload under way";
+  ASSERT_EQ(a.call(Opcode::ModuleQuery, cmd).value[0], 0u) << "a managed module is always uploaded";
+  upload(a, 7, fat);
+  EXPECT_EQ(managed(7, "counter", storage + 4096, 4), Status::InvalidValue) << "past the client's pinned buffer";
+  EXPECT_EQ(managed(7, "counter", a.alloc(64), 4), Status::InvalidValue) << "device memory";
+  EXPECT_EQ(managed(7, "counter", storage, 0), Status::InvalidValue);
+  EXPECT_EQ(managed(7, "", storage, 4), Status::InvalidValue);
+  ASSERT_EQ(managed(7, "counter", storage, 4), Status::Success);
+  EXPECT_EQ(managed(7, "counter", storage + 512, 4), Status::InvalidValue) << "a name twice";
+  ASSERT_EQ(managed(7, "table", storage + 256, 64), Status::Success);
+  ASSERT_EQ(a.call(Opcode::ModuleLoad, cmd).status, Status::Success);
+  int counter = 0;
+  std::memcpy(&counter, reinterpret_cast<const void*>(storage), sizeof counter);
+  EXPECT_EQ(counter, 42) << "the initial value";
+  const auto* bytes = reinterpret_cast<const uint8_t*>(storage);
+  EXPECT_EQ(std::count(bytes + 256, bytes + 320, 0), 64) << "no initial value: zeros";
+  EXPECT_EQ(bytes[4], 0x5a) << "nothing written past the variables";
+  EXPECT_EQ(bytes[320], 0x5a);
+  EXPECT_EQ(kernel_get(a, 1, 7, "_Z4stepi").status, Status::Success);
+
+  // A plain module's upload takes no managed variables.
+  ASSERT_EQ(a.call(Opcode::ModuleQuery, module_cmd(8, 0, digest, fat.size())).value[0], 1u);
+  const auto other = read_bytes(FUNNEL_SERVER_TEST_FATBIN);
+  const auto other_cmd = module_cmd(9, 0, ipc::module_digest(other), other.size());
+  ASSERT_EQ(a.call(Opcode::ModuleQuery, other_cmd).value[0], 0u);
+  EXPECT_EQ(managed(9, "counter", storage, 4), Status::InvalidResourceHandle);
+  // A size the cubin disagrees with.
+  const auto wrong = module_cmd(10, ipc::kModuleHasManaged, digest, fat.size());
+  ASSERT_EQ(a.call(Opcode::ModuleQuery, wrong).value[0], 0u);
+  upload(a, 10, fat);
+  ASSERT_EQ(managed(10, "counter", storage + 1024, 8), Status::Success);
+  EXPECT_EQ(a.call(Opcode::ModuleLoad, wrong).status, Status::InvalidValue);
+  // Relocatable device code: refused.
+  const auto rdc = read_bytes(FUNNEL_SERVER_MANAGED_RDC_FATBIN);
+  const auto rdc_cmd = module_cmd(11, ipc::kModuleHasManaged, ipc::module_digest(rdc), rdc.size());
+  ASSERT_EQ(a.call(Opcode::ModuleQuery, rdc_cmd).value[0], 0u);
+  upload(a, 11, rdc);
+  ASSERT_EQ(managed(11, "counter", storage + 2048, 4), Status::Success);
+  EXPECT_EQ(a.call(Opcode::ModuleLoad, rdc_cmd).status, Status::NotSupported);
+  EXPECT_EQ(a.take_deferred(), 0);
 }
 
 TEST_F(KernelTest, LayoutsMatchTheCubinAndLaunchesCarryTheParameterBuffer) {

@@ -12,6 +12,7 @@
 #include "funnel/fatbin/fatbin.hpp"
 #include "funnel/ipc/module_digest.hpp"
 #include "launch_params.hpp"
+#include "managed.hpp"
 
 namespace funnel::client {
 
@@ -20,7 +21,12 @@ struct Module {
   std::vector<std::byte> image;  // a module the driver front loaded: its bytes (else the wrapper's)
   std::vector<std::unique_ptr<Kernel>> kernels;
   std::vector<std::unique_ptr<Variable>> variables;
-  std::vector<std::string> managed;  // __managed__ variables: the module cannot be used
+  struct Managed {
+    std::string name;
+    void** host;  // nvcc's host pointer to the variable
+    uint64_t size;
+  };
+  std::vector<Managed> managed;  // __managed__ variables (register_managed)
   std::mutex mu;
   Runtime* owner = nullptr;  // the Runtime the load below was for (mu)
   Status status = Status::Success;
@@ -90,15 +96,71 @@ Status upload(Runtime& rt, int device, uint64_t id, std::span<const std::byte> b
   return Status::Success;
 }
 
+std::span<const std::byte> name_bytes(const std::string& s) {
+  return std::as_bytes(std::span(s.data(), std::min<size_t>(s.size(), ipc::kMaxNameBytes)));
+}
+
+// Makes a registration findable by its host address; the module owns it.
+template <class T>
+void enlist(std::unordered_map<const void*, T*>& index, std::vector<std::unique_ptr<T>>& owned,
+            std::unique_ptr<T> record) {
+  std::unique_lock lk(registry().mu);
+  index[record->host] = record.get();
+  owned.push_back(std::move(record));
+}
+
+std::string managed_names(const Module& m) {
+  std::string names;
+  for (const auto& v : m.managed) names += (names.empty() ? "" : ", ") + v.name;
+  return names;
+}
+
+// The storage of the module's __managed__ variables (doc/design/managed.md): one managed buffer
+// of funnel's (the same address here and in the server, which the GPU reads), each variable at a
+// 256-byte boundary; nvcc's host pointers set to it, and each variable findable by that address
+// (the symbol the program passes).  The server writes the initial values when it loads the module.
+Status place_managed(Module& m) {
+  uint64_t total = 0;
+  for (const auto& v : m.managed) total += (v.size + 255) / 256 * 256;
+  void* base = nullptr;
+  if (managed_alloc(&base, total, cudaMemAttachGlobal) != cudaSuccess) {
+    log_error(fmt::format("funnel: no managed memory for the __managed__ variables {} ({} bytes)", managed_names(m),
+                          total));
+    return Status::MemoryAllocation;
+  }
+  uint64_t at = reinterpret_cast<uint64_t>(base);
+  for (const auto& v : m.managed) {
+    *v.host = reinterpret_cast<void*>(at);
+    auto record = std::make_unique<Variable>();
+    record->module = &m;
+    record->host = reinterpret_cast<const void*>(at);
+    record->name = v.name;
+    record->size = v.size;
+    record->managed = at;
+    enlist(registry().variables, m.variables, std::move(record));
+    at += (v.size + 255) / 256 * 256;
+  }
+  return Status::Success;
+}
+
+// The module's __managed__ variables, told to the server before it loads the module.
+Status send_managed(const Module& m, Runtime& rt, int device, uint64_t module_id) {
+  for (const auto& v : m.managed) {
+    const Variable* placed = nullptr;
+    for (const auto& x : m.variables)
+      if (x->managed != 0 && x->name == v.name) placed = x.get();
+    if (placed == nullptr) return Status::Unknown;
+    ipc::ModuleManagedCmd c{module_id, placed->managed, v.size, static_cast<uint32_t>(name_bytes(v.name).size()), 0};
+    Reply r;
+    if (Status s = rt.ask(Opcode::ModuleManaged, device, &c, sizeof c, name_bytes(v.name), &r); s != Status::Success)
+      return s;
+  }
+  return Status::Success;
+}
+
 Status load(Module& m, Runtime& rt, int device) {
-  if (!m.managed.empty()) {
-    std::string names;
-    for (const auto& n : m.managed) names += (names.empty() ? "" : ", ") + n;
-    log_error(
-        fmt::format("funnel: __managed__ variable {} is not supported (doc/not-supported.md); the kernels and "
-                    "variables of its fat binary fail with cudaErrorNotSupported",
-                    names));
-    return Status::NotSupported;
+  if (!m.managed.empty() && m.owner == nullptr) {
+    if (Status s = place_managed(m); s != Status::Success) return s;
   }
   const auto bytes = !m.image.empty() ? std::span<const std::byte>(m.image) : fatbin_bytes(m.wrapper);
   if (bytes.empty()) {
@@ -113,12 +175,22 @@ Status load(Module& m, Runtime& rt, int device) {
   std::memcpy(c.digest, digest.data(), sizeof c.digest);
   // An image module's globals are its own (each cuModuleLoadData is a module of its own).
   c.flags = m.variables.empty() && m.image.empty() ? 0 : ipc::kModuleHasVariables;
+  if (!m.managed.empty()) c.flags |= ipc::kModuleHasManaged;
   c.size = bytes.size();
   Reply r;
   if (Status s = rt.ask(Opcode::ModuleQuery, device, &c, sizeof c, {}, &r); s != Status::Success) return s;
   if (r.value[0] == 0) {
     if (Status s = upload(rt, device, c.module_id, bytes); s != Status::Success) return s;
-    if (Status s = rt.ask(Opcode::ModuleLoad, device, &c, sizeof c, {}, &r); s != Status::Success) return s;
+    if (Status s = send_managed(m, rt, device, c.module_id); s != Status::Success) return s;
+    if (Status s = rt.ask(Opcode::ModuleLoad, device, &c, sizeof c, {}, &r); s != Status::Success) {
+      if (s == Status::NotSupported && !m.managed.empty())
+        log_error(fmt::format(
+            "funnel: the fat binary with the __managed__ variables {} cannot be served: funnel serves them in "
+            "whole-program code with a cubin for this GPU, not in relocatable device code (-rdc) or PTX-only fat "
+            "binaries (doc/not-supported.md); its kernels and variables fail with cudaErrorNotSupported",
+            managed_names(m)));
+      return s;
+    }
   }
   m.id = c.module_id;
   return Status::Success;
@@ -131,10 +203,6 @@ Status module_ready(Module& m, Runtime& rt, int device) {
     m.owner = &rt;
   }
   return m.status;
-}
-
-std::span<const std::byte> name_bytes(const std::string& s) {
-  return std::as_bytes(std::span(s.data(), std::min<size_t>(s.size(), ipc::kMaxNameBytes)));
 }
 
 Status look_up(Kernel& k, Runtime& rt, int device) {
@@ -159,15 +227,6 @@ Status look_up(Kernel& k, Runtime& rt, int device) {
   k.param_bytes = static_cast<uint32_t>(param_bytes);
   k.layout = std::move(layout);
   return Status::Success;
-}
-
-// Makes a registration findable by its host address; the module owns it.
-template <class T>
-void enlist(std::unordered_map<const void*, T*>& index, std::vector<std::unique_ptr<T>>& owned,
-            std::unique_ptr<T> record) {
-  std::unique_lock lk(registry().mu);
-  index[record->host] = record.get();
-  owned.push_back(std::move(record));
 }
 
 }  // namespace
@@ -213,12 +272,29 @@ void register_variable(Module* m, const void* host, const char* name, uint64_t s
   }
 }
 
-void register_managed(Module* m, const void* /*host*/, const char* name) noexcept {
-  if (m == nullptr) return;
+void register_managed(Module* m, void** host, const char* name, uint64_t size) noexcept {
+  if (m == nullptr || host == nullptr || name == nullptr || size == 0) return;
   try {
-    std::unique_lock lk(registry().mu);
-    m->managed.emplace_back(name != nullptr ? name : "?");
+    std::lock_guard lk(m->mu);
+    m->managed.push_back(Module::Managed{name, host, size});
   } catch (...) {
+  }
+}
+
+bool init_module(Module* m) noexcept {
+  if (m == nullptr) return false;
+  try {
+    Runtime& rt = Runtime::get();
+    Status s = rt.ready();
+    if (s == Status::Success) s = module_ready(*m, rt, current_device());
+    if (s == Status::Success) return true;
+    if (!m->managed.empty())
+      log_error(fmt::format("funnel: the __managed__ variables {} have no storage (CUDA error {}): the program cannot use them",
+                            managed_names(*m), static_cast<int>(s)));
+    return false;
+  } catch (const std::exception& e) {
+    log_error(fmt::format("funnel: internal error initialising a module: {}", e.what()));
+    return false;
   }
 }
 
@@ -297,6 +373,11 @@ Status variable_address(Variable& v, Runtime& rt, int device, uint64_t& address)
       return Status::Success;
     }
     if (Status s = module_ready(*v.module, rt, device); s != Status::Success) return s;
+    if (v.managed != 0) {  // funnel's managed memory, which copies already know
+      address = v.managed;
+      v.address.emplace(device, address);
+      return Status::Success;
+    }
     ipc::SymbolGetCmd c{v.module->id, static_cast<uint32_t>(name_bytes(v.name).size()), 0};
     Reply r;
     if (Status s = rt.ask(Opcode::SymbolGet, device, &c, sizeof c, name_bytes(v.name), &r); s != Status::Success)

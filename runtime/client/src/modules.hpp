@@ -46,13 +46,21 @@ struct Variable {
   std::mutex mu;
   Runtime* owner = nullptr;         // the Runtime the addresses below belong to (mu)
   std::map<int, uint64_t> address;  // device -> address (mu)
+  // A __managed__ variable: its storage, funnel's managed memory (the same address on every
+  // device; the host shadow is this address too, which is what the program passes as the symbol).
+  uint64_t managed = 0;
 };
 
 // Registration (nvcc's static constructors; no server contact).
 Module* register_module(const void* wrapper) noexcept;
 void register_kernel(Module* m, const void* host, const char* device_name) noexcept;
 void register_variable(Module* m, const void* host, const char* name, uint64_t size, bool constant) noexcept;
-void register_managed(Module* m, const void* host, const char* name) noexcept;
+// A __managed__ variable: `host` is the pointer nvcc's host code reaches it through, set to its
+// storage when the module loads (doc/design/managed.md).
+void register_managed(Module* m, void** host, const char* name, uint64_t size) noexcept;
+// __cudaInitModule: the module loaded (its __managed__ variables' storage placed) on the current
+// device; false, said on stderr, when it cannot be.
+bool init_module(Module* m) noexcept;
 void unregister_module(Module* m) noexcept;
 
 // The registered kernel of a host stub (or of a handle cudaGetKernel or cudaGetFuncBySymbol

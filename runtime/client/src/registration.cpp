@@ -29,9 +29,9 @@ FUNNEL_API void __cudaRegisterFatBinaryEnd(void** /*handle*/) noexcept {}
 
 FUNNEL_API void __cudaUnregisterFatBinary(void** handle) noexcept { unregister_module(from_handle(handle)); }
 
-// Called by the registration of __managed__ variables; natively it initialises the
-// runtime for them.  Managed memory is not supported (the module's use fails).
-FUNNEL_API char __cudaInitModule(void** /*handle*/) noexcept { return 1; }
+// Called by nvcc's host code before it first reaches a __managed__ variable (through the pointer
+// __cudaRegisterManagedVar registered): the module is loaded, which places the variables.
+FUNNEL_API char __cudaInitModule(void** handle) noexcept { return init_module(from_handle(handle)) ? 1 : 0; }
 
 FUNNEL_API void __cudaRegisterFunction(void** handle, const char* hostFun, char* /*deviceFun*/,
                                        const char* deviceName, int /*thread_limit*/, uint3* /*tid*/, uint3* /*bid*/,
@@ -45,9 +45,9 @@ FUNNEL_API void __cudaRegisterVar(void** handle, char* hostVar, char* /*deviceAd
 }
 
 FUNNEL_API void __cudaRegisterManagedVar(void** handle, void** hostVarPtrAddress, char* /*deviceAddress*/,
-                                         const char* deviceName, int /*ext*/, size_t /*size*/, int /*constant*/,
+                                         const char* deviceName, int /*ext*/, size_t size, int /*constant*/,
                                          int /*global*/) noexcept {
-  register_managed(from_handle(handle), hostVarPtrAddress, deviceName);
+  register_managed(from_handle(handle), hostVarPtrAddress, deviceName, size);
 }
 
 namespace {

@@ -167,6 +167,23 @@ FatbinKernels kernels_of_fatbin(std::span<const std::byte> bytes) {
   return result;
 }
 
+std::vector<std::byte> cubin_for_arch(std::span<const std::byte> image, int sm_arch) {
+  const ModuleFormat format = module_format(image);
+  if (format == ModuleFormat::cubin) return {image.begin(), image.end()};
+  if (format != ModuleFormat::fatbin) throw Error("module: neither a fat binary nor a cubin");
+  const auto images = parse_fatbin(image);
+  const FatbinImage* best = nullptr;
+  for (const auto& im : images) {
+    // A cubin runs on GPUs of its major version from its minor version on.
+    if (im.kind != ImageKind::cubin || im.sm_arch / 10 != sm_arch / 10 || im.sm_arch > sm_arch) continue;
+    if (best == nullptr || im.sm_arch > best->sm_arch) best = &im;
+  }
+  if (best == nullptr)
+    throw Error("the fat binary has no cubin for sm_" + std::to_string(sm_arch) +
+                " (only PTX or code for other GPUs, which the driver would compile)");
+  return decompressed_payload(*best);
+}
+
 std::vector<std::string> entries_of_ptx(std::string_view ptx) {
   std::vector<std::string> names;
   constexpr std::string_view kEntry = ".entry";

@@ -5,7 +5,9 @@
 // to each (cudaStreamAttachMemAsync); a managed struct pointing to other managed buffers (a table
 // and a linked list the kernel follows); and cuMemAllocManaged memory (the driver API, with
 // cuMemPrefetchAsync, cuMemAdvise, cuMemRangeGetAttribute and cuPointerGetAttribute) used by a
-// runtime kernel.  Results checked on the CPU; sums printed.
+// runtime kernel; __managed__ variables (scalars, an array, a struct, with and without initial
+// values) that host code and kernels both read and write, with the symbol calls on them.
+// Results checked on the CPU; sums printed.
 // Build: nvcc -cudart shared managed_kernels.cu -lcuda   (at build time: -L/usr/local/cuda/lib64/stubs)
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -303,6 +305,71 @@ static void driver_api() {
   CU_CHECK(cuMemFree(dp));
 }
 
+// g) __managed__ variables: the host reads their initial values, then host code and kernels take
+// turns changing them; the symbol calls reach the same storage.
+__managed__ int mv_count = 42;
+__managed__ float mv_table[64] = {1.f, 2.f, 3.f};
+__managed__ unsigned long long mv_total;
+struct MvPair {
+  int a;
+  double b;
+};
+__managed__ MvPair mv_pair = {7, 2.5};
+
+__global__ void mv_step(int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < 64) mv_table[i] = mv_table[i] * 2.f + static_cast<float>(i);
+  if (i == 0) {
+    mv_count += n;
+    mv_pair.a += 1;
+    mv_pair.b *= 2;
+  }
+  atomicAdd(&mv_total, static_cast<unsigned long long>(i));
+}
+
+// Reads a variable through the pointer cudaGetSymbolAddress gave.
+__global__ void mv_read(const int* count, int* out) { *out = *count * 3; }
+
+static void managed_variables() {
+  bool ok = mv_count == 42 && mv_table[0] == 1.f && mv_table[2] == 3.f && mv_table[10] == 0.f && mv_pair.a == 7 &&
+            mv_pair.b == 2.5 && mv_total == 0;
+  expect(ok, "__managed__ initial values read by the host");
+  float table[64];
+  for (int i = 0; i < 64; ++i) table[i] = mv_table[i];
+  for (int r = 0; r < 5; ++r) {
+    mv_count += 1;
+    mv_step<<<4, 64>>>(r);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    for (int i = 0; i < 64; ++i) table[i] = table[i] * 2.f + static_cast<float>(i);
+  }
+  bool same = true;
+  for (int i = 0; i < 64; ++i) same = same && mv_table[i] == table[i];
+  ok = mv_count == 57 && mv_pair.a == 12 && mv_pair.b == 80.0 && mv_total == 5ull * 32640 && same;
+  std::printf("managed_kernels __managed__: count %d, pair %d %.1f, total %llu, table[63] %.0f\n", mv_count, mv_pair.a,
+              mv_pair.b, mv_total, mv_table[63]);
+  expect(ok, "__managed__ variables changed in turn by host code and kernels");
+  // The symbol calls: the variable's own storage.
+  void* address = nullptr;
+  size_t size = 0;
+  CUDA_CHECK(cudaGetSymbolAddress(&address, mv_count));
+  CUDA_CHECK(cudaGetSymbolSize(&size, mv_table));
+  const int v = 1000;
+  CUDA_CHECK(cudaMemcpyToSymbol(mv_count, &v, sizeof v));
+  int* out = nullptr;
+  CUDA_CHECK(cudaMalloc(&out, sizeof(int)));
+  mv_read<<<1, 1>>>(static_cast<const int*>(address), out);
+  int tripled = 0;
+  CUDA_CHECK(cudaMemcpy(&tripled, out, sizeof tripled, cudaMemcpyDeviceToHost));
+  MvPair pair{};
+  CUDA_CHECK(cudaMemcpyFromSymbol(&pair, mv_pair, sizeof pair));
+  ok = address == static_cast<void*>(&mv_count) && size == sizeof mv_table && mv_count == 1000 && tripled == 3000 &&
+       pair.a == 12 && pair.b == 80.0;
+  std::printf("managed_kernels __managed__ symbols: address is the variable %s, size %zu, read by a kernel %d\n",
+              address == static_cast<void*>(&mv_count) ? "yes" : "no", size, tripled);
+  expect(ok, "the symbol calls on __managed__ variables");
+  CUDA_CHECK(cudaFree(out));
+}
+
 int main() {
   in_place();
   two_buffers();
@@ -310,6 +377,7 @@ int main() {
   two_streams();
   pointer_chasing();
   driver_api();
+  managed_variables();
   std::printf("managed_kernels: all ok\n");
   return 0;
 }

@@ -12,10 +12,19 @@
 
 namespace funnel::server {
 
+// A __managed__ variable of a module on its way in (ModuleManaged): its storage is the client's
+// managed memory at `address` (checked to be the client's pinned memory).
+struct ManagedVar {
+  std::string name;
+  uint64_t address;
+  uint64_t size;
+};
+
 // A fat binary on its way in (ModuleQuery missed, ModuleData pieces, then ModuleLoad).
 struct ModuleUpload {
   ipc::ModuleCmd cmd;
   std::vector<std::byte> bytes;
+  std::vector<ManagedVar> managed;
 };
 
 struct KernelEntry {

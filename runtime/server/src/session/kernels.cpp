@@ -2,6 +2,7 @@
 // the server's ModuleCache, kernel layouts, launches, symbols, function attributes,
 // occupancy and host functions.  As in commands.cpp, every field was copied out of the
 // ring and is validated here before anything happens.
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "funnel/fatbin/fatbin.hpp"
 #include "funnel/ipc/futex.hpp"
 #include "session/module_cache.hpp"
 #include "session/validation.hpp"
@@ -30,10 +32,11 @@ ModuleKey key_of(const ipc::ModuleCmd& c) noexcept {
 }
 
 bool own_copy(const ipc::ModuleCmd& c) noexcept { return (c.flags & ipc::kModuleHasVariables) != 0; }
+bool has_managed(const ipc::ModuleCmd& c) noexcept { return (c.flags & ipc::kModuleHasManaged) != 0; }
 
 Status check_module_cmd(const ipc::ModuleCmd& c) noexcept {
   if (c.size == 0 || c.size > ipc::kMaxModuleBytes) return Status::InvalidValue;
-  if ((c.flags & ~ipc::kModuleHasVariables) != 0) return Status::InvalidValue;
+  if ((c.flags & ~(ipc::kModuleHasVariables | ipc::kModuleHasManaged)) != 0) return Status::InvalidValue;
   return Status::Success;
 }
 
@@ -85,14 +88,15 @@ Status Worker::module_query(const ipc::CommandHeader& h, const ipc::ModuleCmd& c
   if (Status st = check_module_cmd(c); st != Status::Success) return st;
   if (kernels_.modules.contains(c.module_id)) return Status::InvalidResourceHandle;
   std::shared_ptr<BackendModule> m;
-  const Status st = shared_.modules->acquire(key_of(c), own_copy(c), m);
+  // A module with __managed__ variables is loaded patched for this client alone: always uploaded.
+  const Status st = has_managed(c) ? Status::NotReady : shared_.modules->acquire(key_of(c), own_copy(c), m);
   if (st == Status::Success) {
     kernels_.uploads.erase(c.module_id);
     return add_module(h, c.module_id, std::move(m));
   }
   if (st != Status::NotReady) return st;
   // Not cached: the client sends the bytes (a new query restarts an upload).
-  kernels_.uploads[c.module_id] = ModuleUpload{c, {}};
+  kernels_.uploads[c.module_id] = ModuleUpload{c, {}, {}};
   answers_.answer(h, {0});
   return Status::Success;
 }
@@ -148,8 +152,63 @@ Status Worker::module_load(const ipc::CommandHeader& h, const ipc::ModuleCmd& c)
     return Status::InvalidValue;
   }
   std::shared_ptr<BackendModule> m;
-  if (Status st = shared_.modules->insert(key, std::move(up.bytes), own_copy(c), m); st != Status::Success) return st;
+  if (has_managed(c)) {
+    if (Status st = load_managed(h, up, m); st != Status::Success) return st;
+  } else if (Status st = shared_.modules->insert(key, std::move(up.bytes), own_copy(c), m); st != Status::Success) {
+    return st;
+  }
   return add_module(h, c.module_id, std::move(m));
+}
+
+Status Worker::module_managed(const ipc::CommandHeader& h, const ipc::ModuleManagedCmd& c, const std::byte* name) {
+  if (one_way(h)) return Status::InvalidValue;
+  auto it = kernels_.uploads.find(c.module_id);
+  if (it == kernels_.uploads.end() || !has_managed(it->second.cmd)) return Status::InvalidResourceHandle;
+  auto& vars = it->second.managed;
+  std::string n = name_of(name, c.name_bytes);
+  if (n.empty() || c.size == 0 || vars.size() >= ipc::kMaxManagedPerModule) return Status::InvalidValue;
+  // The storage must be the client's own pinned (managed) memory, which the server maps too.
+  if (!res_.pinned_range_ok(c.address, c.size)) return Status::InvalidValue;
+  for (const auto& v : vars)
+    if (v.name == n) return Status::InvalidValue;
+  vars.push_back(ManagedVar{std::move(n), c.address, c.size});
+  answers_.answer(h);
+  return Status::Success;
+}
+
+Status Worker::load_managed(const ipc::CommandHeader& h, const ModuleUpload& up, std::shared_ptr<BackendModule>& out) {
+  if (Status st = check_device(h.device); st != Status::Success) return st;
+  const ipc::DeviceRecord& d = view_.devices()[h.device];
+  const int arch = d.attributes[ipc::kAttrComputeCapabilityMajor] * 10 + d.attributes[ipc::kAttrComputeCapabilityMinor];
+  std::vector<std::pair<std::string, uint64_t>> addresses;
+  for (const auto& v : up.managed) addresses.emplace_back(v.name, v.address);
+  std::vector<std::byte> cubin;
+  std::vector<fatbin::GlobalInfo> globals;
+  try {
+    cubin = fatbin::patch_managed(fatbin::cubin_for_arch(up.bytes, arch), addresses);
+    globals = fatbin::globals_of_cubin(cubin);
+  } catch (const fatbin::Error& e) {
+    spdlog::warn("client {}: module {} with __managed__ variables not served: {}", shared_.id, up.cmd.module_id,
+                 e.what());
+    return Status::NotSupported;
+  }
+  // Each variable's storage starts as the module's initial value (zeros where it has none).
+  for (const auto& v : up.managed) {
+    if (!res_.pinned_range_ok(v.address, v.size)) return Status::InvalidValue;  // freed since ModuleManaged
+    auto g = std::find_if(globals.begin(), globals.end(), [&](const auto& x) { return x.name == v.name; });
+    if (g != globals.end() && g->size != v.size) {
+      spdlog::warn("client {}: __managed__ variable {} has {} bytes in the cubin, {} registered", shared_.id, v.name,
+                   g->size, v.size);
+      return Status::InvalidValue;
+    }
+    auto* storage = reinterpret_cast<std::byte*>(v.address);
+    std::memset(storage, 0, v.size);
+    if (g != globals.end()) std::memcpy(storage, g->init.data(), std::min<size_t>(g->init.size(), v.size));
+  }
+  std::unique_ptr<BackendModule> m;
+  if (Status st = backend_.module_load(cubin, m); st != Status::Success) return st;
+  out = std::move(m);
+  return Status::Success;
 }
 
 Status Worker::module_unload(const ipc::CommandHeader& h, const ipc::ModuleCmd& c) {

@@ -152,6 +152,9 @@ class Worker {
   Status module_data(const ipc::CommandHeader& h, const ipc::ModuleDataCmd& c);
   Status module_load(const ipc::CommandHeader& h, const ipc::ModuleCmd& c);
   Status module_unload(const ipc::CommandHeader& h, const ipc::ModuleCmd& c);
+  Status module_managed(const ipc::CommandHeader& h, const ipc::ModuleManagedCmd& c, const std::byte* name);
+  // A kModuleHasManaged module: its cubin for h.device's GPU, patched and loaded for this client.
+  Status load_managed(const ipc::CommandHeader& h, const ModuleUpload& up, std::shared_ptr<BackendModule>& out);
   Status kernel_get(const ipc::CommandHeader& h, const ipc::KernelGetCmd& c, const std::byte* name);
   Status kernel_params(const ipc::CommandHeader& h, const ipc::KernelParamsCmd& c);
   Status launch(const ipc::CommandHeader& h, const ipc::LaunchCmd& c, const std::byte* params);

@@ -105,10 +105,16 @@ std::vector<GlobalInfo> globals_of_cubin(std::span<const std::byte> elf);
 // __managed__ variables (doc/design/managed.md, "the way to serve them"): a copy of `elf` in
 // which the constant-bank-4 slots that hold each named variable's address (the relocations of
 // .rela.nv.constant4 against its symbol) hold `addresses` (+ the relocation's addend) instead,
-// those relocations made R_CUDA_NONE.  Throws Error when a named variable is referenced
-// otherwise (relocatable device code: instruction relocations) or not at all.
+// those relocations made R_CUDA_NONE (against the same symbol: the driver refuses symbol 0).
+// A variable no relocation names is left alone (no kernel reads its address).  Throws Error when
+// a named variable is referenced otherwise (relocatable device code: instruction relocations).
 std::vector<std::byte> patch_managed(std::span<const std::byte> elf,
                                      const std::vector<std::pair<std::string, uint64_t>>& addresses);
+
+// The cubin of a module image (a fat binary, or a cubin itself) the driver runs on an sm_`sm_arch`
+// GPU without compiling: the one for that GPU, else the newest of its major version below it;
+// decompressed.  Throws Error when there is none (PTX only, or cubins for other GPUs only).
+std::vector<std::byte> cubin_for_arch(std::span<const std::byte> image, int sm_arch);
 
 struct FatbinKernels {
   std::vector<KernelInfo> kernels;  // of every cubin, in entry order

@@ -29,6 +29,8 @@ inline constexpr uint32_t kMaxStagingSlots = 16;
 inline constexpr uint32_t kMaxDevices = 16;
 inline constexpr uint32_t kMaxDeviceAttributes = 256;  // > cudaDevAttrMax, CU_DEVICE_ATTRIBUTE_MAX
 inline constexpr uint32_t kAttrMultiprocessorCount = 16;  // cudaDevAttrMultiProcessorCount
+inline constexpr uint32_t kAttrComputeCapabilityMajor = 75;  // cudaDevAttrComputeCapabilityMajor
+inline constexpr uint32_t kAttrComputeCapabilityMinor = 76;  // cudaDevAttrComputeCapabilityMinor
 inline constexpr uint32_t kNoReply = 0xffffffffu;
 inline constexpr uint64_t kStagingStateStride = 64;
 

@@ -85,6 +85,9 @@ namespace funnel::ipc {
   /* -> once the uploaded bytes were checked against the hash and loaded */                                 \
   X(ModuleLoad, 62, ModuleCmd, NoBytes, NoQueue, module_load)                                               \
   X(ModuleUnload, 63, ModuleCmd, NoBytes, NoQueue, module_unload) /* one-way (its kernels become invalid) */ \
+  /* + name bytes: a __managed__ variable of a kModuleHasManaged upload (after ModuleQuery, before      \
+     ModuleLoad): its storage is the client's managed memory at address (doc/design/managed.md) */         \
+  X(ModuleManaged, 76, ModuleManagedCmd, NameBytes, NoQueue, module_managed)                                \
   /* + name bytes -> value[0] = params, value[1] = param buffer bytes, value[2..4] = params 0..2 as         \
      pack_param() */                                                                                        \
   X(KernelGet, 64, KernelGetCmd, NameBytes, NoQueue, kernel_get)                                            \
@@ -290,6 +293,10 @@ struct DetachCmd { uint64_t run_ns; uint64_t wait_ns; };
 // (ModuleData, in order) and ModuleLoad makes the server check the hash and load them.
 inline constexpr uint32_t kModuleHasVariables = 0x1;  // registers __device__/__constant__ globals:
                                                       // the server gives this client its own copy
+// Has __managed__ variables (ModuleManaged): never shared or cached; the server loads the cubin for
+// its GPU with their constant-bank slots set to the client's addresses and their initial values
+// written there (doc/design/managed.md).
+inline constexpr uint32_t kModuleHasManaged = 0x2;
 struct ModuleCmd {
   uint64_t module_id;
   uint8_t digest[16];
@@ -333,6 +340,9 @@ struct LaunchCmd {
 static_assert(sizeof(LaunchCmd) == 64);
 
 struct SymbolGetCmd { uint64_t module_id; uint32_t name_bytes; uint32_t reserved; };
+// Largest number of __managed__ variables one module may have.
+inline constexpr uint32_t kMaxManagedPerModule = 4096;
+struct ModuleManagedCmd { uint64_t module_id; uint64_t address; uint64_t size; uint32_t name_bytes; uint32_t reserved; };
 
 // cudaFuncAttributes as the server reports it.
 struct FuncAttributes {
@@ -534,7 +544,7 @@ inline constexpr uint32_t kEventInterprocess = 0x4;
 // ---- what the command table says of an opcode ---------------------------------------
 struct NoPayload {};  // a command with nothing after its header
 struct NoBytes {};
-struct NameBytes {  // KernelGetCmd, SymbolGetCmd: the device name follows
+struct NameBytes {  // KernelGetCmd, SymbolGetCmd, ModuleManagedCmd: the device name follows
   static constexpr uint64_t kLimit = kMaxNameBytes;
   template <class P>
   static constexpr uint64_t count(const P& p) noexcept { return p.name_bytes; }

@@ -1,12 +1,13 @@
 // funnel::fatbin::patch_managed against nvcc's cubins of tests/fatbin/managed.cu: the
 // constant-bank-4 slots of the named __managed__ variables hold the given addresses, their
-// relocations are gone, everything else is as it was; relocatable device code and unknown names
-// are refused.
+// relocations are gone, everything else is as it was; relocatable device code is refused; which
+// variables are managed; the cubin a GPU runs (cubin_for_arch).
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,16 @@ Sec section(const std::vector<std::byte>& elf, const std::string& name) {
 }
 
 const std::string kDir = FUNNEL_MANAGED_CUBINS_DIR;
+
+// The symbol flag that tells __managed__ variables from __device__ ones.
+TEST(GlobalsOfCubin, SayWhichVariablesAreManaged) {
+  std::map<std::string, bool> managed;
+  for (const auto& g : funnel::fatbin::globals_of_cubin(read_file(kDir + "/managed.cubin"))) managed[g.name] = g.managed;
+  ASSERT_EQ(managed.size(), 3u);
+  EXPECT_TRUE(managed.at("counter"));
+  EXPECT_TRUE(managed.at("table"));
+  EXPECT_FALSE(managed.at("plain"));
+}
 
 TEST(PatchManaged, SlotsHoldTheGivenAddressesAndTheirRelocationsAreGone) {
   const auto cubin = read_file(kDir + "/managed.cubin");

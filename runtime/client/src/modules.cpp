@@ -23,10 +23,11 @@ struct Module {
   std::vector<std::unique_ptr<Variable>> variables;
   struct Managed {
     std::string name;
-    void** host;  // nvcc's host pointer to the variable
+    void** host;  // nvcc's host pointer to the variable (none for a module of the driver front)
     uint64_t size;
   };
-  std::vector<Managed> managed;  // __managed__ variables (register_managed)
+  std::vector<Managed> managed;  // __managed__ variables (register_managed, image_managed)
+  bool managed_searched = false;  // image_managed looked for them in the image (mu)
   std::mutex mu;
   Runtime* owner = nullptr;  // the Runtime the load below was for (mu)
   Status status = Status::Success;
@@ -130,7 +131,7 @@ Status place_managed(Module& m) {
   }
   uint64_t at = reinterpret_cast<uint64_t>(base);
   for (const auto& v : m.managed) {
-    *v.host = reinterpret_cast<void*>(at);
+    if (v.host != nullptr) *v.host = reinterpret_cast<void*>(at);
     auto record = std::make_unique<Variable>();
     record->module = &m;
     record->host = reinterpret_cast<const void*>(at);
@@ -502,6 +503,67 @@ Status image_global(Module& m, const char* name, Runtime& rt, int device, uint64
     if (Status s = variable_address(v, rt, device, address); s != Status::Success) return s;
     size = v.size;
     return Status::Success;
+  } catch (const std::bad_alloc&) {
+    return Status::MemoryAllocation;
+  }
+}
+
+namespace {
+
+// The __managed__ variables of an image module's cubin for `device`'s GPU (none when the image
+// has no cubin for it).
+std::vector<Module::Managed> managed_of_image(const Module& m, Runtime& rt, int device) {
+  const ipc::DeviceRecord& d = rt.device(device);
+  const int arch = d.attributes[ipc::kAttrComputeCapabilityMajor] * 10 + d.attributes[ipc::kAttrComputeCapabilityMinor];
+  std::vector<Module::Managed> out;
+  try {
+    for (const auto& g : fatbin::globals_of_cubin(fatbin::cubin_for_arch(m.image, arch)))
+      if (g.managed) out.push_back(Module::Managed{g.name, nullptr, g.size});
+  } catch (const fatbin::Error&) {
+  }
+  return out;
+}
+
+}  // namespace
+
+Status image_managed(Module& m, const char* name, Runtime& rt, int device, uint64_t& address, uint64_t& size) noexcept {
+  if (name == nullptr) return Status::InvalidValue;
+  try {
+    {
+      std::lock_guard lk(m.mu);
+      if (!m.managed_searched && m.owner == &rt && m.status == Status::Success) {
+        m.managed_searched = true;
+        m.managed = managed_of_image(m, rt, device);
+        if (!m.managed.empty()) {
+          // Loaded again with the variables in place; the first load goes once its work is done.
+          ipc::ModuleCmd old{};
+          old.module_id = m.id;
+          if (Status s = place_managed(m); s != Status::Success) return s;
+          m.status = load(m, rt, device);
+          if (m.status != Status::Success) return m.status;
+          (void)rt.post(Opcode::ModuleUnload, device, 0, &old, sizeof old);
+          for (auto& k : m.kernels) {
+            std::lock_guard klk(k->mu);
+            k->ready_for.store(nullptr, std::memory_order_release);
+            k->failed_for = nullptr;
+          }
+        }
+      }
+      for (const auto& v : m.variables) {
+        if (v->managed != 0 && v->name == name) {
+          address = v->managed;
+          size = v->size;
+          return Status::Success;
+        }
+      }
+    }
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+      log_error(fmt::format("funnel: cuLibraryGetManaged({}): the module has no __managed__ variable of that name that "
+                            "funnel placed (funnel serves them in whole-program code with a cubin for this GPU, not in "
+                            "-rdc or PTX-only code; doc/not-supported.md)",
+                            name));
+    return Status::SymbolNotFound;
   } catch (const std::bad_alloc&) {
     return Status::MemoryAllocation;
   }

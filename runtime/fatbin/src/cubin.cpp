@@ -24,6 +24,7 @@ constexpr size_t kSymbolSize = 24;  // Elf64_Sym
 constexpr uint32_t kShtSymtab = 2;
 constexpr uint32_t kShtNobits = 8;
 constexpr uint8_t kSttObject = 1;
+constexpr uint8_t kStoManaged = 0x04;  // st_other of a __managed__ variable (nvcc 13, whole-program and -rdc cubins)
 constexpr std::string_view kInfoPrefix = ".nv.info.";
 constexpr std::string_view kSharedPrefix = ".nv.shared.";
 
@@ -50,6 +51,7 @@ struct Symbol {
   uint16_t section;
   uint64_t value;
   uint64_t size;
+  uint8_t other;  // st_other: visibility and CUDA's flags (kStoManaged)
 };
 
 struct Cubin {
@@ -122,7 +124,7 @@ std::vector<Symbol> symbols(const Cubin& c) {
     out.push_back({string_at(names, read<uint32_t>(table, at, "cubin symbol"), "symbol name"),
                    static_cast<uint8_t>(read<uint8_t>(table, at + 4, "cubin symbol") & 0xf),
                    read<uint16_t>(table, at + 6, "cubin symbol"), read<uint64_t>(table, at + 8, "cubin symbol"),
-                   read<uint64_t>(table, at + 16, "cubin symbol")});
+                   read<uint64_t>(table, at + 16, "cubin symbol"), read<uint8_t>(table, at + 5, "cubin symbol")});
   }
   return out;
 }
@@ -248,6 +250,7 @@ std::vector<GlobalInfo> globals_of_cubin(std::span<const std::byte> elf) {
     g.name = sym.name;
     g.size = sym.size;
     g.constant = constant;
+    g.managed = global && (sym.other & kStoManaged) != 0;
     if (s.type != kShtNobits) {
       const auto bytes = sub(c.bytes(s), sym.value, sym.size, sym.name.c_str());
       g.init.assign(bytes.begin(), bytes.end());

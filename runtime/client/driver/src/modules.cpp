@@ -476,6 +476,21 @@ FUNNEL_DRIVER_API CUresult cuLibraryEnumerateKernels(CUkernel* kernels, unsigned
 FUNNEL_DRIVER_API CUresult cuLibraryGetGlobal(CUdeviceptr* dptr, size_t* bytes, CUlibrary library, const char* name) {
   return global(dptr, bytes, library, name);
 }
+// NVIDIA's static runtime asks for each __managed__ variable it registered (doc/design/managed.md).
+FUNNEL_DRIVER_API CUresult cuLibraryGetManaged(CUdeviceptr* dptr, size_t* bytes, CUlibrary library, const char* name) {
+  Module* m = module_of(library);
+  if (m == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  int d = 0;
+  if (CUresult r = funnel::driver::current(d); r != CUDA_SUCCESS) return r;
+  uint64_t address = 0, size = 0;
+  if (CUresult r = funnel::driver::to_cu(funnel::client::image_managed(*m, name, Runtime::get(), d, address, size));
+      r != CUDA_SUCCESS)
+    return r;
+  if (dptr != nullptr) *dptr = address;
+  if (bytes != nullptr) *bytes = size;
+  return CUDA_SUCCESS;
+}
 FUNNEL_DRIVER_API CUresult cuKernelGetFunction(CUfunction* f, CUkernel kernel) {
   if (f == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (function_of(reinterpret_cast<CUfunction>(kernel)) == nullptr) return CUDA_ERROR_INVALID_HANDLE;

@@ -96,6 +96,7 @@ struct GlobalInfo {
   std::string name;  // mangled (or plain for extern "C")
   uint64_t size = 0;
   bool constant = false;
+  bool managed = false;  // a __managed__ variable (in .nv.global, flagged in the symbol's st_other)
   std::vector<std::byte> init;  // initial bytes (size of them); empty: zero-initialised (NOBITS)
 };
 

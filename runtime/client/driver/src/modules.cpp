@@ -363,15 +363,16 @@ Module* module_of(void* handle) {
   return h.modules.contains(m) ? m : nullptr;
 }
 
-CUresult global(CUdeviceptr* dptr, size_t* bytes, void* handle, const char* name) {
+// A module's variable (`managed`: a __managed__ one, cuLibraryGetManaged).
+CUresult global(CUdeviceptr* dptr, size_t* bytes, void* handle, const char* name, bool managed = false) {
   Module* m = module_of(handle);
   if (m == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
   int d = 0;
   if (CUresult r = funnel::driver::current(d); r != CUDA_SUCCESS) return r;
   uint64_t address = 0, size = 0;
-  if (CUresult r = funnel::driver::to_cu(funnel::client::image_global(*m, name, Runtime::get(), d, address, size));
-      r != CUDA_SUCCESS)
+  const auto find = managed ? funnel::client::image_managed : funnel::client::image_global;
+  if (CUresult r = funnel::driver::to_cu(find(*m, name, Runtime::get(), d, address, size)); r != CUDA_SUCCESS)
     return r;
   if (dptr != nullptr) *dptr = address;
   if (bytes != nullptr) *bytes = size;
@@ -478,18 +479,7 @@ FUNNEL_DRIVER_API CUresult cuLibraryGetGlobal(CUdeviceptr* dptr, size_t* bytes, 
 }
 // NVIDIA's static runtime asks for each __managed__ variable it registered (doc/design/managed.md).
 FUNNEL_DRIVER_API CUresult cuLibraryGetManaged(CUdeviceptr* dptr, size_t* bytes, CUlibrary library, const char* name) {
-  Module* m = module_of(library);
-  if (m == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  int d = 0;
-  if (CUresult r = funnel::driver::current(d); r != CUDA_SUCCESS) return r;
-  uint64_t address = 0, size = 0;
-  if (CUresult r = funnel::driver::to_cu(funnel::client::image_managed(*m, name, Runtime::get(), d, address, size));
-      r != CUDA_SUCCESS)
-    return r;
-  if (dptr != nullptr) *dptr = address;
-  if (bytes != nullptr) *bytes = size;
-  return CUDA_SUCCESS;
+  return global(dptr, bytes, library, name, true);
 }
 FUNNEL_DRIVER_API CUresult cuKernelGetFunction(CUfunction* f, CUkernel kernel) {
   if (f == nullptr) return CUDA_ERROR_INVALID_VALUE;

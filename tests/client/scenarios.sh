@@ -7,7 +7,7 @@
 #   stop-server  the server SIGSTOPped while a client copies: its call fails within 1 s, saying so
 #   static       with FUNNEL_CLIENT_DRIVER=0 a static-cudart program is refused with the fix
 #   bad-backend  FUNNEL_BACKEND=bogus is a clear error
-#   managed-refused  __managed__ variables in -rdc and PTX-only builds: the first launch fails
+#   managed-refused  __managed__ variables in a PTX-only build: the first launch fails
 #                cudaErrorNotSupported, the variables named once on stderr
 set -u
 scenario=$1 bin=$2 progs=$3 preload=${4:-}
@@ -100,12 +100,12 @@ bad-backend)
   [ "$rc" -eq 2 ] || fail "rc=$rc"
   grep -q "FUNNEL_BACKEND='bogus' is not valid" "$dir/b.err" || fail "message: $(cat "$dir/b.err")" ;;
 managed-refused)
-  for p in managed_vars_rdc managed_vars_ptx; do
+  for p in managed_vars_ptx; do
     timeout 60 "$bin/funnel-run" "$progs/$p" > "$dir/$p.out" 2> "$dir/$p.err"
     rc=$?
     [ "$rc" -eq 1 ] || fail "$p: rc=$rc"
     grep -q "cudaGetLastError() -> cudaErrorNotSupported" "$dir/$p.out" || fail "$p: output $(cat "$dir/$p.out")"
-    n=$(grep -c "__managed__ variables count, table, unset, pair, scratch cannot be served.*-rdc" "$dir/$p.err")
+    n=$(grep -c "__managed__ variables count, table, unset, pair, scratch cannot be served.*PTX" "$dir/$p.err")
     [ "$n" -eq 1 ] || fail "$p: the message $n times"
   done ;;
 *) fail "unknown scenario $scenario" ;;

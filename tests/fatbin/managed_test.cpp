@@ -1,6 +1,7 @@
 // funnel::fatbin::patch_managed against nvcc's cubins of tests/fatbin/managed.cu: the
 // constant-bank-4 slots of the named __managed__ variables hold the given addresses, their
-// relocations are gone, everything else is as it was; relocatable device code is refused; which
+// relocations are gone, everything else is as it was; relocatable device code gets the address in
+// its instructions; which
 // variables are managed; the cubin a GPU runs (cubin_for_arch).
 #include <gtest/gtest.h>
 
@@ -98,17 +99,56 @@ TEST(PatchManaged, SlotsHoldTheGivenAddressesAndTheirRelocationsAreGone) {
   EXPECT_EQ(funnel::fatbin::kernels_of_cubin(patched).size(), 1u);
 }
 
-TEST(PatchManaged, RelocatableCodeIsRefusedAndUnreferencedNamesLeaveTheCubinAlone) {
+// Relocatable device code (-rdc) reaches a variable from the instructions: the low and high
+// halves of its address in two instructions' 32-bit immediates (relocation types 0x38, 0x39).
+TEST(PatchManaged, RelocatableCodeGetsTheAddressInItsInstructions) {
   const auto rdc = read_file(kDir + "/managed_rdc.cubin");
   ASSERT_GT(rdc.size(), 64u);
-  try {
-    (void)funnel::fatbin::patch_managed(rdc, {{"counter", 0x1000}});
-    FAIL() << "relocatable device code was patched";
-  } catch (const funnel::fatbin::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("relocatable device code"), std::string::npos) << e.what();
+  const uint64_t address = 0x7e00deadb000;
+  const auto patched = funnel::fatbin::patch_managed(rdc, {{"counter", address}});
+  ASSERT_EQ(patched.size(), rdc.size());
+  const Sec text = section(rdc, ".text._Z4stepi"), rela = section(rdc, ".rela.text._Z4stepi");
+  ASSERT_GT(text.size, 0u);
+  ASSERT_GT(rela.size, 0u);
+  int lo = 0, hi = 0, kept = 0;
+  for (uint64_t at = 0; at + 24 <= rela.size; at += 24) {
+    const uint64_t offset = u64(rdc, rela.offset + at), info = u64(rdc, rela.offset + at + 8);
+    const uint64_t now = u64(patched, rela.offset + at + 8);
+    if ((info & 0xffffffffu) == 0x38 && (now & 0xffffffffu) == 0) {
+      ++lo;
+      EXPECT_EQ(u32(patched, text.offset + offset + 4), static_cast<uint32_t>(address));
+    } else if ((info & 0xffffffffu) == 0x39 && (now & 0xffffffffu) == 0) {
+      ++hi;
+      EXPECT_EQ(u32(patched, text.offset + offset + 4), static_cast<uint32_t>(address >> 32));
+    } else {
+      ++kept;
+      EXPECT_EQ(now, info) << "another variable's relocation stays";
+    }
+    if ((now & 0xffffffffu) == 0) {
+      EXPECT_EQ(now >> 32, info >> 32) << "the relocation keeps its symbol";
+    }
   }
-  const auto cubin = read_file(kDir + "/managed.cubin");
+  EXPECT_EQ(lo, 1);
+  EXPECT_EQ(hi, 1);
+  EXPECT_EQ(kept, 4) << "table's and plain's";
+  // A relocation of a kind funnel does not know: refused, naming the variable.
+  auto odd = rdc;
+  for (uint64_t at = 0; at + 24 <= rela.size; at += 24) {
+    const uint64_t info = u64(odd, rela.offset + at + 8);
+    if ((info & 0xffffffffu) == 0x38) {
+      const uint64_t changed = (info & ~uint64_t{0xffffffffu}) | 0x3a;
+      std::memcpy(odd.data() + rela.offset + at + 8, &changed, 8);
+    }
+  }
+  try {
+    (void)funnel::fatbin::patch_managed(odd, {{"counter", address}});
+    FAIL() << "an unknown relocation was applied";
+  } catch (const funnel::fatbin::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("counter"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("type 58"), std::string::npos) << e.what();
+  }
   // A variable no kernel refers to (host code only, or removed by nvcc) needs no slot.
+  const auto cubin = read_file(kDir + "/managed.cubin");
   EXPECT_EQ(funnel::fatbin::patch_managed(cubin, {{"no_such_variable", 0x1000}}), cubin);
 }
 

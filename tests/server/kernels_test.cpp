@@ -146,7 +146,8 @@ std::vector<std::byte> read_bytes(const char* path) {
 
 // __managed__ variables (doc/design/managed.md): a module that has them is always uploaded, its
 // variables must lie in the client's pinned memory, and the load writes their initial values there
-// (the cubin patched to use them); -rdc code and sizes that disagree with the cubin are refused.
+// (the cubin patched to use them), -rdc code too; PTX only and sizes that disagree with the cubin
+// are refused.
 TEST_F(KernelTest, ManagedVariablesLiveInTheClientsMemoryWithTheirInitialValues) {
   start_server();
   TestClient a(run_dir_), b(run_dir_);
@@ -202,13 +203,22 @@ TEST_F(KernelTest, ManagedVariablesLiveInTheClientsMemoryWithTheirInitialValues)
   upload(a, 10, fat);
   ASSERT_EQ(managed(10, "counter", storage + 1024, 8), Status::Success);
   EXPECT_EQ(a.call(Opcode::ModuleLoad, wrong).status, Status::InvalidValue);
-  // Relocatable device code: refused.
+  // Relocatable device code (the variables reached from the instructions): served the same way.
   const auto rdc = read_bytes(FUNNEL_SERVER_MANAGED_RDC_FATBIN);
   const auto rdc_cmd = module_cmd(11, ipc::kModuleHasManaged, ipc::module_digest(rdc), rdc.size());
   ASSERT_EQ(a.call(Opcode::ModuleQuery, rdc_cmd).value[0], 0u);
   upload(a, 11, rdc);
   ASSERT_EQ(managed(11, "counter", storage + 2048, 4), Status::Success);
-  EXPECT_EQ(a.call(Opcode::ModuleLoad, rdc_cmd).status, Status::NotSupported);
+  EXPECT_EQ(a.call(Opcode::ModuleLoad, rdc_cmd).status, Status::Success);
+  std::memcpy(&counter, reinterpret_cast<const void*>(storage + 2048), sizeof counter);
+  EXPECT_EQ(counter, 42);
+  // PTX only (the driver would compile it, with its own storage): refused.
+  const auto ptx = read_bytes(FUNNEL_SERVER_MANAGED_PTX_FATBIN);
+  const auto ptx_cmd = module_cmd(12, ipc::kModuleHasManaged, ipc::module_digest(ptx), ptx.size());
+  ASSERT_EQ(a.call(Opcode::ModuleQuery, ptx_cmd).value[0], 0u);
+  upload(a, 12, ptx);
+  ASSERT_EQ(managed(12, "counter", storage + 3072, 4), Status::Success);
+  EXPECT_EQ(a.call(Opcode::ModuleLoad, ptx_cmd).status, Status::NotSupported);
   EXPECT_EQ(a.take_deferred(), 0);
 }
 

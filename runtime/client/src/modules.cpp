@@ -186,9 +186,9 @@ Status load(Module& m, Runtime& rt, int device) {
     if (Status s = rt.ask(Opcode::ModuleLoad, device, &c, sizeof c, {}, &r); s != Status::Success) {
       if (s == Status::NotSupported && !m.managed.empty())
         log_error(fmt::format(
-            "funnel: the fat binary with the __managed__ variables {} cannot be served: funnel serves them in "
-            "whole-program code with a cubin for this GPU, not in relocatable device code (-rdc) or PTX-only fat "
-            "binaries (doc/not-supported.md); its kernels and variables fail with cudaErrorNotSupported",
+            "funnel: the fat binary with the __managed__ variables {} cannot be served: funnel serves them in code "
+            "with a cubin for this GPU, not in PTX-only fat binaries, which the driver compiles (the server's log "
+            "says why; doc/not-supported.md); its kernels and variables fail with cudaErrorNotSupported",
             managed_names(m)));
       return s;
     }
@@ -560,8 +560,8 @@ Status image_managed(Module& m, const char* name, Runtime& rt, int device, uint6
     static std::atomic<bool> said{false};
     if (!said.exchange(true))
       log_error(fmt::format("funnel: cuLibraryGetManaged({}): the module has no __managed__ variable of that name that "
-                            "funnel placed (funnel serves them in whole-program code with a cubin for this GPU, not in "
-                            "-rdc or PTX-only code; doc/not-supported.md)",
+                            "funnel placed (funnel serves them in code with a cubin for this GPU, not in PTX-only "
+                            "code; doc/not-supported.md)",
                             name));
     return Status::SymbolNotFound;
   } catch (const std::bad_alloc&) {

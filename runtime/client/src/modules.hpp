@@ -96,7 +96,7 @@ Status image_global(Module& m, const char* name, Runtime& rt, int device, uint64
 // on a module finds its __managed__ variables in the cubin for `device`'s GPU, places them as
 // registration does (funnel managed memory) and loads the module again with them (its kernels
 // are looked up again on their next use).  NotFound when there is no such variable (or it is in
-// code funnel cannot patch: -rdc, PTX only; said once on stderr).
+// code funnel cannot patch: PTX only; said once on stderr).
 Status image_managed(Module& m, const char* name, Runtime& rt, int device, uint64_t& address, uint64_t& size) noexcept;
 void unload_image_module(Module* m) noexcept;
 

@@ -24,6 +24,7 @@ constexpr size_t kSymbolSize = 24;  // Elf64_Sym
 constexpr uint32_t kShtSymtab = 2;
 constexpr uint32_t kShtNobits = 8;
 constexpr uint8_t kSttObject = 1;
+constexpr uint8_t kSttCudaObject = 13;  // a variable of relocatable device code (-rdc objects)
 constexpr uint8_t kStoManaged = 0x04;  // st_other of a __managed__ variable (nvcc 13, whole-program and -rdc cubins)
 constexpr std::string_view kInfoPrefix = ".nv.info.";
 constexpr std::string_view kSharedPrefix = ".nv.shared.";
@@ -239,7 +240,8 @@ std::vector<GlobalInfo> globals_of_cubin(std::span<const std::byte> elf) {
   const Cubin c = read_cubin(elf);
   std::vector<GlobalInfo> out;
   for (const auto& sym : symbols(c)) {
-    if (sym.type != kSttObject || sym.section == 0 || sym.section >= c.sections.size()) continue;
+    if ((sym.type != kSttObject && sym.type != kSttCudaObject) || sym.section == 0 || sym.section >= c.sections.size())
+      continue;
     const Section& s = c.sections[sym.section];
     const bool global = s.name.starts_with(".nv.global");
     const bool constant = s.name.starts_with(".nv.constant") && !s.name.starts_with(".nv.constant0");
@@ -264,7 +266,9 @@ std::vector<std::byte> patch_managed(std::span<const std::byte> elf,
                                      const std::vector<std::pair<std::string, uint64_t>>& addresses) {
   constexpr uint32_t kShtRela = 4;
   constexpr size_t kRelaSize = 24;  // Elf64_Rela
-  constexpr uint32_t kRCuda64 = 2, kRCudaNone = 0;
+  // R_CUDA_64: the whole address in a data word; R_CUDA_ABS32_LO_32/HI_32: its low/high half in
+  // an instruction's 32-bit immediate (bytes 4..7 of the 128-bit instructions of sm_70 and later).
+  constexpr uint32_t kRCuda64 = 2, kRCudaAbs32Lo = 0x38, kRCudaAbs32Hi = 0x39, kRCudaNone = 0;
   const Cubin c = read_cubin(elf);
   const std::vector<Symbol> syms = symbols(c);
   std::vector<std::byte> out(elf.begin(), elf.end());
@@ -275,27 +279,38 @@ std::vector<std::byte> patch_managed(std::span<const std::byte> elf,
     return -1;
   };
   for (const Section& rel : c.sections) {
-    if (rel.type != kShtRela) continue;
+    if (rel.type != kShtRela || rel.name.starts_with(".rela.debug")) continue;
     if (rel.entsize < kRelaSize) throw Error("cubin: " + rel.name + " entry size below 24");
-    const bool bank4 = rel.name == ".rela.nv.constant4";
-    const Section* target = nullptr;
-    if (bank4) {
-      auto it = std::find_if(c.sections.begin(), c.sections.end(), [](const Section& x) { return x.name == ".nv.constant4"; });
-      if (it == c.sections.end()) throw Error("cubin: .rela.nv.constant4 without .nv.constant4");
-      target = &*it;
-    }
+    const std::string target_name = rel.name.substr(std::string_view(".rela").size());
+    const auto target =
+        std::find_if(c.sections.begin(), c.sections.end(), [&](const Section& x) { return x.name == target_name; });
     const auto table = c.bytes(rel);
     for (uint64_t at = 0; at + kRelaSize <= table.size(); at += rel.entsize) {
       const auto offset = read<uint64_t>(table, at, "cubin relocation");
       const auto info = read<uint64_t>(table, at + 8, "cubin relocation");
       const auto addend = read<int64_t>(table, at + 16, "cubin relocation");
       const int i = wanted(info >> 32);
-      if (i < 0 || rel.name.starts_with(".rela.debug")) continue;
-      if (!bank4 || (info & 0xffffffffu) != kRCuda64 || !detail::in_range(offset, 8, target->size))
-        throw Error("cubin: __managed__ variable " + addresses[static_cast<size_t>(i)].first + " is referenced from " +
-                    rel.name + " (relocatable device code is not served)");
+      if (i < 0) continue;
+      const std::string& name = addresses[static_cast<size_t>(i)].first;
+      const auto type = static_cast<uint32_t>(info & 0xffffffffu);
+      auto refuse = [&](const std::string& why) {
+        throw Error("cubin: __managed__ variable " + name + " is referenced from " + rel.name + " by a relocation of type " +
+                    std::to_string(type) + " that funnel cannot apply (" + why + ")");
+      };
+      if (target == c.sections.end() || target->type == kShtNobits) refuse("no section holds its bytes");
       const uint64_t value = addresses[static_cast<size_t>(i)].second + static_cast<uint64_t>(addend);
-      std::memcpy(out.data() + target->offset + offset, &value, sizeof value);
+      if (type == kRCuda64) {
+        if (!detail::in_range(offset, 8, target->size)) refuse("outside its section");
+        std::memcpy(out.data() + target->offset + offset, &value, sizeof value);
+      } else if (type == kRCudaAbs32Lo || type == kRCudaAbs32Hi) {
+        if (!target->name.starts_with(".text.")) refuse("not in code");
+        if (c.sm_arch < 70) refuse("code of sm_" + std::to_string(c.sm_arch) + ", before sm_70");
+        if (offset > target->size || !detail::in_range(offset + 4, 4, target->size)) refuse("outside its section");
+        const auto half = static_cast<uint32_t>(type == kRCudaAbs32Lo ? value : value >> 32);
+        std::memcpy(out.data() + target->offset + offset + 4, &half, sizeof half);
+      } else {
+        refuse("an unknown kind");
+      }
       // R_CUDA_NONE against the same symbol: the H100's driver refuses a relocation of symbol 0
       // (CUDA_ERROR_INVALID_IMAGE) and takes this one (measured, session 34).
       const uint64_t none = (info & ~uint64_t{0xffffffffu}) | kRCudaNone;

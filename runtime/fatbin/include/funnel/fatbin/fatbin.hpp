@@ -103,12 +103,13 @@ struct GlobalInfo {
 // Variables of one ELF cubin, in symbol table order.  Throws Error on malformed input.
 std::vector<GlobalInfo> globals_of_cubin(std::span<const std::byte> elf);
 
-// __managed__ variables (doc/design/managed.md, "the way to serve them"): a copy of `elf` in
-// which the constant-bank-4 slots that hold each named variable's address (the relocations of
-// .rela.nv.constant4 against its symbol) hold `addresses` (+ the relocation's addend) instead,
-// those relocations made R_CUDA_NONE (against the same symbol: the driver refuses symbol 0).
-// A variable no relocation names is left alone (no kernel reads its address).  Throws Error when
-// a named variable is referenced otherwise (relocatable device code: instruction relocations).
+// __managed__ variables (doc/design/managed.md, "the way to serve them"): a copy of `elf` in which
+// every reference to each named variable holds `addresses` (+ the relocation's addend) instead of
+// the driver's storage: the constant-bank-4 slots and data words (R_CUDA_64) of whole-program
+// code, the 32-bit instruction immediates (types 0x38/0x39, sm_70 and later) of relocatable device
+// code (-rdc); those relocations made R_CUDA_NONE (against the same symbol: the driver refuses
+// symbol 0).  A variable no relocation names is left alone (no kernel reads its address).
+// Throws Error naming the variable when a reference is of another kind.
 std::vector<std::byte> patch_managed(std::span<const std::byte> elf,
                                      const std::vector<std::pair<std::string, uint64_t>>& addresses);
 

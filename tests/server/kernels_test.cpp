@@ -197,28 +197,23 @@ TEST_F(KernelTest, ManagedVariablesLiveInTheClientsMemoryWithTheirInitialValues)
   const auto other_cmd = module_cmd(9, 0, ipc::module_digest(other), other.size());
   ASSERT_EQ(a.call(Opcode::ModuleQuery, other_cmd).value[0], 0u);
   EXPECT_EQ(managed(9, "counter", storage, 4), Status::InvalidResourceHandle);
+  // A module of `image` with one variable, counter, of `var_size` bytes at `at`: what its load answers.
+  auto load_with_counter = [&](uint64_t id, const std::vector<std::byte>& image, uint64_t at, uint64_t var_size) {
+    const auto c = module_cmd(id, ipc::kModuleHasManaged, ipc::module_digest(image), image.size());
+    EXPECT_EQ(a.call(Opcode::ModuleQuery, c).value[0], 0u);
+    upload(a, id, image);
+    EXPECT_EQ(managed(id, "counter", at, var_size), Status::Success);
+    return a.call(Opcode::ModuleLoad, c).status;
+  };
   // A size the cubin disagrees with.
-  const auto wrong = module_cmd(10, ipc::kModuleHasManaged, digest, fat.size());
-  ASSERT_EQ(a.call(Opcode::ModuleQuery, wrong).value[0], 0u);
-  upload(a, 10, fat);
-  ASSERT_EQ(managed(10, "counter", storage + 1024, 8), Status::Success);
-  EXPECT_EQ(a.call(Opcode::ModuleLoad, wrong).status, Status::InvalidValue);
+  EXPECT_EQ(load_with_counter(10, fat, storage + 1024, 8), Status::InvalidValue);
   // Relocatable device code (the variables reached from the instructions): served the same way.
-  const auto rdc = read_bytes(FUNNEL_SERVER_MANAGED_RDC_FATBIN);
-  const auto rdc_cmd = module_cmd(11, ipc::kModuleHasManaged, ipc::module_digest(rdc), rdc.size());
-  ASSERT_EQ(a.call(Opcode::ModuleQuery, rdc_cmd).value[0], 0u);
-  upload(a, 11, rdc);
-  ASSERT_EQ(managed(11, "counter", storage + 2048, 4), Status::Success);
-  EXPECT_EQ(a.call(Opcode::ModuleLoad, rdc_cmd).status, Status::Success);
+  EXPECT_EQ(load_with_counter(11, read_bytes(FUNNEL_SERVER_MANAGED_RDC_FATBIN), storage + 2048, 4), Status::Success);
   std::memcpy(&counter, reinterpret_cast<const void*>(storage + 2048), sizeof counter);
   EXPECT_EQ(counter, 42);
   // PTX only (the driver would compile it, with its own storage): refused.
-  const auto ptx = read_bytes(FUNNEL_SERVER_MANAGED_PTX_FATBIN);
-  const auto ptx_cmd = module_cmd(12, ipc::kModuleHasManaged, ipc::module_digest(ptx), ptx.size());
-  ASSERT_EQ(a.call(Opcode::ModuleQuery, ptx_cmd).value[0], 0u);
-  upload(a, 12, ptx);
-  ASSERT_EQ(managed(12, "counter", storage + 3072, 4), Status::Success);
-  EXPECT_EQ(a.call(Opcode::ModuleLoad, ptx_cmd).status, Status::NotSupported);
+  EXPECT_EQ(load_with_counter(12, read_bytes(FUNNEL_SERVER_MANAGED_PTX_FATBIN), storage + 3072, 4),
+            Status::NotSupported);
   EXPECT_EQ(a.take_deferred(), 0);
 }
 

@@ -154,14 +154,16 @@ static void kernels(Backend& b, BackendStream& s, const char* fatbin_path, uint8
   // a __constant__ global: fatbin_table = {1..8}
   DeviceAddress table = 0;
   uint64_t table_size = 0;
-  EXPECT_OK(b.global_get(*m, s.device(), "fatbin_table", table, table_size));
+  bool table_managed = true;
+  EXPECT_OK(b.global_get(*m, s.device(), "fatbin_table", table, table_size, table_managed));
+  EXPECT(!table_managed);
   EXPECT(table_size == 8 * sizeof(float));
   EXPECT_OK(b.copy(s, CopyDesc{{false, addr(host)}, {true, table}, 32, 1, 32, 32}));
   EXPECT_OK(b.synchronize(s));
   float tv[8];
   std::memcpy(tv, host, sizeof tv);
   EXPECT(tv[0] == 1.0f && tv[7] == 8.0f);
-  EXPECT(b.global_get(*m, s.device(), "no_such_global", table, table_size) != Status::Success);
+  EXPECT(b.global_get(*m, s.device(), "no_such_global", table, table_size, table_managed) != Status::Success);
 
   funnel::ipc::FuncAttributes fa;
   EXPECT_OK(b.func_attributes(*k, s.device(), fa));

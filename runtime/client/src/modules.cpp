@@ -383,6 +383,7 @@ Status variable_address(Variable& v, Runtime& rt, int device, uint64_t& address)
     Reply r;
     if (Status s = rt.ask(Opcode::SymbolGet, device, &c, sizeof c, name_bytes(v.name), &r); s != Status::Success)
       return s;
+    if (r.value[2] != 0) return Status::NotSupported;  // __managed__: the driver's storage, not the client's
     address = r.value[0];
     v.size = r.value[1];
     rt.tables.add_global(address, DeviceAlloc{v.size, device});
@@ -500,7 +501,10 @@ Status image_global(Module& m, const char* name, Runtime& rt, int device, uint64
   if (name == nullptr) return Status::InvalidValue;
   try {
     Variable& v = named(m, m.variables, name);
-    if (Status s = variable_address(v, rt, device, address); s != Status::Success) return s;
+    const Status s = variable_address(v, rt, device, address);
+    // A __managed__ variable: placed in funnel's managed memory (cuModuleGetGlobal gives it too).
+    if (s == Status::NotSupported) return image_managed(m, name, rt, device, address, size);
+    if (s != Status::Success) return s;
     size = v.size;
     return Status::Success;
   } catch (const std::bad_alloc&) {

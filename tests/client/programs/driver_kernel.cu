@@ -6,8 +6,12 @@ extern "C" __global__ void scale(float* p, float s, int n) {
   if (i < n) p[i] *= s * factor;
 }
 
+// A __managed__ variable (cuModuleGetGlobal gives funnel's managed memory).
+extern "C" __managed__ int hits = 7;
+
 // A second kernel, for the enumeration of a module's functions.
 extern "C" __global__ void fill(float* p, float v, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) p[i] = v;
+  if (i == 0) hits += 1;
 }

@@ -1,7 +1,8 @@
 // Modules and launches through funnel's driver front (client.driver.launch): a module image
 // (argv[1]: a fat binary or a cubin file) loaded with cuModuleLoadData, its function looked up
-// and launched with cuLaunchKernel; bad images, names and handles refused. Prints the device
-// pointer it passed, so that the test can find the launch in the sim backend's launch log.
+// and launched with cuLaunchKernel; its __device__ and __managed__ variables; bad images, names and
+// handles refused. Prints the device pointer it passed, so that the test can find the launch in
+// the sim backend's launch log.
 #include <cuda.h>
 
 #include <cstdint>
@@ -70,6 +71,21 @@ int main(int argc, char** argv) {
   CHECK(cuMemcpyDtoH(&factor, g, sizeof factor), CUDA_SUCCESS);
   CHECK(cuModuleGetGlobal(&g, &gsize, m, "no_such_global"), CUDA_ERROR_NOT_FOUND);
   std::printf("cuModuleGetGlobal: %s\n", gsize == sizeof(float) && factor == 1.5f ? "ok" : "FAIL");
+  // A __managed__ variable: its storage is memory the host reads and writes (initial value 7).
+  CUdeviceptr mv = 0;
+  size_t msize = 0;
+  CHECK(cuModuleGetGlobal(&mv, &msize, m, "hits"), CUDA_SUCCESS);
+  int* hits = reinterpret_cast<int*>(mv);
+  const int initial = *hits;
+  *hits = 40;
+  int back = 0;
+  CHECK(cuMemcpyDtoH(&back, mv, sizeof back), CUDA_SUCCESS);
+  unsigned is_managed = 0;
+  CHECK(cuPointerGetAttribute(&is_managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, mv), CUDA_SUCCESS);
+  CUdeviceptr mv_again = 0;
+  CHECK(cuModuleGetGlobal(&mv_again, nullptr, m, "hits"), CUDA_SUCCESS);
+  std::printf("__managed__ variable: %s\n",
+              msize == sizeof(int) && initial == 7 && back == 40 && is_managed == 1 && mv_again == mv ? "ok" : "FAIL");
   int threads = 0, regs = -1;
   CHECK(cuFuncGetAttribute(&threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f), CUDA_SUCCESS);
   CHECK(cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, f), CUDA_SUCCESS);

@@ -372,12 +372,15 @@ Status Worker::symbol_get(const ipc::CommandHeader& h, const ipc::SymbolGetCmd& 
   if (m == kernels_.modules.end()) return Status::InvalidResourceHandle;
   DeviceAddress address = 0;
   uint64_t size = 0;
-  if (Status st = backend_.global_get(*m->second, h.device, name_of(name, c.name_bytes), address, size);
+  bool managed = false;
+  if (Status st = backend_.global_get(*m->second, h.device, name_of(name, c.name_bytes), address, size, managed);
       st != Status::Success)
     return st;
-  // Copies may now reach the variable (never freed as an allocation; dropped on unload).
-  if (size != 0) res_.symbols[address] = SymbolRange{size, c.module_id};
-  answers_.answer(h, {address, size});
+  // Copies may now reach the variable (never freed as an allocation; dropped on unload).  A
+  // __managed__ one's storage here is not what the client uses (it places its own and loads the
+  // module again: doc/design/managed.md).
+  if (size != 0 && !managed) res_.symbols[address] = SymbolRange{size, c.module_id};
+  answers_.answer(h, {address, size, managed ? 1u : 0u});
   return Status::Success;
 }
 

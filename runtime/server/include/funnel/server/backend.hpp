@@ -315,9 +315,10 @@ class Backend {
   virtual Status module_load(std::span<const std::byte> image, std::unique_ptr<BackendModule>& out) = 0;
   virtual Status kernel_get(BackendModule& m, const std::string& name, std::unique_ptr<BackendKernel>& out,
                             std::vector<ParamLayout>& params, uint32_t& param_bytes) = 0;
-  // A __device__ or __constant__ variable of the module on `device`.
+  // A __device__, __constant__ or __managed__ variable of the module on `device` (`managed`: the
+  // last, whose storage the driver made managed memory of the server's).
   virtual Status global_get(BackendModule& m, int device, const std::string& name, DeviceAddress& address,
-                            uint64_t& size) = 0;
+                            uint64_t& size, bool& managed) = 0;
   // `params` is exactly param_bytes long, laid out as kernel_get said; the caller checked it.
   virtual Status launch(BackendStream& s, BackendKernel& k, const LaunchDesc& d, std::span<const std::byte> params) = 0;
   // Consecutive launches on one stream, nothing between them, that the worker held back

@@ -93,7 +93,7 @@ class CudaBackend final : public Backend {
   Status kernel_get(BackendModule& bm, const std::string& name, std::unique_ptr<BackendKernel>& out,
                     std::vector<ParamLayout>& params, uint32_t& param_bytes) override;
   Status global_get(BackendModule& bm, int device, const std::string& name, DeviceAddress& address,
-                    uint64_t& size) override;
+                    uint64_t& size, bool& managed) override;
   Status func_attributes(BackendKernel& bk, int device, ipc::FuncAttributes& out) override;
   Status func_set_attribute(BackendKernel& bk, int device, uint32_t attribute, int32_t value) override;
   Status occupancy(BackendKernel& bk, int device, uint32_t block_size, uint64_t dynamic_shared_bytes, uint32_t flags,

@@ -100,6 +100,7 @@ static_assert(sizeof(size_t) == sizeof(uint64_t));
   X(cuLibraryUnload, PFN_cuLibraryUnload_v12000)                       \
   X(cuLibraryGetKernel, PFN_cuLibraryGetKernel_v12000)                 \
   X(cuLibraryGetGlobal, PFN_cuLibraryGetGlobal_v12000)                 \
+  X(cuLibraryGetManaged, PFN_cuLibraryGetManaged_v12000)               \
   X(cuKernelGetFunction, PFN_cuKernelGetFunction_v12000)               \
   X(cuKernelGetParamInfo, PFN_cuKernelGetParamInfo_v12040)             \
   X(cuKernelGetAttribute, PFN_cuKernelGetAttribute_v12000)             \

@@ -75,14 +75,18 @@ Status CudaBackend::kernel_get(BackendModule& bm, const std::string& name, std::
 }
 
 Status CudaBackend::global_get(BackendModule& bm, int device, const std::string& name, DeviceAddress& address,
-                               uint64_t& size) {
+                               uint64_t& size, bool& managed) {
   auto& m = static_cast<CudaModule&>(bm);
   if (Status st = s_->bind(device); !ok(st)) return st;
   CUdeviceptr p = 0;
   size_t bytes = 0;
-  if (const CUresult r = s_->drv.cuLibraryGetGlobal(&p, &bytes, m.handle(), name.c_str()); r != CUDA_SUCCESS) {
-    if (r == CUDA_ERROR_NOT_FOUND || r == CUDA_ERROR_INVALID_VALUE) return Status::SymbolNotFound;
-    return check(s_->drv, "cuLibraryGetGlobal", r);
+  // A __managed__ variable is the library's managed memory; the others its globals.
+  managed = s_->drv.cuLibraryGetManaged(&p, &bytes, m.handle(), name.c_str()) == CUDA_SUCCESS;
+  if (!managed) {
+    if (const CUresult r = s_->drv.cuLibraryGetGlobal(&p, &bytes, m.handle(), name.c_str()); r != CUDA_SUCCESS) {
+      if (r == CUDA_ERROR_NOT_FOUND || r == CUDA_ERROR_INVALID_VALUE) return Status::SymbolNotFound;
+      return check(s_->drv, "cuLibraryGetGlobal", r);
+    }
   }
   address = p;
   size = bytes;

@@ -105,9 +105,9 @@ Status SimBackend::kernel_get(BackendModule& mod, const std::string& name, std::
 }
 
 Status SimBackend::global_get(BackendModule& mod, int device, const std::string& name, DeviceAddress& address,
-                              uint64_t& size) {
+                              uint64_t& size, bool& managed) {
   if (Status st = usable(device); st != Status::Success) return st;
-  return module(mod).variable(device, name, address, size);
+  return module(mod).variable(device, name, address, size, managed);
 }
 
 Status SimBackend::launch(BackendStream& s, BackendKernel& kernel, const LaunchDesc& d,

@@ -52,9 +52,10 @@ class SimModule final : public BackendModule {
   }
 
   // The variable's memory on `device`, created (with its initial bytes) on first use.
-  Status variable(int device, const std::string& name, DeviceAddress& address, uint64_t& size) {
+  Status variable(int device, const std::string& name, DeviceAddress& address, uint64_t& size, bool& managed) {
     auto g = globals.find(name);
     if (g == globals.end()) return Status::SymbolNotFound;
+    managed = g->second.managed;
     std::lock_guard lk(m_);
     auto& block = memory_[{device, name}];
     if (!block) {

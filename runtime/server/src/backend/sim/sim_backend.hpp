@@ -117,7 +117,7 @@ class SimBackend final : public Backend {
   Status kernel_get(BackendModule& mod, const std::string& name, std::unique_ptr<BackendKernel>& out,
                     std::vector<ParamLayout>& params, uint32_t& param_bytes) override;
   Status global_get(BackendModule& mod, int device, const std::string& name, DeviceAddress& address,
-                    uint64_t& size) override;
+                    uint64_t& size, bool& managed) override;
   Status launch(BackendStream& s, BackendKernel& kernel, const LaunchDesc& d, std::span<const std::byte> params) override;
   Status launch_batch(BackendStream& s, std::span<const BatchedLaunch> launches, size_t& launched) override;
   Status func_attributes(BackendKernel& kernel, int device, ipc::FuncAttributes& out) override;

@@ -9,6 +9,22 @@ FUNNEL_API int funnel_attach(void) { return static_cast<int>(attach()); }
 
 FUNNEL_API int funnel_is_attached(void) { return Runtime::get().attached() ? 1 : 0; }
 
+FUNNEL_API int funnel_memory_kind(const void* p, size_t n, int* device) {
+  try {
+    ClientTables& t = Runtime::get().tables;
+    const Classified c = t.classify(p);
+    if (c.kind == Classified::Device) {
+      if (device != nullptr) *device = c.device;
+      const uint64_t offset = reinterpret_cast<uint64_t>(p) - c.base;
+      return offset <= c.size && n <= c.size - offset ? FUNNEL_MEMORY_DEVICE : FUNNEL_MEMORY_INVALID;
+    }
+    if (c.kind == Classified::Host && t.recently_freed(reinterpret_cast<uint64_t>(p))) return FUNNEL_MEMORY_INVALID;
+    return FUNNEL_MEMORY_HOST;
+  } catch (...) {
+    return FUNNEL_MEMORY_HOST;
+  }
+}
+
 FUNNEL_API int funnel_detach(void) {
   return static_cast<int>(guarded(__func__, [&] {
     Runtime& rt = Runtime::get();

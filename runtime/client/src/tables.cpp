@@ -176,7 +176,22 @@ std::optional<DeviceAlloc> ClientTables::remove_alloc(uint64_t addr, bool mapped
   }
   release_device_range_locked(addr, a.size);
   allocs_.erase(it);
+  if (!imported && freed_.insert_or_assign(addr, a.size).second) {
+    freed_order_.push_back(addr);
+    if (freed_order_.size() > kRecentFrees) {
+      freed_.erase(freed_order_.front());
+      freed_order_.pop_front();
+    }
+  }
   return a;
+}
+
+bool ClientTables::recently_freed(uint64_t addr) noexcept {
+  std::lock_guard lk(mu_);
+  auto it = freed_.upper_bound(addr);
+  if (it == freed_.begin()) return false;
+  --it;
+  return addr < it->first + std::max<uint64_t>(it->second, 1);
 }
 
 bool ClientTables::set_graph_alloc(uint64_t addr) noexcept {

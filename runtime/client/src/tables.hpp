@@ -7,6 +7,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -144,6 +145,9 @@ class ClientTables {
   bool is_registered(uintptr_t addr) noexcept;  // inside a registered range
 
   Classified classify(const void* p) noexcept;
+  // Whether `addr` lies in one of the last kRecentFrees device allocations freed (and is not in a
+  // live one since): funnel_memory_kind calls such an address invalid rather than host memory.
+  bool recently_freed(uint64_t addr) noexcept;
 
   // ---- streams and events --------------------------------------------------------
   // The table owns them; the application's handle is the raw pointer returned.
@@ -202,6 +206,9 @@ class ClientTables {
 
   std::mutex mu_;
   std::map<uint64_t, DeviceAlloc> allocs_;
+  static constexpr size_t kRecentFrees = 4096;
+  std::map<uint64_t, uint64_t> freed_;     // recently freed device ranges: address -> bytes
+  std::deque<uint64_t> freed_order_;       // their addresses, oldest first
   std::map<uint64_t, uint64_t> reservations_;  // cuMemAddressReserve: address -> bytes   // device address -> allocation
   // The 2 MiB granules of device addresses reserved in this process (PROT_NONE) -> how many
   // allocations use each.

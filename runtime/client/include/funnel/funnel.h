@@ -5,6 +5,8 @@
 #ifndef FUNNEL_FUNNEL_H
 #define FUNNEL_FUNNEL_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -21,6 +23,19 @@ int funnel_is_attached(void);
  * this process held.  Later CUDA calls fail with cudaErrorDevicesUnavailable.
  * Returns the first error of the drained work (0 if none, or if not attached). */
 int funnel_detach(void);
+
+/* What the bytes [p, p + n) are to this process's funnel client (the MPI hooks ask it of every
+ * buffer argument; never attaches):
+ *   FUNNEL_MEMORY_HOST     not funnel device memory: host memory of any kind as far as funnel
+ *                          knows (pageable, pinned, managed, or nothing funnel ever gave out);
+ *   FUNNEL_MEMORY_DEVICE   inside one live device allocation (or __device__ variable) of this
+ *                          process; *device (if not null) is set to its device;
+ *   FUNNEL_MEMORY_INVALID  starts in a live device allocation but runs past its end, or lies in a
+ *                          device allocation freed lately. */
+#define FUNNEL_MEMORY_HOST 0
+#define FUNNEL_MEMORY_DEVICE 1
+#define FUNNEL_MEMORY_INVALID 2
+int funnel_memory_kind(const void* p, size_t n, int* device);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,437 @@
+// MPI calls with device buffers (doc/mpi.md, "Device buffers"): each buffer argument that is
+// device memory of this process is copied to a pinned host buffer before the call (what the call
+// reads) and back after it (what it writes), so any MPI library (CUDA-aware or not) moves host
+// memory.  The copies are cudaMemcpy's: ordered after the work queued before the call on the
+// legacy default stream (and so on every blocking stream and per-thread default stream), and
+// before the work queued after it.  Host buffers go straight to PMPI: one look-up in funnel's
+// tables per buffer.  A buffer that is neither host memory of this process nor inside a live
+// allocation of it is MPI_ERR_BUFFER, raised through the communicator's error handler.
+#include <mpi.h>
+
+#include <vector>
+
+#include "staging.hpp"
+
+#define FUNNEL_MPI_API extern "C" __attribute__((visibility("default")))
+
+using funnel::mpi::extent_of;
+using funnel::mpi::Staged;
+
+namespace {
+
+int comm_size(MPI_Comm comm) {
+  int n = 0;
+  if (PMPI_Comm_test_inter(comm, &n) == MPI_SUCCESS && n != 0) {
+    PMPI_Comm_remote_size(comm, &n);
+    return n;
+  }
+  PMPI_Comm_size(comm, &n);
+  return n;
+}
+int comm_rank(MPI_Comm comm) {
+  int r = 0;
+  PMPI_Comm_rank(comm, &r);
+  return r;
+}
+bool is_inter(MPI_Comm comm) {
+  int flag = 0;
+  PMPI_Comm_test_inter(comm, &flag);
+  return flag != 0;
+}
+// Whether this rank is the root of a rooted collective (intercommunicators: MPI_ROOT).
+bool at_root(int root, MPI_Comm comm) { return is_inter(comm) ? root == MPI_ROOT : root == comm_rank(comm); }
+
+// Runs `call` with the staged pointers, then copies back what it wrote (on success).
+template <class Call>
+int staged_call(MPI_Comm comm, std::vector<Staged>& buffers, Call&& call) {
+  for (const auto& b : buffers)
+    if (!b.ok()) return funnel::mpi::buffer_error(comm);
+  const int rc = call();
+  if (rc != MPI_SUCCESS) return rc;
+  for (auto& b : buffers)
+    if (!b.finish()) return funnel::mpi::buffer_error(comm);
+  return rc;
+}
+
+// A non-blocking call: its staged buffers wait for the request's completion.
+template <class Call>
+int staged_start(MPI_Comm comm, std::vector<Staged> buffers, MPI_Request* request, Call&& call) {
+  for (const auto& b : buffers)
+    if (!b.ok()) return funnel::mpi::buffer_error(comm);
+  const int rc = call();
+  if (rc == MPI_SUCCESS && request != nullptr) funnel::mpi::keep_until_done(*request, std::move(buffers));
+  return rc;
+}
+
+bool any_staged(const std::vector<Staged>& v) {
+  for (const auto& b : v)
+    if (b.staged() || !b.ok()) return true;
+  return false;
+}
+
+// A blocking send of (buf, count, type) through `send`.
+template <class Send>
+int send_like(const void* buf, int count, MPI_Datatype type, MPI_Comm comm, const char* name, Send&& send) {
+  std::vector<Staged> b;
+  b.emplace_back(buf, extent_of(count, type), true, false, name);
+  if (!any_staged(b)) return send(buf);
+  return staged_call(comm, b, [&] { return send(b[0].ptr()); });
+}
+
+// After PMPI completed the requests of `before` (their handles as they were), index by index
+// where `done(i)` says so: their staged buffers finished.
+template <class Done>
+int finish_requests(const std::vector<MPI_Request>& before, Done&& done) {
+  int rc = MPI_SUCCESS;
+  for (size_t i = 0; i < before.size(); ++i)
+    if (done(i) && !funnel::mpi::complete(before[i])) rc = MPI_ERR_BUFFER;
+  return rc;
+}
+
+}  // namespace
+
+// ---- point to point ---------------------------------------------------------------------------
+
+FUNNEL_MPI_API int MPI_Send(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
+  return send_like(buf, count, type, comm, "MPI_Send",
+                   [&](const void* p) { return PMPI_Send(p, count, type, dest, tag, comm); });
+}
+FUNNEL_MPI_API int MPI_Ssend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
+  return send_like(buf, count, type, comm, "MPI_Ssend",
+                   [&](const void* p) { return PMPI_Ssend(p, count, type, dest, tag, comm); });
+}
+FUNNEL_MPI_API int MPI_Rsend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
+  return send_like(buf, count, type, comm, "MPI_Rsend",
+                   [&](const void* p) { return PMPI_Rsend(p, count, type, dest, tag, comm); });
+}
+// The message is copied into the attached buffer before MPI_Bsend returns: the host copy may go.
+FUNNEL_MPI_API int MPI_Bsend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
+  return send_like(buf, count, type, comm, "MPI_Bsend",
+                   [&](const void* p) { return PMPI_Bsend(p, count, type, dest, tag, comm); });
+}
+
+FUNNEL_MPI_API int MPI_Recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
+                            MPI_Status* status) {
+  std::vector<Staged> b;
+  b.emplace_back(buf, extent_of(count, type), false, true, "MPI_Recv");
+  if (!any_staged(b)) return PMPI_Recv(buf, count, type, source, tag, comm, status);
+  return staged_call(comm, b, [&] { return PMPI_Recv(b[0].ptr(), count, type, source, tag, comm, status); });
+}
+
+FUNNEL_MPI_API int MPI_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag,
+                                void* recvbuf, int recvcount, MPI_Datatype recvtype, int source, int recvtag,
+                                MPI_Comm comm, MPI_Status* status) {
+  std::vector<Staged> b;
+  b.emplace_back(sendbuf, extent_of(sendcount, sendtype), true, false, "MPI_Sendrecv");
+  b.emplace_back(recvbuf, extent_of(recvcount, recvtype), false, true, "MPI_Sendrecv");
+  if (!any_staged(b))
+    return PMPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag,
+                         comm, status);
+  return staged_call(comm, b, [&] {
+    return PMPI_Sendrecv(b[0].ptr(), sendcount, sendtype, dest, sendtag, b[1].ptr(), recvcount, recvtype, source,
+                         recvtag, comm, status);
+  });
+}
+
+FUNNEL_MPI_API int MPI_Sendrecv_replace(void* buf, int count, MPI_Datatype type, int dest, int sendtag, int source,
+                                        int recvtag, MPI_Comm comm, MPI_Status* status) {
+  std::vector<Staged> b;
+  b.emplace_back(buf, extent_of(count, type), true, true, "MPI_Sendrecv_replace");
+  if (!any_staged(b)) return PMPI_Sendrecv_replace(buf, count, type, dest, sendtag, source, recvtag, comm, status);
+  return staged_call(comm, b, [&] {
+    return PMPI_Sendrecv_replace(b[0].ptr(), count, type, dest, sendtag, source, recvtag, comm, status);
+  });
+}
+
+// Non-blocking: a send's host copy is made now and kept until the request completes; a receive
+// lands in a host copy that goes to the device when the request completes (MPI_Wait/Test*).
+template <class Start>
+int isend_like(const void* buf, int count, MPI_Datatype type, MPI_Comm comm, MPI_Request* request, const char* name,
+               Start&& start) {
+  std::vector<Staged> b;
+  b.emplace_back(buf, extent_of(count, type), true, false, name);
+  if (!any_staged(b)) return start(buf);
+  const void* p = b[0].ptr();
+  return staged_start(comm, std::move(b), request, [&] { return start(p); });
+}
+
+FUNNEL_MPI_API int MPI_Isend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+                             MPI_Request* request) {
+  return isend_like(buf, count, type, comm, request, "MPI_Isend",
+                    [&](const void* p) { return PMPI_Isend(p, count, type, dest, tag, comm, request); });
+}
+FUNNEL_MPI_API int MPI_Issend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+                              MPI_Request* request) {
+  return isend_like(buf, count, type, comm, request, "MPI_Issend",
+                    [&](const void* p) { return PMPI_Issend(p, count, type, dest, tag, comm, request); });
+}
+FUNNEL_MPI_API int MPI_Irsend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+                              MPI_Request* request) {
+  return isend_like(buf, count, type, comm, request, "MPI_Irsend",
+                    [&](const void* p) { return PMPI_Irsend(p, count, type, dest, tag, comm, request); });
+}
+FUNNEL_MPI_API int MPI_Ibsend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+                              MPI_Request* request) {
+  return isend_like(buf, count, type, comm, request, "MPI_Ibsend",
+                    [&](const void* p) { return PMPI_Ibsend(p, count, type, dest, tag, comm, request); });
+}
+
+FUNNEL_MPI_API int MPI_Irecv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
+                             MPI_Request* request) {
+  std::vector<Staged> b;
+  b.emplace_back(buf, extent_of(count, type), false, true, "MPI_Irecv");
+  if (!any_staged(b)) return PMPI_Irecv(buf, count, type, source, tag, comm, request);
+  void* p = b[0].ptr();
+  return staged_start(comm, std::move(b), request,
+                      [&] { return PMPI_Irecv(p, count, type, source, tag, comm, request); });
+}
+
+// ---- completion ---------------------------------------------------------------------------------
+// With no staged request outstanding these are PMPI's own calls.
+
+FUNNEL_MPI_API int MPI_Wait(MPI_Request* request, MPI_Status* status) {
+  if (!funnel::mpi::any_pending() || request == nullptr) return PMPI_Wait(request, status);
+  const MPI_Request before = *request;
+  const int rc = PMPI_Wait(request, status);
+  if (rc == MPI_SUCCESS && !funnel::mpi::complete(before)) return MPI_ERR_BUFFER;
+  return rc;
+}
+
+FUNNEL_MPI_API int MPI_Test(MPI_Request* request, int* flag, MPI_Status* status) {
+  if (!funnel::mpi::any_pending() || request == nullptr) return PMPI_Test(request, flag, status);
+  const MPI_Request before = *request;
+  const int rc = PMPI_Test(request, flag, status);
+  if (rc == MPI_SUCCESS && flag != nullptr && *flag != 0 && !funnel::mpi::complete(before)) return MPI_ERR_BUFFER;
+  return rc;
+}
+
+FUNNEL_MPI_API int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]) {
+  if (!funnel::mpi::any_pending() || count <= 0) return PMPI_Waitall(count, requests, statuses);
+  const std::vector<MPI_Request> before(requests, requests + count);
+  const int rc = PMPI_Waitall(count, requests, statuses);
+  if (rc != MPI_SUCCESS) return rc;  // MPI_ERR_IN_STATUS: which completed is in the statuses
+  return finish_requests(before, [](size_t) { return true; });
+}
+
+FUNNEL_MPI_API int MPI_Testall(int count, MPI_Request requests[], int* flag, MPI_Status statuses[]) {
+  if (!funnel::mpi::any_pending() || count <= 0) return PMPI_Testall(count, requests, flag, statuses);
+  const std::vector<MPI_Request> before(requests, requests + count);
+  const int rc = PMPI_Testall(count, requests, flag, statuses);
+  if (rc != MPI_SUCCESS || flag == nullptr || *flag == 0) return rc;
+  return finish_requests(before, [](size_t) { return true; });
+}
+
+FUNNEL_MPI_API int MPI_Waitany(int count, MPI_Request requests[], int* index, MPI_Status* status) {
+  if (!funnel::mpi::any_pending() || count <= 0) return PMPI_Waitany(count, requests, index, status);
+  const std::vector<MPI_Request> before(requests, requests + count);
+  const int rc = PMPI_Waitany(count, requests, index, status);
+  if (rc != MPI_SUCCESS || index == nullptr || *index == MPI_UNDEFINED) return rc;
+  return finish_requests(before, [&](size_t i) { return static_cast<int>(i) == *index; });
+}
+
+FUNNEL_MPI_API int MPI_Testany(int count, MPI_Request requests[], int* index, int* flag, MPI_Status* status) {
+  if (!funnel::mpi::any_pending() || count <= 0) return PMPI_Testany(count, requests, index, flag, status);
+  const std::vector<MPI_Request> before(requests, requests + count);
+  const int rc = PMPI_Testany(count, requests, index, flag, status);
+  if (rc != MPI_SUCCESS || flag == nullptr || *flag == 0 || index == nullptr || *index == MPI_UNDEFINED) return rc;
+  return finish_requests(before, [&](size_t i) { return static_cast<int>(i) == *index; });
+}
+
+template <class Some>
+int some_like(int incount, MPI_Request requests[], int* outcount, int indices[], Some&& some) {
+  const std::vector<MPI_Request> before(requests, requests + incount);
+  const int rc = some();
+  if (rc != MPI_SUCCESS || outcount == nullptr || *outcount == MPI_UNDEFINED) return rc;
+  std::vector<bool> done(static_cast<size_t>(incount), false);
+  for (int k = 0; k < *outcount; ++k)
+    if (indices[k] >= 0 && indices[k] < incount) done[static_cast<size_t>(indices[k])] = true;
+  return finish_requests(before, [&](size_t i) { return static_cast<bool>(done[i]); });
+}
+
+FUNNEL_MPI_API int MPI_Waitsome(int incount, MPI_Request requests[], int* outcount, int indices[],
+                                MPI_Status statuses[]) {
+  if (!funnel::mpi::any_pending() || incount <= 0)
+    return PMPI_Waitsome(incount, requests, outcount, indices, statuses);
+  return some_like(incount, requests, outcount, indices,
+                   [&] { return PMPI_Waitsome(incount, requests, outcount, indices, statuses); });
+}
+
+FUNNEL_MPI_API int MPI_Testsome(int incount, MPI_Request requests[], int* outcount, int indices[],
+                                MPI_Status statuses[]) {
+  if (!funnel::mpi::any_pending() || incount <= 0)
+    return PMPI_Testsome(incount, requests, outcount, indices, statuses);
+  return some_like(incount, requests, outcount, indices,
+                   [&] { return PMPI_Testsome(incount, requests, outcount, indices, statuses); });
+}
+
+// ---- collectives ------------------------------------------------------------------------------
+// MPI_IN_PLACE is never staged (the other buffer is then read and written); arguments a rank's
+// role makes insignificant (a non-root's receive buffer of MPI_Gather, ...) are not looked at.
+
+FUNNEL_MPI_API int MPI_Bcast(void* buf, int count, MPI_Datatype type, int root, MPI_Comm comm) {
+  std::vector<Staged> b;
+  const bool root_here = !is_inter(comm) ? root == comm_rank(comm) : root == MPI_ROOT;
+  if (root != MPI_PROC_NULL) b.emplace_back(buf, extent_of(count, type), root_here, !root_here, "MPI_Bcast");
+  if (!any_staged(b)) return PMPI_Bcast(buf, count, type, root, comm);
+  return staged_call(comm, b, [&] { return PMPI_Bcast(b[0].ptr(), count, type, root, comm); });
+}
+
+// Allreduce, Reduce, Scan, Exscan and the like: sendbuf read (unless in place), recvbuf written
+// (and read when in place).
+template <class Call>
+int reduce_like(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Comm comm, bool recv_here,
+                const char* name, Call&& call) {
+  std::vector<Staged> b;
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  b.emplace_back(in_place ? MPI_IN_PLACE : sendbuf, in_place ? funnel::mpi::Extent{} : extent_of(count, type), true,
+                 false, name);
+  if (recv_here) b.emplace_back(recvbuf, extent_of(count, type), in_place, true, name);
+  if (!any_staged(b)) return call(sendbuf, recvbuf);
+  return staged_call(comm, b, [&] {
+    return call(in_place ? MPI_IN_PLACE : b[0].ptr(), recv_here ? b[1].ptr() : recvbuf);
+  });
+}
+
+FUNNEL_MPI_API int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op,
+                                 MPI_Comm comm) {
+  return reduce_like(sendbuf, recvbuf, count, type, comm, true, "MPI_Allreduce", [&](const void* s, void* r) {
+    return PMPI_Allreduce(s, r, count, type, op, comm);
+  });
+}
+FUNNEL_MPI_API int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op, int root,
+                              MPI_Comm comm) {
+  return reduce_like(sendbuf, recvbuf, count, type, comm, at_root(root, comm), "MPI_Reduce",
+                     [&](const void* s, void* r) { return PMPI_Reduce(s, r, count, type, op, root, comm); });
+}
+FUNNEL_MPI_API int MPI_Scan(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op,
+                            MPI_Comm comm) {
+  return reduce_like(sendbuf, recvbuf, count, type, comm, true, "MPI_Scan",
+                     [&](const void* s, void* r) { return PMPI_Scan(s, r, count, type, op, comm); });
+}
+FUNNEL_MPI_API int MPI_Exscan(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op,
+                              MPI_Comm comm) {
+  return reduce_like(sendbuf, recvbuf, count, type, comm, true, "MPI_Exscan",
+                     [&](const void* s, void* r) { return PMPI_Exscan(s, r, count, type, op, comm); });
+}
+
+// The collectives with a send and a receive buffer of their own shapes.  `send`/`recv`: the
+// extents each covers at this rank (empty: not significant here); in place: the receive buffer
+// is read too.
+template <class Call>
+int two_buffers(const void* sendbuf, funnel::mpi::Extent send, void* recvbuf, funnel::mpi::Extent recv, MPI_Comm comm,
+                const char* name, Call&& call) {
+  std::vector<Staged> b;
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  b.emplace_back(sendbuf, in_place ? funnel::mpi::Extent{} : send, true, false, name);
+  b.emplace_back(recvbuf, recv, in_place, true, name);
+  if (!any_staged(b)) return call(sendbuf, recvbuf);
+  return staged_call(comm, b, [&] { return call(in_place ? MPI_IN_PLACE : b[0].ptr(), b[1].ptr()); });
+}
+
+FUNNEL_MPI_API int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                                 int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
+  const int n = comm_size(comm);
+  return two_buffers(sendbuf, extent_of(sendcount, sendtype), recvbuf,
+                     extent_of(recvcount * n, recvtype), comm, "MPI_Allgather", [&](const void* s, void* r) {
+                       return PMPI_Allgather(s, sendcount, sendtype, r, recvcount, recvtype, comm);
+                     });
+}
+
+FUNNEL_MPI_API int MPI_Allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                                  const int recvcounts[], const int displs[], MPI_Datatype recvtype, MPI_Comm comm) {
+  return two_buffers(sendbuf, extent_of(sendcount, sendtype), recvbuf,
+                     extent_of(recvcounts, displs, comm_size(comm), recvtype), comm, "MPI_Allgatherv",
+                     [&](const void* s, void* r) {
+                       return PMPI_Allgatherv(s, sendcount, sendtype, r, recvcounts, displs, recvtype, comm);
+                     });
+}
+
+FUNNEL_MPI_API int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                                int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
+  const int n = comm_size(comm);
+  return two_buffers(sendbuf, extent_of(sendcount * n, sendtype), recvbuf, extent_of(recvcount * n, recvtype), comm,
+                     "MPI_Alltoall", [&](const void* s, void* r) {
+                       return PMPI_Alltoall(s, sendcount, sendtype, r, recvcount, recvtype, comm);
+                     });
+}
+
+FUNNEL_MPI_API int MPI_Alltoallv(const void* sendbuf, const int sendcounts[], const int sdispls[],
+                                 MPI_Datatype sendtype, void* recvbuf, const int recvcounts[], const int rdispls[],
+                                 MPI_Datatype recvtype, MPI_Comm comm) {
+  const int n = comm_size(comm);
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  return two_buffers(sendbuf, in_place ? funnel::mpi::Extent{} : extent_of(sendcounts, sdispls, n, sendtype), recvbuf,
+                     extent_of(recvcounts, rdispls, n, recvtype), comm, "MPI_Alltoallv", [&](const void* s, void* r) {
+                       return PMPI_Alltoallv(s, sendcounts, sdispls, sendtype, r, recvcounts, rdispls, recvtype, comm);
+                     });
+}
+
+FUNNEL_MPI_API int MPI_Gather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
+                              MPI_Datatype recvtype, int root, MPI_Comm comm) {
+  const bool here = at_root(root, comm);
+  return two_buffers(sendbuf, extent_of(sendcount, sendtype), recvbuf,
+                     here ? extent_of(recvcount * comm_size(comm), recvtype) : funnel::mpi::Extent{}, comm,
+                     "MPI_Gather", [&](const void* s, void* r) {
+                       return PMPI_Gather(s, sendcount, sendtype, r, recvcount, recvtype, root, comm);
+                     });
+}
+
+FUNNEL_MPI_API int MPI_Gatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                               const int recvcounts[], const int displs[], MPI_Datatype recvtype, int root,
+                               MPI_Comm comm) {
+  const bool here = at_root(root, comm);
+  return two_buffers(sendbuf, extent_of(sendcount, sendtype), recvbuf,
+                     here ? extent_of(recvcounts, displs, comm_size(comm), recvtype) : funnel::mpi::Extent{}, comm,
+                     "MPI_Gatherv", [&](const void* s, void* r) {
+                       return PMPI_Gatherv(s, sendcount, sendtype, r, recvcounts, displs, recvtype, root, comm);
+                     });
+}
+
+// Scatter: the root's send buffer is read; in place, the root's receive buffer is not used.
+FUNNEL_MPI_API int MPI_Scatter(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                               int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm) {
+  const bool here = at_root(root, comm);
+  const bool in_place = recvbuf == MPI_IN_PLACE;
+  return two_buffers(here ? sendbuf : nullptr, here ? extent_of(sendcount * comm_size(comm), sendtype) : funnel::mpi::Extent{},
+                     in_place ? nullptr : recvbuf, in_place ? funnel::mpi::Extent{} : extent_of(recvcount, recvtype),
+                     comm, "MPI_Scatter", [&](const void* s, void* r) {
+                       return PMPI_Scatter(here ? s : sendbuf, sendcount, sendtype, in_place ? MPI_IN_PLACE : r,
+                                           recvcount, recvtype, root, comm);
+                     });
+}
+
+FUNNEL_MPI_API int MPI_Scatterv(const void* sendbuf, const int sendcounts[], const int displs[],
+                                MPI_Datatype sendtype, void* recvbuf, int recvcount, MPI_Datatype recvtype, int root,
+                                MPI_Comm comm) {
+  const bool here = at_root(root, comm);
+  const bool in_place = recvbuf == MPI_IN_PLACE;
+  return two_buffers(here ? sendbuf : nullptr,
+                     here ? extent_of(sendcounts, displs, comm_size(comm), sendtype) : funnel::mpi::Extent{},
+                     in_place ? nullptr : recvbuf, in_place ? funnel::mpi::Extent{} : extent_of(recvcount, recvtype),
+                     comm, "MPI_Scatterv", [&](const void* s, void* r) {
+                       return PMPI_Scatterv(here ? s : sendbuf, sendcounts, displs, sendtype,
+                                            in_place ? MPI_IN_PLACE : r, recvcount, recvtype, root, comm);
+                     });
+}
+
+FUNNEL_MPI_API int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype type,
+                                            MPI_Op op, MPI_Comm comm) {
+  const int n = comm_size(comm);
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  // In place the whole input is in recvbuf.
+  return two_buffers(sendbuf, extent_of(recvcount * n, type), recvbuf,
+                     extent_of(in_place ? recvcount * n : recvcount, type), comm, "MPI_Reduce_scatter_block",
+                     [&](const void* s, void* r) { return PMPI_Reduce_scatter_block(s, r, recvcount, type, op, comm); });
+}
+
+FUNNEL_MPI_API int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf, const int recvcounts[], MPI_Datatype type,
+                                      MPI_Op op, MPI_Comm comm) {
+  const int n = comm_size(comm);
+  long total = 0;
+  for (int i = 0; i < n; ++i) total += recvcounts[i];
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  const int mine = recvcounts[comm_rank(comm)];
+  return two_buffers(sendbuf, extent_of(static_cast<int>(total), type), recvbuf,
+                     extent_of(in_place ? static_cast<int>(total) : mine, type), comm, "MPI_Reduce_scatter",
+                     [&](const void* s, void* r) { return PMPI_Reduce_scatter(s, r, recvcounts, type, op, comm); });
+}

@@ -25,6 +25,9 @@
 #              (default: of failed runs only), in OUT/MODE/npN.server/
 #   BIND       Open MPI's --bind-to for every mode (default none; core: each rank on a core of
 #              its own, where funnel's workers share their ranks' CPUs, doc/placement.md)
+#   DEVICE_HALO  modes whose ranks hand their device buffers to MPI (stencil --halo device;
+#              default none).  Only funnel's modes can where MPI is not CUDA-aware: funnel's
+#              hooks stage them (doc/mpi.md, "Device buffers"); the others use host staging.
 # Writes OUT/results.jsonl (the app's JSON line per run, with "mode" renamed to the run's mode)
 # and OUT/table.txt (printed last).
 set -u -o pipefail
@@ -91,8 +94,10 @@ run_one() {
     rm -rf "$FUNNEL_LOG_DIR"
     env_args+=(-x FUNNEL_LOG_DIR)
   fi
+  local halo=host
+  [[ " ${DEVICE_HALO:-} " == *" $mode "* ]] && halo=device
   timeout 600 "${pre[@]}" "$MPIRUN" "${MPI_ARGS[@]}" "${env_args[@]}" -np "$np" "${wrap[@]}" "$app" \
-    --n "$N" --steps "$STEPS" --warmup "$WARMUP" --reference "$REF" >"$log" 2>&1
+    --n "$N" --steps "$STEPS" --warmup "$WARMUP" --halo "$halo" --reference "$REF" >"$log" 2>&1
 }
 
 # server_figures DIR: the job report's figures of a funnel run as one JSON object (null when

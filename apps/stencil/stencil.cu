@@ -2,12 +2,15 @@
 // 7-point Jacobi sweep) on a fixed global n^3 grid, split over all ranks.
 //
 //   mpirun -np R stencil [--n 256] [--steps 200] [--warmup 20] [--reference FILE]
-//                        [--tolerance 1e-10] [--host] [--dry-run]
+//                        [--tolerance 1e-10] [--halo host|device] [--host] [--dry-run]
 //
 // Each step: post the receives, pack the (up to) 6 faces with one kernel each into a device
 // buffer, one cudaMemcpy to a pinned host buffer, MPI_Isend, MPI_Waitall, one cudaMemcpy back,
-// one unpack kernel per face, the update kernel.  Host staging only: no CUDA-aware MPI is
-// assumed.  Ranks get GPUs by node-local rank (MPI_Comm_split_type SHARED) modulo the count.
+// one unpack kernel per face, the update kernel (--halo host, the default: no CUDA-aware MPI is
+// assumed).  --halo device hands the device buffers to MPI instead (receives posted into the
+// device buffer, a cudaStreamSynchronize after the pack kernels, as a CUDA-aware MPI requires):
+// through funnel's MPI hooks any MPI takes them (doc/mpi.md, "Device buffers").  Ranks get GPUs
+// by node-local rank (MPI_Comm_split_type SHARED) modulo the count.
 //
 // Correctness: the initial state is a function of global coordinates and the update is the same
 // expression everywhere, so every point is bit-identical for any decomposition; the checksum
@@ -122,14 +125,15 @@ struct Args {
   double tolerance = 1e-10;
   bool host = false;
   bool dry_run = false;
+  bool device_halo = false;  // --halo device
 };
 
 [[noreturn]] void usage_error(int rank, const std::string& what) {
   if (rank == 0) {
     std::fprintf(stderr, "stencil: %s\n", what.c_str());
     std::fprintf(stderr,
-                 "usage: stencil [--n N] [--steps S] [--warmup W] [--reference FILE] [--tolerance T] [--host] "
-                 "[--dry-run]\n");
+                 "usage: stencil [--n N] [--steps S] [--warmup W] [--reference FILE] [--tolerance T] "
+                 "[--halo host|device] [--host] [--dry-run]\n");
   }
   MPI_Finalize();
   std::exit(2);
@@ -166,6 +170,10 @@ Args parse(int argc, char** argv, int rank) {
       char* end = nullptr;
       a.tolerance = std::strtod(s, &end);
       if (end == s || *end != '\0' || !(a.tolerance >= 0)) usage_error(rank, "--tolerance needs a number >= 0");
+    } else if (k == "--halo") {
+      const std::string h = next();
+      if (h != "host" && h != "device") usage_error(rank, "--halo takes host or device, got '" + h + "'");
+      a.device_halo = h == "device";
     } else if (k == "--host")
       a.host = true;
     else if (k == "--dry-run")
@@ -269,7 +277,7 @@ Partial interior_sum(const double* u, const Box& b) {
 
 class GpuSolver {
  public:
-  GpuSolver(const Layout& l, int n) : l_(l) {
+  GpuSolver(const Layout& l, int n, bool device_halo) : l_(l), device_halo_(device_halo) {
     const std::size_t bytes = stencil::cells(l.box) * sizeof(double);
     CK(cudaMalloc(&u_, bytes));
     CK(cudaMalloc(&v_, bytes));
@@ -305,15 +313,19 @@ class GpuSolver {
       phase_s_[p] += now - t;
       t = now;
     };
-    post_receives(l_, recv_h_, req_);
+    // --halo device: MPI gets the device buffers (the d2h phase is the wait for the packs).
+    post_receives(l_, device_halo_ ? recv_d_ : recv_h_, req_);
     const std::size_t halo_bytes = l_.halo_points * sizeof(double);
     for (int f : l_.faces) pack_kernel<<<face_grid(b, f), kBlockFace>>>(u_, send_d_ + l_.offset[f], b, f);
     lap(kPack);
-    if (halo_bytes != 0) CK(cudaMemcpy(send_h_, send_d_, halo_bytes, cudaMemcpyDeviceToHost));
+    if (device_halo_)
+      CK(cudaStreamSynchronize(nullptr));
+    else if (halo_bytes != 0)
+      CK(cudaMemcpy(send_h_, send_d_, halo_bytes, cudaMemcpyDeviceToHost));
     lap(kD2H);
-    send_and_wait(l_, send_h_, req_);
+    send_and_wait(l_, device_halo_ ? send_d_ : send_h_, req_);
     lap(kMpi);
-    if (halo_bytes != 0) CK(cudaMemcpy(recv_d_, recv_h_, halo_bytes, cudaMemcpyHostToDevice));
+    if (!device_halo_ && halo_bytes != 0) CK(cudaMemcpy(recv_d_, recv_h_, halo_bytes, cudaMemcpyHostToDevice));
     lap(kH2D);
     for (int f : l_.faces) unpack_kernel<<<face_grid(b, f), kBlockFace>>>(u_, recv_d_ + l_.offset[f], b, f);
     const dim3 grid(unsigned(b.n[0] + 31) / 32, unsigned(b.n[1] + 7) / 8, unsigned(b.n[2]));
@@ -339,6 +351,7 @@ class GpuSolver {
  private:
   PhaseTimes phase_s_{};
   const Layout& l_;
+  bool device_halo_;
   double* u_ = nullptr;
   double* v_ = nullptr;
   double* send_d_ = nullptr;
@@ -486,10 +499,10 @@ int run(const Args& a, const Layout& l, Solver& s, const char* mode) {
     const std::string phases =
         object("phase_us", phase_sum, per_step_us / l.size) + object("phase_us_max", phase_max, per_step_us);
     std::printf(
-        "{\"ranks\":%d,\"n\":%d,\"steps\":%d,\"warmup\":%d,\"dims\":[%d,%d,%d],\"mode\":\"%s\",\"ms_per_step\":%.6f,"
-        "\"checksum\":%.17g,\"max\":%.17g,\"reference\":\"%s\"%s}\n",
-        l.size, a.n, a.steps, a.warmup, l.dims[0], l.dims[1], l.dims[2], mode, slowest_s * 1e3 / a.steps, checksum, max,
-        ref.c_str(), phases.c_str());
+        "{\"ranks\":%d,\"n\":%d,\"steps\":%d,\"warmup\":%d,\"dims\":[%d,%d,%d],\"mode\":\"%s\",\"halo\":\"%s\","
+        "\"ms_per_step\":%.6f,\"checksum\":%.17g,\"max\":%.17g,\"reference\":\"%s\"%s}\n",
+        l.size, a.n, a.steps, a.warmup, l.dims[0], l.dims[1], l.dims[2], mode, a.device_halo ? "device" : "host",
+        slowest_s * 1e3 / a.steps, checksum, max, ref.c_str(), phases.c_str());
     std::fflush(stdout);
   }
   MPI_Bcast(&status, 1, MPI_INT, 0, l.cart);
@@ -520,8 +533,8 @@ int main(int argc, char** argv) {
     int devices = 0;
     CK(cudaGetDeviceCount(&devices));
     CK(cudaSetDevice(local_rank % devices));
-    GpuSolver s(l, a.n);
-    status = run(a, l, s, "gpu");
+    GpuSolver s(l, a.n, a.device_halo);
+    status = run(a, l, s, "gpu");  // the same reference checksum for both halos
   }
   MPI_Comm_free(&l.cart);
   MPI_Finalize();

@@ -7,6 +7,10 @@
 # 2. linked: `mpirun -np 4 stencil_funnel` (linked with funnel::mpi, no wrapper): the hooks
 #    start one cuda server, 4 ranks attach and cleanly detach, the checksum matches a native
 #    1-rank run, and the server, its run directory and its segments are gone after mpirun.
+#    The same with --halo device (the ranks hand device buffers to MPI; funnel's hooks stage them
+#    for Open MPI, which is not CUDA-aware here): the same checksum.
+# 2b. device buffers: tests/mpi/device_buffers.cu (point to point, collectives, a freed buffer)
+#    at 4 ranks on the cuda backend (tests/mpi/device_buffers.sh).
 # 3. fraction: tests/gpu/fraction.cu through funnel-run with FUNNEL_GPU_FRACTION (and MPS's
 #    CUDA_MPS_ACTIVE_THREAD_PERCENTAGE): the SM count the client sees and the SMs its kernel
 #    blocks actually ran on (%smid) stay within the share; with FUNNEL_GPU_PLACEMENT=disjoint two
@@ -69,8 +73,38 @@ if [[ -x $BIN/stencil_funnel && -x $BIN/stencil ]]; then
   else
     result mpi linked-stencil-np4 FAIL "$why (stencil-linked.log, logs-linked/)"
   fi
+  # --halo device: the same checksum.
+  env -u LD_LIBRARY_PATH FUNNEL_JOB_ID=$job-device FUNNEL_LOG_DIR="$logs-device" \
+    timeout 300 "${MPI[@]}" -x FUNNEL_JOB_ID -x FUNNEL_LOG_DIR -np 4 \
+    "$BIN/stencil_funnel" --n 128 --steps 20 --warmup 2 --halo device --reference "$ref" \
+    >"$OUT_DIR/stencil-device-halo.log" 2>&1
+  rc=$?
+  if [[ $rc == 0 ]] && grep -q '"reference":"match"' "$OUT_DIR/stencil-device-halo.log"; then
+    result mpi linked-stencil-device-halo-np4 PASS "$(grep -o '"ms_per_step":[0-9.]*' "$OUT_DIR/stencil-device-halo.log"), device buffers to MPI, checksum matches"
+  else
+    result mpi linked-stencil-device-halo-np4 FAIL "mpirun exit $rc or checksum mismatch (stencil-device-halo.log)"
+  fi
 else
   result mpi linked-stencil-np4 SKIP "bin/stencil_funnel not built (no MPI found)"
+fi
+
+# ---- 2b. device buffers in MPI calls ------------------------------------------------------------
+if command -v mpicxx >/dev/null && [[ -f $BUILD/lib/libfunnel_mpi.so ]]; then
+  devprog=$BUILD/device_buffers
+  if /usr/local/cuda/bin/nvcc -ccbin mpicxx -arch=sm_90 -cudart shared -O1 -I"$ROOT/tests/programs" -o "$devprog" \
+    "$ROOT/tests/mpi/device_buffers.cu" -L"$BUILD/lib" -lfunnel_mpi -Xlinker -rpath="$BUILD/lib" \
+    >"$OUT_DIR/device_buffers.nvcc.log" 2>&1; then
+    if env -u LD_LIBRARY_PATH FUNNEL_TEST_BACKEND=cuda timeout 300 "$ROOT/tests/mpi/device_buffers.sh" 4 "$BIN" "$devprog" \
+      >"$OUT_DIR/device_buffers.log" 2>&1; then
+      result mpi device-buffers-np4 PASS "point to point, collectives and a freed buffer on the cuda backend"
+    else
+      result mpi device-buffers-np4 FAIL "$(grep -m1 FAIL "$OUT_DIR/device_buffers.log") (device_buffers.log)"
+    fi
+  else
+    result mpi device-buffers-np4 FAIL "does not compile: device_buffers.nvcc.log"
+  fi
+else
+  result mpi device-buffers-np4 SKIP "no mpicxx or no $BUILD/lib/libfunnel_mpi.so"
 fi
 
 # ---- 3. GPU fraction -------------------------------------------------------------------------

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # device_buffers.sh NP BIN_DIR PROGRAM
-# tests/mpi/device_buffers.cu under real `mpirun --oversubscribe -np NP` on the sim backend: every
-# rank prints "rank R: all ok", and each names the freed buffer it passed once on stderr.
+# tests/mpi/device_buffers.cu under real `mpirun --oversubscribe -np NP` on the sim backend (on the
+# GPU: FUNNEL_TEST_BACKEND=cuda): every rank prints "rank R: all ok", and each names the freed
+# buffer it passed once on stderr.
 set -u
 np=$1 bin=$2 prog=$3
 tmp=$(mktemp -d /tmp/funnel-mpi.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-export FUNNEL_BACKEND=sim FUNNEL_LOG_DIR=$tmp/log FUNNEL_IDLE_EXIT_MS=1000 FUNNEL_ATTACH_TIMEOUT_MS=30000
+export FUNNEL_BACKEND=${FUNNEL_TEST_BACKEND:-sim} FUNNEL_LOG_DIR=$tmp/log FUNNEL_IDLE_EXIT_MS=1000 FUNNEL_ATTACH_TIMEOUT_MS=30000
 unset FUNNEL_RUN_DIR FUNNEL_JOB_ID
 mpirun=(mpirun --oversubscribe -np "$np" --mca btl "self,vader")
 [ "$(id -u)" -eq 0 ] && mpirun+=(--allow-run-as-root)

@@ -63,6 +63,13 @@ int staged_start(MPI_Comm comm, std::vector<Staged> buffers, MPI_Request* reques
   return rc;
 }
 
+// Blocking (request null) or non-blocking.
+template <class Call>
+int staged_run(MPI_Comm comm, std::vector<Staged>& buffers, MPI_Request* request, Call&& call) {
+  if (request == nullptr) return staged_call(comm, buffers, call);
+  return staged_start(comm, std::move(buffers), request, call);
+}
+
 bool any_staged(const std::vector<Staged>& v) {
   for (const auto& b : v)
     if (b.staged() || !b.ok()) return true;
@@ -268,28 +275,36 @@ FUNNEL_MPI_API int MPI_Testsome(int incount, MPI_Request requests[], int* outcou
 // MPI_IN_PLACE is never staged (the other buffer is then read and written); arguments a rank's
 // role makes insignificant (a non-root's receive buffer of MPI_Gather, ...) are not looked at.
 
-FUNNEL_MPI_API int MPI_Bcast(void* buf, int count, MPI_Datatype type, int root, MPI_Comm comm) {
+template <class Call>
+int bcast_like(void* buf, int count, MPI_Datatype type, int root, MPI_Comm comm, const char* name, Call&& call,
+               MPI_Request* request = nullptr) {
   std::vector<Staged> b;
-  const bool root_here = !is_inter(comm) ? root == comm_rank(comm) : root == MPI_ROOT;
-  if (root != MPI_PROC_NULL) b.emplace_back(buf, extent_of(count, type), root_here, !root_here, "MPI_Bcast");
-  if (!any_staged(b)) return PMPI_Bcast(buf, count, type, root, comm);
-  return staged_call(comm, b, [&] { return PMPI_Bcast(b[0].ptr(), count, type, root, comm); });
+  const bool root_here = at_root(root, comm);
+  if (root != MPI_PROC_NULL) b.emplace_back(buf, extent_of(count, type), root_here, !root_here, name);
+  if (!any_staged(b)) return call(buf);
+  void* p = b[0].ptr();
+  return staged_run(comm, b, request, [&] { return call(p); });
+}
+
+FUNNEL_MPI_API int MPI_Bcast(void* buf, int count, MPI_Datatype type, int root, MPI_Comm comm) {
+  return bcast_like(buf, count, type, root, comm, "MPI_Bcast",
+                    [&](void* p) { return PMPI_Bcast(p, count, type, root, comm); });
 }
 
 // Allreduce, Reduce, Scan, Exscan and the like: sendbuf read (unless in place), recvbuf written
 // (and read when in place).
 template <class Call>
 int reduce_like(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Comm comm, bool recv_here,
-                const char* name, Call&& call) {
+                const char* name, Call&& call, MPI_Request* request = nullptr) {
   std::vector<Staged> b;
   const bool in_place = sendbuf == MPI_IN_PLACE;
   b.emplace_back(in_place ? MPI_IN_PLACE : sendbuf, in_place ? funnel::mpi::Extent{} : extent_of(count, type), true,
                  false, name);
   if (recv_here) b.emplace_back(recvbuf, extent_of(count, type), in_place, true, name);
   if (!any_staged(b)) return call(sendbuf, recvbuf);
-  return staged_call(comm, b, [&] {
-    return call(in_place ? MPI_IN_PLACE : b[0].ptr(), recv_here ? b[1].ptr() : recvbuf);
-  });
+  const void* s = in_place ? MPI_IN_PLACE : b[0].ptr();
+  void* r = recv_here ? b[1].ptr() : recvbuf;
+  return staged_run(comm, b, request, [&] { return call(s, r); });
 }
 
 FUNNEL_MPI_API int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op,
@@ -319,13 +334,15 @@ FUNNEL_MPI_API int MPI_Exscan(const void* sendbuf, void* recvbuf, int count, MPI
 // is read too.
 template <class Call>
 int two_buffers(const void* sendbuf, funnel::mpi::Extent send, void* recvbuf, funnel::mpi::Extent recv, MPI_Comm comm,
-                const char* name, Call&& call) {
+                const char* name, Call&& call, MPI_Request* request = nullptr) {
   std::vector<Staged> b;
   const bool in_place = sendbuf == MPI_IN_PLACE;
   b.emplace_back(sendbuf, in_place ? funnel::mpi::Extent{} : send, true, false, name);
   b.emplace_back(recvbuf, recv, in_place, true, name);
   if (!any_staged(b)) return call(sendbuf, recvbuf);
-  return staged_call(comm, b, [&] { return call(in_place ? MPI_IN_PLACE : b[0].ptr(), b[1].ptr()); });
+  const void* s = in_place ? MPI_IN_PLACE : b[0].ptr();
+  void* r = b[1].ptr();
+  return staged_run(comm, b, request, [&] { return call(s, r); });
 }
 
 FUNNEL_MPI_API int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
@@ -434,4 +451,101 @@ FUNNEL_MPI_API int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf, const 
   return two_buffers(sendbuf, extent_of(static_cast<int>(total), type), recvbuf,
                      extent_of(in_place ? static_cast<int>(total) : mine, type), comm, "MPI_Reduce_scatter",
                      [&](const void* s, void* r) { return PMPI_Reduce_scatter(s, r, recvcounts, type, op, comm); });
+}
+
+// ---- non-blocking collectives: staged as the blocking ones, finished when the request completes
+
+FUNNEL_MPI_API int MPI_Ibcast(void* buf, int count, MPI_Datatype type, int root, MPI_Comm comm, MPI_Request* request) {
+  return bcast_like(
+      buf, count, type, root, comm, "MPI_Ibcast",
+      [&](void* p) { return PMPI_Ibcast(p, count, type, root, comm, request); }, request);
+}
+
+FUNNEL_MPI_API int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op,
+                                  MPI_Comm comm, MPI_Request* request) {
+  return reduce_like(
+      sendbuf, recvbuf, count, type, comm, true, "MPI_Iallreduce",
+      [&](const void* s, void* r) { return PMPI_Iallreduce(s, r, count, type, op, comm, request); }, request);
+}
+
+FUNNEL_MPI_API int MPI_Ireduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op, int root,
+                               MPI_Comm comm, MPI_Request* request) {
+  return reduce_like(
+      sendbuf, recvbuf, count, type, comm, at_root(root, comm), "MPI_Ireduce",
+      [&](const void* s, void* r) { return PMPI_Ireduce(s, r, count, type, op, root, comm, request); }, request);
+}
+
+FUNNEL_MPI_API int MPI_Iallgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request) {
+  const int n = comm_size(comm);
+  return two_buffers(
+      sendbuf, extent_of(sendcount, sendtype), recvbuf, extent_of(recvcount * n, recvtype), comm, "MPI_Iallgather",
+      [&](const void* s, void* r) { return PMPI_Iallgather(s, sendcount, sendtype, r, recvcount, recvtype, comm, request); },
+      request);
+}
+
+FUNNEL_MPI_API int MPI_Ialltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                                 int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request) {
+  const int n = comm_size(comm);
+  return two_buffers(
+      sendbuf, extent_of(sendcount * n, sendtype), recvbuf, extent_of(recvcount * n, recvtype), comm, "MPI_Ialltoall",
+      [&](const void* s, void* r) { return PMPI_Ialltoall(s, sendcount, sendtype, r, recvcount, recvtype, comm, request); },
+      request);
+}
+
+// ---- persistent requests: the host copy is bound at init and refilled at each start -------------
+
+template <class Init>
+int persistent_like(const void* buf, int count, MPI_Datatype type, MPI_Comm comm, MPI_Request* request, bool send,
+                    const char* name, Init&& init) {
+  Staged b(buf, extent_of(count, type), send, !send, name);
+  if (!b.ok()) return funnel::mpi::buffer_error(comm);
+  if (!b.staged()) return init(const_cast<void*>(buf));
+  const int rc = init(b.ptr());
+  if (rc == MPI_SUCCESS && request != nullptr) funnel::mpi::keep_persistent(*request, std::move(b), send);
+  return rc;
+}
+
+FUNNEL_MPI_API int MPI_Send_init(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+                                 MPI_Request* request) {
+  return persistent_like(buf, count, type, comm, request, true, "MPI_Send_init",
+                         [&](void* p) { return PMPI_Send_init(p, count, type, dest, tag, comm, request); });
+}
+FUNNEL_MPI_API int MPI_Ssend_init(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+                                  MPI_Request* request) {
+  return persistent_like(buf, count, type, comm, request, true, "MPI_Ssend_init",
+                         [&](void* p) { return PMPI_Ssend_init(p, count, type, dest, tag, comm, request); });
+}
+FUNNEL_MPI_API int MPI_Rsend_init(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+                                  MPI_Request* request) {
+  return persistent_like(buf, count, type, comm, request, true, "MPI_Rsend_init",
+                         [&](void* p) { return PMPI_Rsend_init(p, count, type, dest, tag, comm, request); });
+}
+FUNNEL_MPI_API int MPI_Bsend_init(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+                                  MPI_Request* request) {
+  return persistent_like(buf, count, type, comm, request, true, "MPI_Bsend_init",
+                         [&](void* p) { return PMPI_Bsend_init(p, count, type, dest, tag, comm, request); });
+}
+FUNNEL_MPI_API int MPI_Recv_init(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
+                                 MPI_Request* request) {
+  return persistent_like(buf, count, type, comm, request, false, "MPI_Recv_init",
+                         [&](void* p) { return PMPI_Recv_init(p, count, type, source, tag, comm, request); });
+}
+
+FUNNEL_MPI_API int MPI_Start(MPI_Request* request) {
+  if (funnel::mpi::any_pending() && request != nullptr && !funnel::mpi::start_persistent(*request))
+    return MPI_ERR_BUFFER;
+  return PMPI_Start(request);
+}
+
+FUNNEL_MPI_API int MPI_Startall(int count, MPI_Request requests[]) {
+  if (funnel::mpi::any_pending())
+    for (int i = 0; i < count; ++i)
+      if (!funnel::mpi::start_persistent(requests[i])) return MPI_ERR_BUFFER;
+  return PMPI_Startall(count, requests);
+}
+
+FUNNEL_MPI_API int MPI_Request_free(MPI_Request* request) {
+  if (funnel::mpi::any_pending() && request != nullptr) funnel::mpi::free_request(*request);
+  return PMPI_Request_free(request);
 }

@@ -67,7 +67,16 @@ constexpr size_t kPoolKeep = size_t{256} << 20;  // free bytes kept for reuse; t
 // ---- requests with staged buffers ------------------------------------------------------------
 std::mutex g_pending_mu;
 std::map<MPI_Request, std::vector<Staged>> g_pending;
-std::atomic<size_t> g_pending_count{0};
+struct Persistent {
+  Staged buffer;
+  bool send;
+  bool active = false;  // started and not completed yet
+};
+std::map<MPI_Request, Persistent> g_persistent;
+std::vector<std::vector<Staged>> g_orphans;  // staged requests freed while active (never completed here)
+std::atomic<size_t> g_pending_count{0};      // entries of g_pending and g_persistent
+
+void count_locked() { g_pending_count.store(g_pending.size() + g_persistent.size(), std::memory_order_release); }
 
 }  // namespace
 
@@ -191,48 +200,95 @@ Staged::Staged(const void* buf, Extent e, bool in, bool out, const char* call)
   ptr_ = host_.data() - e.offset;
   // A buffer the call only writes is read first too when it has gaps, so that the copy back
   // leaves the bytes between its elements as they were.
-  if (in || !e.dense) {
-    if (const cudaError_t r = cudaMemcpy(host_.data(), device_, e.bytes, cudaMemcpyDeviceToHost); r != cudaSuccess) {
-      std::snprintf(m, sizeof m, "%s: copying a device buffer to the host failed: %s", call, cudaGetErrorName(r));
-      say(m);
-      ok_ = false;
-    }
-  }
+  if (in || !e.dense) ok_ = copy(false, call);
 }
 
-bool Staged::finish() noexcept {
-  if (!host_ || !out_) return true;
-  const cudaError_t r = cudaMemcpy(device_, host_.data(), bytes_, cudaMemcpyHostToDevice);
-  if (r != cudaSuccess) {
-    char m[200];
-    std::snprintf(m, sizeof m, "copying a received message to its device buffer failed: %s", cudaGetErrorName(r));
-    say(m);
-    return false;
-  }
-  return true;
+bool Staged::copy(bool to_device, const char* call) noexcept {
+  if (!host_) return true;
+  const cudaError_t r = to_device ? cudaMemcpy(device_, host_.data(), bytes_, cudaMemcpyHostToDevice)
+                                  : cudaMemcpy(host_.data(), device_, bytes_, cudaMemcpyDeviceToHost);
+  if (r == cudaSuccess) return true;
+  char m[240];
+  std::snprintf(m, sizeof m, "%s: copying %s failed: %s", call,
+                to_device ? "a received message to its device buffer" : "a device buffer to the host",
+                cudaGetErrorName(r));
+  say(m);
+  return false;
 }
+
+bool Staged::refill() noexcept { return copy(false, "MPI_Start"); }
+
+bool Staged::finish() noexcept { return !out_ || copy(true, "completing a receive"); }
 
 void keep_until_done(MPI_Request request, std::vector<Staged> buffers) {
   std::erase_if(buffers, [](const Staged& s) { return !s.staged(); });
   if (buffers.empty() || request == MPI_REQUEST_NULL) return;
   std::lock_guard lk(g_pending_mu);
   g_pending[request] = std::move(buffers);
-  g_pending_count.store(g_pending.size(), std::memory_order_release);
+  count_locked();
+}
+
+void keep_persistent(MPI_Request request, Staged buffer, bool send) {
+  if (!buffer.staged() || request == MPI_REQUEST_NULL) return;
+  std::lock_guard lk(g_pending_mu);
+  g_persistent.insert_or_assign(request, Persistent{std::move(buffer), send, false});
+  count_locked();
+}
+
+bool start_persistent(MPI_Request request) noexcept {
+  std::lock_guard lk(g_pending_mu);
+  auto it = g_persistent.find(request);
+  if (it == g_persistent.end()) return true;
+  it->second.active = true;
+  return !it->second.send || it->second.buffer.refill();
 }
 
 bool complete(MPI_Request request) noexcept {
   std::vector<Staged> buffers;
   {
     std::lock_guard lk(g_pending_mu);
+    if (auto p = g_persistent.find(request); p != g_persistent.end()) {
+      if (!p->second.active) return true;  // an inactive persistent request completes at once
+      p->second.active = false;
+      return p->second.send || p->second.buffer.finish();
+    }
     auto it = g_pending.find(request);
     if (it == g_pending.end()) return true;
     buffers = std::move(it->second);
     g_pending.erase(it);
-    g_pending_count.store(g_pending.size(), std::memory_order_release);
+    count_locked();
   }
   bool ok = true;
   for (auto& b : buffers) ok = b.finish() && ok;
   return ok;
+}
+
+void free_request(MPI_Request request) noexcept {
+  std::lock_guard lk(g_pending_mu);
+  if (auto p = g_persistent.find(request); p != g_persistent.end()) {
+    // Freed while started: MPI still uses the host copy, which then stays until the process ends.
+    if (p->second.active) {
+      try {
+        std::vector<Staged> keep;
+        keep.push_back(std::move(p->second.buffer));
+        g_orphans.push_back(std::move(keep));
+      } catch (...) {
+      }
+    }
+    g_persistent.erase(p);
+    count_locked();
+    return;
+  }
+  auto it = g_pending.find(request);
+  if (it == g_pending.end()) return;
+  say("MPI_Request_free of a request with a device buffer still in flight: its host copy is kept until the process "
+      "ends, and a receive's data never reaches the device (complete the request with MPI_Wait or MPI_Test instead)");
+  try {
+    g_orphans.push_back(std::move(it->second));
+  } catch (...) {
+  }
+  g_pending.erase(it);
+  count_locked();
 }
 
 bool any_pending() noexcept { return g_pending_count.load(std::memory_order_acquire) != 0; }

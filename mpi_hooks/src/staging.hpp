@@ -61,8 +61,12 @@ class Staged {
   void* ptr() const noexcept { return ptr_; }
   // The host copy back to the device (out buffers); false when the copy failed.
   bool finish() noexcept;
+  // The device bytes to the host copy again (a persistent send's MPI_Start).
+  bool refill() noexcept;
 
  private:
+  bool copy(bool to_device, const char* call) noexcept;  // the whole extent, one way
+
   void* ptr_ = nullptr;
   std::byte* device_ = nullptr;  // the extent's first byte on the device
   size_t bytes_ = 0;
@@ -74,8 +78,16 @@ class Staged {
 // Requests whose staged buffers wait for their completion: a send's host copy is kept alive, a
 // receive's is copied back to the device.
 void keep_until_done(MPI_Request request, std::vector<Staged> buffers);
+// Persistent requests (MPI_Send_init, MPI_Recv_init, ...): the host copy PMPI was given lives as
+// long as the request; each MPI_Start of a send refills it (start_persistent), each completion of
+// a receive copies it back.
+void keep_persistent(MPI_Request request, Staged buffer, bool send);
+bool start_persistent(MPI_Request request) noexcept;
 // After PMPI completed `request` (its handle as it was before the completion call).
 bool complete(MPI_Request request) noexcept;
+// MPI_Request_free: a persistent request's host copy goes; an active staged one's is kept until the
+// process ends (MPI finishes it on its own), a receive's data then never reaches the device (said).
+void free_request(MPI_Request request) noexcept;
 // Whether any request has staged buffers (the Wait/Test wrappers' fast path).
 bool any_pending() noexcept;
 

@@ -1,9 +1,9 @@
 // Device buffers handed to MPI (doc/mpi.md, "Device buffers"), for tests/mpi/device_buffers.sh:
 // point to point (ring MPI_Sendrecv, MPI_Isend/MPI_Irecv with MPI_Waitall, MPI_Sendrecv_replace, a
-// strided datatype whose gaps must survive), device and host buffers mixed on the two ends,
-// collectives (MPI_Allreduce, in place too, MPI_Bcast, MPI_Allgather, MPI_Alltoall, MPI_Reduce,
-// MPI_Gather, MPI_Scatter, MPI_Reduce_scatter_block, MPI_Scan) and a freed device buffer (an MPI
-// error, no crash).  Every check compares what a device buffer holds afterwards (read with
+// strided datatype whose gaps must survive, persistent requests started twice), device and host
+// buffers mixed on the two ends, collectives (MPI_Allreduce, in place too, MPI_Bcast,
+// MPI_Allgather, MPI_Alltoall, MPI_Reduce, MPI_Gather, MPI_Scatter, MPI_Reduce_scatter_block,
+// MPI_Scan, MPI_Iallreduce, MPI_Ibcast) and a freed device buffer (an MPI error, no crash).  Every check compares what a device buffer holds afterwards (read with
 // cudaMemcpy) with what the ranks' values make it.  Prints "rank R: all ok" or FAIL lines.
 #include <mpi.h>
 
@@ -200,6 +200,48 @@ int main(int argc, char** argv) {
     }
     expect(ok, "MPI_Scan of device buffers");
     for (int* p : {mine, sum, b, part, all, to_all, from_all, root_sum, again, piece, rs, prefix}) CHECK(cudaFree(p));
+  }
+
+  // Persistent requests round the ring, started twice with new values in between; then freed.
+  {
+    const size_t n = 2048;
+    int* s = device_ints(values(g_rank, n, 12));
+    int* r = device_ints(std::vector<int>(n, -1));
+    MPI_Request req[2];
+    MPI_Recv_init(r, static_cast<int>(n), MPI_INT, left, 12, MPI_COMM_WORLD, &req[0]);
+    MPI_Send_init(s, static_cast<int>(n), MPI_INT, right, 12, MPI_COMM_WORLD, &req[1]);
+    bool ok = true;
+    for (int round = 0; round < 2; ++round) {
+      CHECK(cudaMemcpy(s, values(g_rank, n, 12 + round).data(), n * sizeof(int), cudaMemcpyHostToDevice));
+      MPI_Startall(2, req);
+      MPI_Waitall(2, req, MPI_STATUSES_IGNORE);
+      ok = ok && host_of(r, n) == values(left, n, 12 + round);
+    }
+    expect(ok, "persistent requests on device buffers, started twice");
+    MPI_Request_free(&req[0]);
+    MPI_Request_free(&req[1]);
+    CHECK(cudaFree(s));
+    CHECK(cudaFree(r));
+  }
+
+  // Non-blocking collectives.
+  {
+    const size_t n = 512;
+    int* mine = device_ints(values(g_rank, n, 13));
+    int* sum = device_ints(std::vector<int>(n, -1));
+    int* b = device_ints(g_rank == 0 ? values(0, n, 14) : std::vector<int>(n, -1));
+    MPI_Request req[2];
+    MPI_Iallreduce(mine, sum, static_cast<int>(n), MPI_INT, MPI_SUM, MPI_COMM_WORLD, &req[0]);
+    MPI_Ibcast(b, static_cast<int>(n), MPI_INT, 0, MPI_COMM_WORLD, &req[1]);
+    MPI_Waitall(2, req, MPI_STATUSES_IGNORE);
+    std::vector<int> want(n, 0);
+    for (int r = 0; r < g_size; ++r) {
+      const auto v = values(r, n, 13);
+      for (size_t i = 0; i < n; ++i) want[i] += v[i];
+    }
+    expect(host_of(sum, n) == want && host_of(b, n) == values(0, n, 14),
+           "MPI_Iallreduce and MPI_Ibcast of device buffers");
+    for (int* p : {mine, sum, b}) CHECK(cudaFree(p));
   }
 
   // A freed device buffer: MPI_ERR_BUFFER through the communicator's error handler (here

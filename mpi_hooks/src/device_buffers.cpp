@@ -8,6 +8,7 @@
 // allocation of it is MPI_ERR_BUFFER, raised through the communicator's error handler.
 #include <mpi.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "staging.hpp"
@@ -548,4 +549,187 @@ FUNNEL_MPI_API int MPI_Startall(int count, MPI_Request requests[]) {
 FUNNEL_MPI_API int MPI_Request_free(MPI_Request* request) {
   if (funnel::mpi::any_pending() && request != nullptr) funnel::mpi::free_request(*request);
   return PMPI_Request_free(request);
+}
+
+FUNNEL_MPI_API int MPI_Iallgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                                   const int recvcounts[], const int displs[], MPI_Datatype recvtype, MPI_Comm comm,
+                                   MPI_Request* request) {
+  return two_buffers(
+      sendbuf, extent_of(sendcount, sendtype), recvbuf, extent_of(recvcounts, displs, comm_size(comm), recvtype), comm,
+      "MPI_Iallgatherv",
+      [&](const void* s, void* r) {
+        return PMPI_Iallgatherv(s, sendcount, sendtype, r, recvcounts, displs, recvtype, comm, request);
+      },
+      request);
+}
+
+FUNNEL_MPI_API int MPI_Ialltoallv(const void* sendbuf, const int sendcounts[], const int sdispls[],
+                                  MPI_Datatype sendtype, void* recvbuf, const int recvcounts[], const int rdispls[],
+                                  MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request) {
+  const int n = comm_size(comm);
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  return two_buffers(
+      sendbuf, in_place ? funnel::mpi::Extent{} : extent_of(sendcounts, sdispls, n, sendtype), recvbuf,
+      extent_of(recvcounts, rdispls, n, recvtype), comm, "MPI_Ialltoallv",
+      [&](const void* s, void* r) {
+        return PMPI_Ialltoallv(s, sendcounts, sdispls, sendtype, r, recvcounts, rdispls, recvtype, comm, request);
+      },
+      request);
+}
+
+FUNNEL_MPI_API int MPI_Igather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
+                               MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request* request) {
+  const bool here = at_root(root, comm);
+  return two_buffers(
+      sendbuf, extent_of(sendcount, sendtype), recvbuf,
+      here ? extent_of(recvcount * comm_size(comm), recvtype) : funnel::mpi::Extent{}, comm, "MPI_Igather",
+      [&](const void* s, void* r) {
+        return PMPI_Igather(s, sendcount, sendtype, r, recvcount, recvtype, root, comm, request);
+      },
+      request);
+}
+
+FUNNEL_MPI_API int MPI_Igatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                                const int recvcounts[], const int displs[], MPI_Datatype recvtype, int root,
+                                MPI_Comm comm, MPI_Request* request) {
+  const bool here = at_root(root, comm);
+  return two_buffers(
+      sendbuf, extent_of(sendcount, sendtype), recvbuf,
+      here ? extent_of(recvcounts, displs, comm_size(comm), recvtype) : funnel::mpi::Extent{}, comm, "MPI_Igatherv",
+      [&](const void* s, void* r) {
+        return PMPI_Igatherv(s, sendcount, sendtype, r, recvcounts, displs, recvtype, root, comm, request);
+      },
+      request);
+}
+
+FUNNEL_MPI_API int MPI_Iscatter(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                                int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request* request) {
+  const bool here = at_root(root, comm);
+  const bool in_place = recvbuf == MPI_IN_PLACE;
+  return two_buffers(
+      here ? sendbuf : nullptr, here ? extent_of(sendcount * comm_size(comm), sendtype) : funnel::mpi::Extent{},
+      in_place ? nullptr : recvbuf, in_place ? funnel::mpi::Extent{} : extent_of(recvcount, recvtype), comm,
+      "MPI_Iscatter",
+      [&](const void* s, void* r) {
+        return PMPI_Iscatter(here ? s : sendbuf, sendcount, sendtype, in_place ? MPI_IN_PLACE : r, recvcount, recvtype,
+                             root, comm, request);
+      },
+      request);
+}
+
+FUNNEL_MPI_API int MPI_Iscatterv(const void* sendbuf, const int sendcounts[], const int displs[],
+                                 MPI_Datatype sendtype, void* recvbuf, int recvcount, MPI_Datatype recvtype, int root,
+                                 MPI_Comm comm, MPI_Request* request) {
+  const bool here = at_root(root, comm);
+  const bool in_place = recvbuf == MPI_IN_PLACE;
+  return two_buffers(
+      here ? sendbuf : nullptr, here ? extent_of(sendcounts, displs, comm_size(comm), sendtype) : funnel::mpi::Extent{},
+      in_place ? nullptr : recvbuf, in_place ? funnel::mpi::Extent{} : extent_of(recvcount, recvtype), comm,
+      "MPI_Iscatterv",
+      [&](const void* s, void* r) {
+        return PMPI_Iscatterv(here ? s : sendbuf, sendcounts, displs, sendtype, in_place ? MPI_IN_PLACE : r, recvcount,
+                              recvtype, root, comm, request);
+      },
+      request);
+}
+
+FUNNEL_MPI_API int MPI_Ireduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype type,
+                                             MPI_Op op, MPI_Comm comm, MPI_Request* request) {
+  const int n = comm_size(comm);
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  return two_buffers(
+      sendbuf, extent_of(recvcount * n, type), recvbuf, extent_of(in_place ? recvcount * n : recvcount, type), comm,
+      "MPI_Ireduce_scatter_block",
+      [&](const void* s, void* r) { return PMPI_Ireduce_scatter_block(s, r, recvcount, type, op, comm, request); },
+      request);
+}
+
+FUNNEL_MPI_API int MPI_Ireduce_scatter(const void* sendbuf, void* recvbuf, const int recvcounts[], MPI_Datatype type,
+                                       MPI_Op op, MPI_Comm comm, MPI_Request* request) {
+  const int n = comm_size(comm);
+  long total = 0;
+  for (int i = 0; i < n; ++i) total += recvcounts[i];
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  return two_buffers(
+      sendbuf, extent_of(static_cast<int>(total), type), recvbuf,
+      extent_of(in_place ? static_cast<int>(total) : recvcounts[comm_rank(comm)], type), comm, "MPI_Ireduce_scatter",
+      [&](const void* s, void* r) { return PMPI_Ireduce_scatter(s, r, recvcounts, type, op, comm, request); }, request);
+}
+
+FUNNEL_MPI_API int MPI_Iscan(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op,
+                             MPI_Comm comm, MPI_Request* request) {
+  return reduce_like(
+      sendbuf, recvbuf, count, type, comm, true, "MPI_Iscan",
+      [&](const void* s, void* r) { return PMPI_Iscan(s, r, count, type, op, comm, request); }, request);
+}
+
+FUNNEL_MPI_API int MPI_Iexscan(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op,
+                               MPI_Comm comm, MPI_Request* request) {
+  return reduce_like(
+      sendbuf, recvbuf, count, type, comm, true, "MPI_Iexscan",
+      [&](const void* s, void* r) { return PMPI_Iexscan(s, r, count, type, op, comm, request); }, request);
+}
+
+// ---- matched receives, local reductions, packing ------------------------------------------------
+
+FUNNEL_MPI_API int MPI_Mrecv(void* buf, int count, MPI_Datatype type, MPI_Message* message, MPI_Status* status) {
+  std::vector<Staged> b;
+  b.emplace_back(buf, extent_of(count, type), false, true, "MPI_Mrecv");
+  if (!any_staged(b)) return PMPI_Mrecv(buf, count, type, message, status);
+  return staged_call(MPI_COMM_WORLD, b, [&] { return PMPI_Mrecv(b[0].ptr(), count, type, message, status); });
+}
+
+FUNNEL_MPI_API int MPI_Imrecv(void* buf, int count, MPI_Datatype type, MPI_Message* message, MPI_Request* request) {
+  std::vector<Staged> b;
+  b.emplace_back(buf, extent_of(count, type), false, true, "MPI_Imrecv");
+  if (!any_staged(b)) return PMPI_Imrecv(buf, count, type, message, request);
+  void* p = b[0].ptr();
+  return staged_start(MPI_COMM_WORLD, std::move(b), request, [&] { return PMPI_Imrecv(p, count, type, message, request); });
+}
+
+FUNNEL_MPI_API int MPI_Reduce_local(const void* inbuf, void* inoutbuf, int count, MPI_Datatype type, MPI_Op op) {
+  std::vector<Staged> b;
+  b.emplace_back(inbuf, extent_of(count, type), true, false, "MPI_Reduce_local");
+  b.emplace_back(inoutbuf, extent_of(count, type), true, true, "MPI_Reduce_local");
+  if (!any_staged(b)) return PMPI_Reduce_local(inbuf, inoutbuf, count, type, op);
+  return staged_call(MPI_COMM_WORLD, b, [&] { return PMPI_Reduce_local(b[0].ptr(), b[1].ptr(), count, type, op); });
+}
+
+// The packed side is bytes: from *position, as many as the data packs to (MPI_Pack_size) or as the
+// input holds (insize).
+FUNNEL_MPI_API int MPI_Pack(const void* inbuf, int incount, MPI_Datatype type, void* outbuf, int outsize,
+                            int* position, MPI_Comm comm) {
+  int packed = 0;
+  PMPI_Pack_size(incount, type, comm, &packed);
+  const int at = position != nullptr ? *position : 0;
+  std::vector<Staged> b;
+  b.emplace_back(inbuf, extent_of(incount, type), true, false, "MPI_Pack");
+  b.emplace_back(outbuf, funnel::mpi::Extent{at, static_cast<size_t>(std::max(0, std::min(packed, outsize - at)))},
+                 false, true, "MPI_Pack");
+  if (!any_staged(b)) return PMPI_Pack(inbuf, incount, type, outbuf, outsize, position, comm);
+  return staged_call(comm, b, [&] { return PMPI_Pack(b[0].ptr(), incount, type, b[1].ptr(), outsize, position, comm); });
+}
+
+FUNNEL_MPI_API int MPI_Unpack(const void* inbuf, int insize, int* position, void* outbuf, int outcount,
+                              MPI_Datatype type, MPI_Comm comm) {
+  const int at = position != nullptr ? *position : 0;
+  std::vector<Staged> b;
+  b.emplace_back(inbuf, funnel::mpi::Extent{at, static_cast<size_t>(std::max(0, insize - at))}, true, false,
+                 "MPI_Unpack");
+  b.emplace_back(outbuf, extent_of(outcount, type), false, true, "MPI_Unpack");
+  if (!any_staged(b)) return PMPI_Unpack(inbuf, insize, position, outbuf, outcount, type, comm);
+  return staged_call(comm, b,
+                     [&] { return PMPI_Unpack(b[0].ptr(), insize, position, b[1].ptr(), outcount, type, comm); });
+}
+
+// The buffer MPI_Bsend copies messages into must be host memory: a device one is refused.
+FUNNEL_MPI_API int MPI_Buffer_attach(void* buffer, int size) {
+  Staged check(buffer, funnel::mpi::Extent{0, static_cast<size_t>(std::max(size, 0))}, false, false,
+               "MPI_Buffer_attach");
+  if (!check.ok() || check.staged()) {
+    if (check.ok()) funnel::mpi::warn("MPI_Buffer_attach: the buffer is device memory; MPI_Bsend copies into "
+                                          "host memory only (give it host memory): MPI_ERR_BUFFER");
+    return funnel::mpi::buffer_error(MPI_COMM_WORLD);
+  }
+  return PMPI_Buffer_attach(buffer, size);
 }

@@ -22,6 +22,7 @@
 #include "funnel/common/control_client.hpp"
 #include "funnel/funnel.h"
 #include "node_server.hpp"
+#include "staging.hpp"
 
 #define FUNNEL_MPI_API extern "C" __attribute__((visibility("default")))
 
@@ -42,10 +43,6 @@ constexpr int kMessageBytes = 1024;
   std::fflush(stderr);
   PMPI_Abort(MPI_COMM_WORLD, 1);
   ::_exit(1);
-}
-
-void warn(const char* what) noexcept {
-  std::fprintf(stderr, "funnel (libfunnel_mpi, pid %d): %s\n", static_cast<int>(::getpid()), what);
 }
 
 // Node rank 0's outcome as text ("" when the server runs), so that every rank of the

@@ -17,10 +17,6 @@
 namespace funnel::mpi {
 namespace {
 
-void say(const char* what) noexcept {
-  std::fprintf(stderr, "funnel (libfunnel_mpi, pid %d): %s\n", static_cast<int>(::getpid()), what);
-}
-
 // ---- host memory this process has mapped --------------------------------------------------
 // funnel knows its device allocations and the ones freed lately; an address it does not know
 // may still be a device pointer of another process (or one freed long ago), which the MPI
@@ -183,7 +179,7 @@ Staged::Staged(const void* buf, Extent e, bool in, bool out, const char* call)
                   "%s: the buffer at %p (%zu bytes) is neither host memory of this process nor inside one of its "
                   "live CUDA allocations (freed, past the allocation's end, or another process's): MPI_ERR_BUFFER",
                   call, static_cast<const void*>(static_cast<const std::byte*>(buf) + e.offset), e.bytes);
-    say(m);
+    warn(m);
     ok_ = false;
     return;
   }
@@ -193,7 +189,7 @@ Staged::Staged(const void* buf, Extent e, bool in, bool out, const char* call)
   if (!host_) {
     std::snprintf(m, sizeof m, "%s: no pinned staging buffer of %zu bytes for a device buffer: MPI_ERR_BUFFER", call,
                   e.bytes);
-    say(m);
+    warn(m);
     ok_ = false;
     return;
   }
@@ -212,7 +208,7 @@ bool Staged::copy(bool to_device, const char* call) noexcept {
   std::snprintf(m, sizeof m, "%s: copying %s failed: %s", call,
                 to_device ? "a received message to its device buffer" : "a device buffer to the host",
                 cudaGetErrorName(r));
-  say(m);
+  warn(m);
   return false;
 }
 
@@ -281,7 +277,7 @@ void free_request(MPI_Request request) noexcept {
   }
   auto it = g_pending.find(request);
   if (it == g_pending.end()) return;
-  say("MPI_Request_free of a request with a device buffer still in flight: its host copy is kept until the process "
+  warn("MPI_Request_free of a request with a device buffer still in flight: its host copy is kept until the process "
       "ends, and a receive's data never reaches the device (complete the request with MPI_Wait or MPI_Test instead)");
   try {
     g_orphans.push_back(std::move(it->second));
@@ -292,6 +288,10 @@ void free_request(MPI_Request request) noexcept {
 }
 
 bool any_pending() noexcept { return g_pending_count.load(std::memory_order_acquire) != 0; }
+
+void warn(const char* what) noexcept {
+  std::fprintf(stderr, "funnel (libfunnel_mpi, pid %d): %s\n", static_cast<int>(::getpid()), what);
+}
 
 int buffer_error(MPI_Comm comm) noexcept {
   PMPI_Comm_call_errhandler(comm == MPI_COMM_NULL ? MPI_COMM_WORLD : comm, MPI_ERR_BUFFER);

@@ -91,6 +91,9 @@ void free_request(MPI_Request request) noexcept;
 // Whether any request has staged buffers (the Wait/Test wrappers' fast path).
 bool any_pending() noexcept;
 
+// One stderr line, "funnel (libfunnel_mpi, pid P): what".
+void warn(const char* what) noexcept;
+
 // MPI_ERR_BUFFER through the communicator's error handler (it may abort the job, as MPI does).
 int buffer_error(MPI_Comm comm) noexcept;
 

@@ -3,7 +3,8 @@
 // strided datatype whose gaps must survive, persistent requests started twice), device and host
 // buffers mixed on the two ends, collectives (MPI_Allreduce, in place too, MPI_Bcast,
 // MPI_Allgather, MPI_Alltoall, MPI_Reduce, MPI_Gather, MPI_Scatter, MPI_Reduce_scatter_block,
-// MPI_Scan, MPI_Iallreduce, MPI_Ibcast) and a freed device buffer (an MPI error, no crash).  Every check compares what a device buffer holds afterwards (read with
+// MPI_Scan, MPI_Iallreduce, MPI_Ibcast, MPI_Igather, MPI_Iscatter, MPI_Iscan), MPI_Mrecv,
+// MPI_Reduce_local, MPI_Pack/MPI_Unpack, and a freed device buffer (an MPI error, no crash).  Every check compares what a device buffer holds afterwards (read with
 // cudaMemcpy) with what the ranks' values make it.  Prints "rank R: all ok" or FAIL lines.
 #include <mpi.h>
 
@@ -241,7 +242,58 @@ int main(int argc, char** argv) {
     }
     expect(host_of(sum, n) == want && host_of(b, n) == values(0, n, 14),
            "MPI_Iallreduce and MPI_Ibcast of device buffers");
-    for (int* p : {mine, sum, b}) CHECK(cudaFree(p));
+    // MPI_Igather to rank 0, MPI_Iscatter back from it, MPI_Iscan.
+    const size_t k = 32;
+    const size_t all_n = k * static_cast<size_t>(g_size);
+    int* part = device_ints(values(g_rank, k, 15));
+    int* all = device_ints(std::vector<int>(all_n, -1));
+    int* back = device_ints(std::vector<int>(k, -1));
+    int* prefix = device_ints(std::vector<int>(k, -1));
+    MPI_Request more[2];
+    MPI_Igather(part, static_cast<int>(k), MPI_INT, all, static_cast<int>(k), MPI_INT, 0, MPI_COMM_WORLD, &more[0]);
+    MPI_Iscan(part, prefix, static_cast<int>(k), MPI_INT, MPI_SUM, MPI_COMM_WORLD, &more[1]);
+    MPI_Waitall(2, more, MPI_STATUSES_IGNORE);
+    MPI_Iscatter(all, static_cast<int>(k), MPI_INT, back, static_cast<int>(k), MPI_INT, 0, MPI_COMM_WORLD, &more[0]);
+    MPI_Wait(&more[0], MPI_STATUS_IGNORE);
+    bool ok = host_of(back, k) == values(g_rank, k, 15);
+    const std::vector<int> scan = host_of(prefix, k);
+    for (size_t i = 0; i < k; ++i) {
+      int w = 0;
+      for (int r = 0; r <= g_rank; ++r) w += values(r, k, 15)[i];
+      ok = ok && scan[i] == w;
+    }
+    expect(ok, "MPI_Igather, MPI_Iscatter and MPI_Iscan of device buffers");
+    for (int* p : {mine, sum, b, part, all, back, prefix}) CHECK(cudaFree(p));
+  }
+
+  // MPI_Mprobe + MPI_Mrecv into a device buffer; MPI_Reduce_local and MPI_Pack/MPI_Unpack on
+  // device buffers.
+  {
+    const size_t n = 300;
+    int* s = device_ints(values(g_rank, n, 16));
+    int* r = device_ints(std::vector<int>(n, -1));
+    MPI_Request req;
+    MPI_Isend(s, static_cast<int>(n), MPI_INT, right, 16, MPI_COMM_WORLD, &req);
+    MPI_Message msg;
+    MPI_Status st;
+    MPI_Mprobe(left, 16, MPI_COMM_WORLD, &msg, &st);
+    int count = 0;
+    MPI_Get_count(&st, MPI_INT, &count);
+    MPI_Mrecv(r, count, MPI_INT, &msg, MPI_STATUS_IGNORE);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+    bool ok = count == static_cast<int>(n) && host_of(r, n) == values(left, n, 16);
+    MPI_Reduce_local(s, r, static_cast<int>(n), MPI_INT, MPI_SUM);
+    const std::vector<int> a = values(g_rank, n, 16), b = values(left, n, 16), got = host_of(r, n);
+    for (size_t i = 0; i < n; ++i) ok = ok && got[i] == a[i] + b[i];
+    int* packed = device_ints(std::vector<int>(n + 8, 0));
+    int position = 0;
+    MPI_Pack(s, static_cast<int>(n), MPI_INT, packed, static_cast<int>((n + 8) * sizeof(int)), &position, MPI_COMM_WORLD);
+    int* unpacked = device_ints(std::vector<int>(n, -1));
+    int at = 0;
+    MPI_Unpack(packed, position, &at, unpacked, static_cast<int>(n), MPI_INT, MPI_COMM_WORLD);
+    ok = ok && position == static_cast<int>(n * sizeof(int)) && host_of(unpacked, n) == a;
+    expect(ok, "MPI_Mrecv, MPI_Reduce_local, MPI_Pack and MPI_Unpack with device buffers");
+    for (int* p : {s, r, packed, unpacked}) CHECK(cudaFree(p));
   }
 
   // A freed device buffer: MPI_ERR_BUFFER through the communicator's error handler (here

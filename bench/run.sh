@@ -256,7 +256,7 @@ if [[ $DO_BUILD == 1 ]]; then
       # (the list in a variable: `ninja | grep -q` under pipefail fails when grep stops
       # reading early and ninja gets SIGPIPE, and stencil was then skipped)
       all_targets=$(ninja -C "$BUILD_DIR" -t targets all 2>/dev/null)
-      for t in stencil stencil_funnel; do
+      for t in stencil stencil_funnel pingpong pingpong_funnel; do
         if grep -q "^$t: " <<<"$all_targets"; then
           cmake --build "$BUILD_DIR" -j "$JOBS" --target "$t" >>"$OUT_DIR/build/build.log" 2>&1 ||
             echo "bench/run.sh: $t did not build (build/build.log)"

@@ -563,9 +563,9 @@ Status image_managed(Module& m, const char* name, Runtime& rt, int device, uint6
     }
     static std::atomic<bool> said{false};
     if (!said.exchange(true))
-      log_error(fmt::format("funnel: cuLibraryGetManaged({}): the module has no __managed__ variable of that name that "
-                            "funnel placed (funnel serves them in code with a cubin for this GPU, not in PTX-only "
-                            "code; doc/not-supported.md)",
+      log_error(fmt::format("funnel: __managed__ variable {}: the module has none of that name that funnel placed "
+                            "(funnel serves them in code with a cubin for this GPU, not in PTX-only code; "
+                            "doc/not-supported.md)",
                             name));
     return Status::SymbolNotFound;
   } catch (const std::bad_alloc&) {

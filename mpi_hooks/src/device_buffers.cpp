@@ -9,6 +9,8 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "staging.hpp"
@@ -71,6 +73,13 @@ int staged_run(MPI_Comm comm, std::vector<Staged>& buffers, MPI_Request* request
   return staged_start(comm, std::move(buffers), request, call);
 }
 
+// The fast path: every buffer host memory (no staging record, no allocation).
+bool all_host(std::initializer_list<std::pair<const void*, funnel::mpi::Extent>> buffers) {
+  for (const auto& [buf, e] : buffers)
+    if (funnel::mpi::kind_of(buf, e) != funnel::mpi::Kind::Host) return false;
+  return true;
+}
+
 bool any_staged(const std::vector<Staged>& v) {
   for (const auto& b : v)
     if (b.staged() || !b.ok()) return true;
@@ -80,8 +89,10 @@ bool any_staged(const std::vector<Staged>& v) {
 // A blocking send of (buf, count, type) through `send`.
 template <class Send>
 int send_like(const void* buf, int count, MPI_Datatype type, MPI_Comm comm, const char* name, Send&& send) {
+  const funnel::mpi::Extent e = extent_of(count, type);
+  if (all_host({{buf, e}})) return send(buf);
   std::vector<Staged> b;
-  b.emplace_back(buf, extent_of(count, type), true, false, name);
+  b.emplace_back(buf, e, true, false, name);
   if (!any_staged(b)) return send(buf);
   return staged_call(comm, b, [&] { return send(b[0].ptr()); });
 }
@@ -120,8 +131,10 @@ FUNNEL_MPI_API int MPI_Bsend(const void* buf, int count, MPI_Datatype type, int 
 
 FUNNEL_MPI_API int MPI_Recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
                             MPI_Status* status) {
+  const funnel::mpi::Extent e = extent_of(count, type);
+  if (all_host({{buf, e}})) return PMPI_Recv(buf, count, type, source, tag, comm, status);
   std::vector<Staged> b;
-  b.emplace_back(buf, extent_of(count, type), false, true, "MPI_Recv");
+  b.emplace_back(buf, e, false, true, "MPI_Recv");
   if (!any_staged(b)) return PMPI_Recv(buf, count, type, source, tag, comm, status);
   return staged_call(comm, b, [&] { return PMPI_Recv(b[0].ptr(), count, type, source, tag, comm, status); });
 }
@@ -129,9 +142,13 @@ FUNNEL_MPI_API int MPI_Recv(void* buf, int count, MPI_Datatype type, int source,
 FUNNEL_MPI_API int MPI_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag,
                                 void* recvbuf, int recvcount, MPI_Datatype recvtype, int source, int recvtag,
                                 MPI_Comm comm, MPI_Status* status) {
+  const funnel::mpi::Extent se = extent_of(sendcount, sendtype), re = extent_of(recvcount, recvtype);
+  if (all_host({{sendbuf, se}, {recvbuf, re}}))
+    return PMPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag,
+                         comm, status);
   std::vector<Staged> b;
-  b.emplace_back(sendbuf, extent_of(sendcount, sendtype), true, false, "MPI_Sendrecv");
-  b.emplace_back(recvbuf, extent_of(recvcount, recvtype), false, true, "MPI_Sendrecv");
+  b.emplace_back(sendbuf, se, true, false, "MPI_Sendrecv");
+  b.emplace_back(recvbuf, re, false, true, "MPI_Sendrecv");
   if (!any_staged(b))
     return PMPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag,
                          comm, status);
@@ -156,8 +173,10 @@ FUNNEL_MPI_API int MPI_Sendrecv_replace(void* buf, int count, MPI_Datatype type,
 template <class Start>
 int isend_like(const void* buf, int count, MPI_Datatype type, MPI_Comm comm, MPI_Request* request, const char* name,
                Start&& start) {
+  const funnel::mpi::Extent e = extent_of(count, type);
+  if (all_host({{buf, e}})) return start(buf);
   std::vector<Staged> b;
-  b.emplace_back(buf, extent_of(count, type), true, false, name);
+  b.emplace_back(buf, e, true, false, name);
   if (!any_staged(b)) return start(buf);
   const void* p = b[0].ptr();
   return staged_start(comm, std::move(b), request, [&] { return start(p); });
@@ -186,8 +205,10 @@ FUNNEL_MPI_API int MPI_Ibsend(const void* buf, int count, MPI_Datatype type, int
 
 FUNNEL_MPI_API int MPI_Irecv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
                              MPI_Request* request) {
+  const funnel::mpi::Extent e = extent_of(count, type);
+  if (all_host({{buf, e}})) return PMPI_Irecv(buf, count, type, source, tag, comm, request);
   std::vector<Staged> b;
-  b.emplace_back(buf, extent_of(count, type), false, true, "MPI_Irecv");
+  b.emplace_back(buf, e, false, true, "MPI_Irecv");
   if (!any_staged(b)) return PMPI_Irecv(buf, count, type, source, tag, comm, request);
   void* p = b[0].ptr();
   return staged_start(comm, std::move(b), request,

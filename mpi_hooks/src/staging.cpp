@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdio>
 #include <map>
@@ -76,20 +77,49 @@ void count_locked() { g_pending_count.store(g_pending.size() + g_persistent.size
 
 }  // namespace
 
+namespace {
+
+struct TypeShape {
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  MPI_Aint extent = 0, true_lb = 0, true_extent = 0;
+  int size = 0;
+};
+// The shapes of the predefined datatypes this thread used (a predefined handle always means the
+// same type; a derived one may be freed and its handle reused, so those are asked each time).
+thread_local std::array<TypeShape, 8> t_named;
+thread_local unsigned t_next_named = 0;
+
+bool shape_of(MPI_Datatype type, TypeShape& s) noexcept {
+  for (const TypeShape& n : t_named)
+    if (n.type == type && type != MPI_DATATYPE_NULL) {
+      s = n;
+      return true;
+    }
+  MPI_Aint lb = 0;
+  s.type = type;
+  if (PMPI_Type_get_extent(type, &lb, &s.extent) != MPI_SUCCESS ||
+      PMPI_Type_get_true_extent(type, &s.true_lb, &s.true_extent) != MPI_SUCCESS ||
+      PMPI_Type_size(type, &s.size) != MPI_SUCCESS)
+    return false;
+  int integers = 0, addresses = 0, types = 0, combiner = 0;
+  if (PMPI_Type_get_envelope(type, &integers, &addresses, &types, &combiner) == MPI_SUCCESS &&
+      combiner == MPI_COMBINER_NAMED)
+    t_named[t_next_named++ % t_named.size()] = s;
+  return true;
+}
+
+}  // namespace
+
 Extent extent_of(int count, MPI_Datatype type) noexcept {
   if (count <= 0 || type == MPI_DATATYPE_NULL) return {};
-  MPI_Aint lb = 0, extent = 0, true_lb = 0, true_extent = 0;
-  if (PMPI_Type_get_extent(type, &lb, &extent) != MPI_SUCCESS ||
-      PMPI_Type_get_true_extent(type, &true_lb, &true_extent) != MPI_SUCCESS)
-    return {};
+  TypeShape t;
+  if (!shape_of(type, t)) return {};
   // Element i covers [i * extent + true_lb, i * extent + true_lb + true_extent).
-  const MPI_Aint last = static_cast<MPI_Aint>(count - 1) * extent;
-  const MPI_Aint lo = std::min<MPI_Aint>(0, last) + true_lb;
-  const MPI_Aint hi = std::max<MPI_Aint>(0, last) + true_lb + true_extent;
+  const MPI_Aint last = static_cast<MPI_Aint>(count - 1) * t.extent;
+  const MPI_Aint lo = std::min<MPI_Aint>(0, last) + t.true_lb;
+  const MPI_Aint hi = std::max<MPI_Aint>(0, last) + t.true_lb + t.true_extent;
   const auto bytes = static_cast<size_t>(std::max<MPI_Aint>(hi - lo, 0));
-  int size = 0;
-  PMPI_Type_size(type, &size);
-  return {static_cast<std::ptrdiff_t>(lo), bytes, static_cast<size_t>(size) * static_cast<size_t>(count) == bytes};
+  return {static_cast<std::ptrdiff_t>(lo), bytes, static_cast<size_t>(t.size) * static_cast<size_t>(count) == bytes};
 }
 
 Extent extent_of(const int* counts, const int* displs, int n, MPI_Datatype type) noexcept {
@@ -114,15 +144,32 @@ Extent extent_of(const int* counts, const int* displs, int n, MPI_Datatype type)
   return any ? Extent{lo, static_cast<size_t>(hi - lo), dense && covered == static_cast<size_t>(hi - lo)} : Extent{};
 }
 
+// The host ranges this thread's last calls used, valid while funnel's memory generation stays:
+// a program that passes the same host buffers again pays a few compares (doc/mpi.md: host buffers
+// pay nothing measurable).
+struct HostRange {
+  uintptr_t lo = 0, hi = 0;
+  unsigned long long generation = ~0ULL;
+};
+thread_local std::array<HostRange, 4> t_host_ranges;
+thread_local unsigned t_next_host_range = 0;
+
 Kind kind_of(const void* buf, Extent e) noexcept {
   if (e.bytes == 0 || buf == MPI_IN_PLACE || buf == MPI_BOTTOM) return Kind::Host;
   const auto* first = static_cast<const std::byte*>(buf) + e.offset;
+  const auto lo = reinterpret_cast<uintptr_t>(first), hi = lo + e.bytes;
+  const unsigned long long generation = funnel_memory_generation();
+  for (const HostRange& r : t_host_ranges)
+    if (r.generation == generation && lo >= r.lo && hi <= r.hi) return Kind::Host;
   int device = 0;
   switch (funnel_memory_kind(first, e.bytes, &device)) {
     case FUNNEL_MEMORY_DEVICE: return Kind::Device;
     case FUNNEL_MEMORY_INVALID: return Kind::Invalid;
-    default: return mapped(first, e.bytes) ? Kind::Host : Kind::Invalid;
+    default: break;
   }
+  if (!mapped(first, e.bytes)) return Kind::Invalid;
+  t_host_ranges[t_next_host_range++ % t_host_ranges.size()] = HostRange{lo, hi, generation};
+  return Kind::Host;
 }
 
 StagingBuffer::StagingBuffer(size_t bytes) {

@@ -25,6 +25,8 @@ FUNNEL_API int funnel_memory_kind(const void* p, size_t n, int* device) {
   }
 }
 
+FUNNEL_API unsigned long long funnel_memory_generation(void) { return Runtime::get().tables.memory_generation(); }
+
 FUNNEL_API int funnel_detach(void) {
   return static_cast<int>(guarded(__func__, [&] {
     Runtime& rt = Runtime::get();

@@ -121,6 +121,7 @@ bool ClientTables::add_alloc(uint64_t addr, const DeviceAlloc& a) {
   std::lock_guard lk(mu_);
   if (!reserve_device_range_locked(addr, a.size)) return false;
   allocs_[addr] = a;
+  generation_.fetch_add(1, std::memory_order_release);
   if (a.pooled) {
     try {
       MemPoolObj& p = pool_locked(a.device);
@@ -143,6 +144,7 @@ uint64_t ClientTables::reserve_placement(uint64_t size, bool far) noexcept {
 void ClientTables::add_placed_alloc(uint64_t addr, const DeviceAlloc& a) {
   std::lock_guard lk(mu_);
   allocs_[addr] = a;
+  generation_.fetch_add(1, std::memory_order_release);
 }
 
 void ClientTables::release_placements(std::span<const uint64_t> addrs, uint64_t size) noexcept {
@@ -205,6 +207,7 @@ bool ClientTables::set_graph_alloc(uint64_t addr) noexcept {
 void ClientTables::add_global(uint64_t addr, const DeviceAlloc& a) {
   std::lock_guard lk(mu_);
   globals_[addr] = a;
+  generation_.fetch_add(1, std::memory_order_release);
 }
 
 std::optional<DeviceAlloc> ClientTables::device_range(uint64_t addr, uint64_t len) noexcept {

@@ -148,6 +148,10 @@ class ClientTables {
   // Whether `addr` lies in one of the last kRecentFrees device allocations freed (and is not in a
   // live one since): funnel_memory_kind calls such an address invalid rather than host memory.
   bool recently_freed(uint64_t addr) noexcept;
+  // Changes whenever device memory appears in this process's address space (an allocation, a
+  // module global, an opened IPC handle): a range classify() called host memory stays host memory
+  // while it does not (funnel_memory_generation).
+  uint64_t memory_generation() const noexcept { return generation_.load(std::memory_order_acquire); }
 
   // ---- streams and events --------------------------------------------------------
   // The table owns them; the application's handle is the raw pointer returned.
@@ -206,6 +210,7 @@ class ClientTables {
 
   std::mutex mu_;
   std::map<uint64_t, DeviceAlloc> allocs_;
+  std::atomic<uint64_t> generation_{0};  // memory_generation()
   static constexpr size_t kRecentFrees = 4096;
   std::map<uint64_t, uint64_t> freed_;     // recently freed device ranges: address -> bytes
   std::deque<uint64_t> freed_order_;       // their addresses, oldest first

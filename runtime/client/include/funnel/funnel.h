@@ -37,6 +37,12 @@ int funnel_detach(void);
 #define FUNNEL_MEMORY_INVALID 2
 int funnel_memory_kind(const void* p, size_t n, int* device);
 
+/* A number that changes whenever device memory appears in this process's address space (an
+ * allocation, a module's global, an opened IPC handle).  A range funnel_memory_kind called host
+ * memory stays host memory while it does not change (and while the program keeps it mapped), so
+ * callers may keep that answer.  Never attaches. */
+unsigned long long funnel_memory_generation(void);
+
 #ifdef __cplusplus
 }
 #endif

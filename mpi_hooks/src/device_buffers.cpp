@@ -754,3 +754,123 @@ FUNNEL_MPI_API int MPI_Buffer_attach(void* buffer, int size) {
   }
   return PMPI_Buffer_attach(buffer, size);
 }
+
+// ---- neighbourhood collectives: the degrees from the communicator's topology -------------------
+
+namespace {
+
+// In- and out-degree of this rank in comm's topology (0, 0 without one).
+std::pair<int, int> degrees(MPI_Comm comm) {
+  int kind = MPI_UNDEFINED;
+  PMPI_Topo_test(comm, &kind);
+  if (kind == MPI_CART) {
+    int dims = 0;
+    PMPI_Cartdim_get(comm, &dims);
+    return {2 * dims, 2 * dims};
+  }
+  if (kind == MPI_GRAPH) {
+    int n = 0;
+    PMPI_Graph_neighbors_count(comm, comm_rank(comm), &n);
+    return {n, n};
+  }
+  if (kind == MPI_DIST_GRAPH) {
+    int in = 0, out = 0, weighted = 0;
+    PMPI_Dist_graph_neighbors_count(comm, &in, &out, &weighted);
+    return {in, out};
+  }
+  return {0, 0};
+}
+
+}  // namespace
+
+FUNNEL_MPI_API int MPI_Neighbor_allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                                          int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
+  const int in = degrees(comm).first;
+  return two_buffers(sendbuf, extent_of(sendcount, sendtype), recvbuf, extent_of(recvcount * in, recvtype), comm,
+                     "MPI_Neighbor_allgather", [&](const void* s, void* r) {
+                       return PMPI_Neighbor_allgather(s, sendcount, sendtype, r, recvcount, recvtype, comm);
+                     });
+}
+
+FUNNEL_MPI_API int MPI_Ineighbor_allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                                           int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request) {
+  const int in = degrees(comm).first;
+  return two_buffers(
+      sendbuf, extent_of(sendcount, sendtype), recvbuf, extent_of(recvcount * in, recvtype), comm,
+      "MPI_Ineighbor_allgather",
+      [&](const void* s, void* r) {
+        return PMPI_Ineighbor_allgather(s, sendcount, sendtype, r, recvcount, recvtype, comm, request);
+      },
+      request);
+}
+
+FUNNEL_MPI_API int MPI_Neighbor_allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                                           const int recvcounts[], const int displs[], MPI_Datatype recvtype,
+                                           MPI_Comm comm) {
+  const int in = degrees(comm).first;
+  return two_buffers(sendbuf, extent_of(sendcount, sendtype), recvbuf, extent_of(recvcounts, displs, in, recvtype),
+                     comm, "MPI_Neighbor_allgatherv", [&](const void* s, void* r) {
+                       return PMPI_Neighbor_allgatherv(s, sendcount, sendtype, r, recvcounts, displs, recvtype, comm);
+                     });
+}
+
+FUNNEL_MPI_API int MPI_Ineighbor_allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                                            const int recvcounts[], const int displs[], MPI_Datatype recvtype,
+                                            MPI_Comm comm, MPI_Request* request) {
+  const int in = degrees(comm).first;
+  return two_buffers(
+      sendbuf, extent_of(sendcount, sendtype), recvbuf, extent_of(recvcounts, displs, in, recvtype), comm,
+      "MPI_Ineighbor_allgatherv",
+      [&](const void* s, void* r) {
+        return PMPI_Ineighbor_allgatherv(s, sendcount, sendtype, r, recvcounts, displs, recvtype, comm, request);
+      },
+      request);
+}
+
+FUNNEL_MPI_API int MPI_Neighbor_alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                                         int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
+  const auto [in, out] = degrees(comm);
+  return two_buffers(sendbuf, extent_of(sendcount * out, sendtype), recvbuf, extent_of(recvcount * in, recvtype), comm,
+                     "MPI_Neighbor_alltoall", [&](const void* s, void* r) {
+                       return PMPI_Neighbor_alltoall(s, sendcount, sendtype, r, recvcount, recvtype, comm);
+                     });
+}
+
+FUNNEL_MPI_API int MPI_Ineighbor_alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                                          int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request) {
+  const auto [in, out] = degrees(comm);
+  return two_buffers(
+      sendbuf, extent_of(sendcount * out, sendtype), recvbuf, extent_of(recvcount * in, recvtype), comm,
+      "MPI_Ineighbor_alltoall",
+      [&](const void* s, void* r) {
+        return PMPI_Ineighbor_alltoall(s, sendcount, sendtype, r, recvcount, recvtype, comm, request);
+      },
+      request);
+}
+
+FUNNEL_MPI_API int MPI_Neighbor_alltoallv(const void* sendbuf, const int sendcounts[], const int sdispls[],
+                                          MPI_Datatype sendtype, void* recvbuf, const int recvcounts[],
+                                          const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm) {
+  const auto [in, out] = degrees(comm);
+  return two_buffers(sendbuf, extent_of(sendcounts, sdispls, out, sendtype), recvbuf,
+                     extent_of(recvcounts, rdispls, in, recvtype), comm, "MPI_Neighbor_alltoallv",
+                     [&](const void* s, void* r) {
+                       return PMPI_Neighbor_alltoallv(s, sendcounts, sdispls, sendtype, r, recvcounts, rdispls,
+                                                      recvtype, comm);
+                     });
+}
+
+FUNNEL_MPI_API int MPI_Ineighbor_alltoallv(const void* sendbuf, const int sendcounts[], const int sdispls[],
+                                           MPI_Datatype sendtype, void* recvbuf, const int recvcounts[],
+                                           const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm,
+                                           MPI_Request* request) {
+  const auto [in, out] = degrees(comm);
+  return two_buffers(
+      sendbuf, extent_of(sendcounts, sdispls, out, sendtype), recvbuf, extent_of(recvcounts, rdispls, in, recvtype),
+      comm, "MPI_Ineighbor_alltoallv",
+      [&](const void* s, void* r) {
+        return PMPI_Ineighbor_alltoallv(s, sendcounts, sdispls, sendtype, r, recvcounts, rdispls, recvtype, comm,
+                                        request);
+      },
+      request);
+}

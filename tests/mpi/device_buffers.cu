@@ -296,6 +296,33 @@ int main(int argc, char** argv) {
     for (int* p : {s, r, packed, unpacked}) CHECK(cudaFree(p));
   }
 
+  // Neighbourhood collectives on a periodic ring (a 1-D Cartesian communicator): neighbours are the
+  // left then the right rank (from 3 ranks: with 2 both neighbours are the same rank, and which of
+  // its two messages lands in which block is the MPI library's choice).
+  if (g_size >= 3) {
+    MPI_Comm ring_comm;
+    const int dims[1] = {g_size}, periods[1] = {1};
+    MPI_Cart_create(MPI_COMM_WORLD, 1, dims, periods, 0, &ring_comm);
+    const size_t k = 16;
+    int* mine = device_ints(values(g_rank, k, 17));
+    int* both = device_ints(std::vector<int>(2 * k, -1));
+    MPI_Neighbor_allgather(mine, static_cast<int>(k), MPI_INT, both, static_cast<int>(k), MPI_INT, ring_comm);
+    std::vector<int> want = values(left, k, 17);
+    const std::vector<int> from_right = values(right, k, 17);
+    want.insert(want.end(), from_right.begin(), from_right.end());
+    bool ok = host_of(both, 2 * k) == want;
+    // Alltoall: block 0 goes left, block 1 right; block 0 comes from the left (its block 1).
+    int* blocks = device_ints(values(g_rank, 2 * k, 18));
+    MPI_Request req;
+    MPI_Ineighbor_alltoall(blocks, static_cast<int>(k), MPI_INT, both, static_cast<int>(k), MPI_INT, ring_comm, &req);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+    const std::vector<int> got = host_of(both, 2 * k), l = values(left, 2 * k, 18), r = values(right, 2 * k, 18);
+    for (size_t i = 0; i < k; ++i) ok = ok && got[i] == l[k + i] && got[k + i] == r[i];
+    expect(ok, "MPI_Neighbor_allgather and MPI_Ineighbor_alltoall of device buffers");
+    for (int* p : {mine, both, blocks}) CHECK(cudaFree(p));
+    MPI_Comm_free(&ring_comm);
+  }
+
   // A freed device buffer: MPI_ERR_BUFFER through the communicator's error handler (here
   // MPI_ERRORS_RETURN), no crash, and the job goes on.
   {

@@ -25,6 +25,7 @@ struct Module {
     std::string name;
     void** host;  // nvcc's host pointer to the variable (none for a module of the driver front)
     uint64_t size;
+    uint64_t address = 0;  // its storage, once placed (place_managed)
   };
   std::vector<Managed> managed;  // __managed__ variables (register_managed, image_managed)
   bool managed_searched = false;  // image_managed looked for them in the image (mu)
@@ -130,7 +131,8 @@ Status place_managed(Module& m) {
     return Status::MemoryAllocation;
   }
   uint64_t at = reinterpret_cast<uint64_t>(base);
-  for (const auto& v : m.managed) {
+  for (auto& v : m.managed) {
+    v.address = at;
     if (v.host != nullptr) *v.host = reinterpret_cast<void*>(at);
     auto record = std::make_unique<Variable>();
     record->module = &m;
@@ -147,11 +149,7 @@ Status place_managed(Module& m) {
 // The module's __managed__ variables, told to the server before it loads the module.
 Status send_managed(const Module& m, Runtime& rt, int device, uint64_t module_id) {
   for (const auto& v : m.managed) {
-    const Variable* placed = nullptr;
-    for (const auto& x : m.variables)
-      if (x->managed != 0 && x->name == v.name) placed = x.get();
-    if (placed == nullptr) return Status::Unknown;
-    ipc::ModuleManagedCmd c{module_id, placed->managed, v.size, static_cast<uint32_t>(name_bytes(v.name).size()), 0};
+    ipc::ModuleManagedCmd c{module_id, v.address, v.size, static_cast<uint32_t>(name_bytes(v.name).size()), 0};
     Reply r;
     if (Status s = rt.ask(Opcode::ModuleManaged, device, &c, sizeof c, name_bytes(v.name), &r); s != Status::Success)
       return s;
@@ -277,7 +275,7 @@ void register_managed(Module* m, void** host, const char* name, uint64_t size) n
   if (m == nullptr || host == nullptr || name == nullptr || size == 0) return;
   try {
     std::lock_guard lk(m->mu);
-    m->managed.push_back(Module::Managed{name, host, size});
+    m->managed.push_back(Module::Managed{name, host, size, 0});
   } catch (...) {
   }
 }
@@ -522,7 +520,7 @@ std::vector<Module::Managed> managed_of_image(const Module& m, Runtime& rt, int 
   std::vector<Module::Managed> out;
   try {
     for (const auto& g : fatbin::globals_of_cubin(fatbin::cubin_for_arch(m.image, arch)))
-      if (g.managed) out.push_back(Module::Managed{g.name, nullptr, g.size});
+      if (g.managed) out.push_back(Module::Managed{g.name, nullptr, g.size, 0});
   } catch (const fatbin::Error&) {
   }
   return out;
@@ -553,10 +551,10 @@ Status image_managed(Module& m, const char* name, Runtime& rt, int device, uint6
           }
         }
       }
-      for (const auto& v : m.variables) {
-        if (v->managed != 0 && v->name == name) {
-          address = v->managed;
-          size = v->size;
+      for (const auto& v : m.managed) {
+        if (v.address != 0 && v.name == name) {
+          address = v.address;
+          size = v.size;
           return Status::Success;
         }
       }

@@ -426,52 +426,62 @@ FUNNEL_MPI_API int MPI_Gatherv(const void* sendbuf, int sendcount, MPI_Datatype 
                      });
 }
 
-// Scatter: the root's send buffer is read; in place, the root's receive buffer is not used.
+// Scatter: the root's send buffer is read; in place, the root's receive buffer is not used.  An
+// argument that is not significant gets an empty extent: it goes to PMPI as it is.
+namespace {
+struct Sides {
+  funnel::mpi::Extent send, recv;
+};
+Sides scatter_sides(funnel::mpi::Extent root_send, const void* recvbuf, int recvcount, MPI_Datatype recvtype, int root,
+                    MPI_Comm comm) {
+  return {at_root(root, comm) ? root_send : funnel::mpi::Extent{},
+          recvbuf == MPI_IN_PLACE ? funnel::mpi::Extent{} : extent_of(recvcount, recvtype)};
+}
+}  // namespace
+
 FUNNEL_MPI_API int MPI_Scatter(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
                                int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm) {
-  const bool here = at_root(root, comm);
-  const bool in_place = recvbuf == MPI_IN_PLACE;
-  return two_buffers(here ? sendbuf : nullptr, here ? extent_of(sendcount * comm_size(comm), sendtype) : funnel::mpi::Extent{},
-                     in_place ? nullptr : recvbuf, in_place ? funnel::mpi::Extent{} : extent_of(recvcount, recvtype),
-                     comm, "MPI_Scatter", [&](const void* s, void* r) {
-                       return PMPI_Scatter(here ? s : sendbuf, sendcount, sendtype, in_place ? MPI_IN_PLACE : r,
-                                           recvcount, recvtype, root, comm);
-                     });
+  const Sides x = scatter_sides(extent_of(sendcount * comm_size(comm), sendtype), recvbuf, recvcount, recvtype, root, comm);
+  return two_buffers(sendbuf, x.send, recvbuf, x.recv, comm, "MPI_Scatter", [&](const void* s, void* r) {
+    return PMPI_Scatter(s, sendcount, sendtype, r, recvcount, recvtype, root, comm);
+  });
 }
 
 FUNNEL_MPI_API int MPI_Scatterv(const void* sendbuf, const int sendcounts[], const int displs[],
                                 MPI_Datatype sendtype, void* recvbuf, int recvcount, MPI_Datatype recvtype, int root,
                                 MPI_Comm comm) {
-  const bool here = at_root(root, comm);
-  const bool in_place = recvbuf == MPI_IN_PLACE;
-  return two_buffers(here ? sendbuf : nullptr,
-                     here ? extent_of(sendcounts, displs, comm_size(comm), sendtype) : funnel::mpi::Extent{},
-                     in_place ? nullptr : recvbuf, in_place ? funnel::mpi::Extent{} : extent_of(recvcount, recvtype),
-                     comm, "MPI_Scatterv", [&](const void* s, void* r) {
-                       return PMPI_Scatterv(here ? s : sendbuf, sendcounts, displs, sendtype,
-                                            in_place ? MPI_IN_PLACE : r, recvcount, recvtype, root, comm);
-                     });
+  const Sides x = scatter_sides(extent_of(sendcounts, displs, comm_size(comm), sendtype), recvbuf, recvcount, recvtype,
+                                root, comm);
+  return two_buffers(sendbuf, x.send, recvbuf, x.recv, comm, "MPI_Scatterv", [&](const void* s, void* r) {
+    return PMPI_Scatterv(s, sendcounts, displs, sendtype, r, recvcount, recvtype, root, comm);
+  });
 }
+
+// Reduce-scatter: the input is the whole of all ranks' blocks (in place: in recvbuf), the output
+// this rank's block.
+namespace {
+Sides reduce_scatter_sides(const void* sendbuf, int total, int mine, MPI_Datatype type) {
+  return {extent_of(total, type), extent_of(sendbuf == MPI_IN_PLACE ? total : mine, type)};
+}
+int sum_of(const int* counts, int n) {
+  long total = 0;
+  for (int i = 0; i < n; ++i) total += counts[i];
+  return static_cast<int>(total);
+}
+}  // namespace
 
 FUNNEL_MPI_API int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype type,
                                             MPI_Op op, MPI_Comm comm) {
-  const int n = comm_size(comm);
-  const bool in_place = sendbuf == MPI_IN_PLACE;
-  // In place the whole input is in recvbuf.
-  return two_buffers(sendbuf, extent_of(recvcount * n, type), recvbuf,
-                     extent_of(in_place ? recvcount * n : recvcount, type), comm, "MPI_Reduce_scatter_block",
+  const Sides x = reduce_scatter_sides(sendbuf, recvcount * comm_size(comm), recvcount, type);
+  return two_buffers(sendbuf, x.send, recvbuf, x.recv, comm, "MPI_Reduce_scatter_block",
                      [&](const void* s, void* r) { return PMPI_Reduce_scatter_block(s, r, recvcount, type, op, comm); });
 }
 
 FUNNEL_MPI_API int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf, const int recvcounts[], MPI_Datatype type,
                                       MPI_Op op, MPI_Comm comm) {
-  const int n = comm_size(comm);
-  long total = 0;
-  for (int i = 0; i < n; ++i) total += recvcounts[i];
-  const bool in_place = sendbuf == MPI_IN_PLACE;
-  const int mine = recvcounts[comm_rank(comm)];
-  return two_buffers(sendbuf, extent_of(static_cast<int>(total), type), recvbuf,
-                     extent_of(in_place ? static_cast<int>(total) : mine, type), comm, "MPI_Reduce_scatter",
+  const Sides x =
+      reduce_scatter_sides(sendbuf, sum_of(recvcounts, comm_size(comm)), recvcounts[comm_rank(comm)], type);
+  return two_buffers(sendbuf, x.send, recvbuf, x.recv, comm, "MPI_Reduce_scatter",
                      [&](const void* s, void* r) { return PMPI_Reduce_scatter(s, r, recvcounts, type, op, comm); });
 }
 
@@ -625,15 +635,11 @@ FUNNEL_MPI_API int MPI_Igatherv(const void* sendbuf, int sendcount, MPI_Datatype
 
 FUNNEL_MPI_API int MPI_Iscatter(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
                                 int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request* request) {
-  const bool here = at_root(root, comm);
-  const bool in_place = recvbuf == MPI_IN_PLACE;
+  const Sides x = scatter_sides(extent_of(sendcount * comm_size(comm), sendtype), recvbuf, recvcount, recvtype, root, comm);
   return two_buffers(
-      here ? sendbuf : nullptr, here ? extent_of(sendcount * comm_size(comm), sendtype) : funnel::mpi::Extent{},
-      in_place ? nullptr : recvbuf, in_place ? funnel::mpi::Extent{} : extent_of(recvcount, recvtype), comm,
-      "MPI_Iscatter",
+      sendbuf, x.send, recvbuf, x.recv, comm, "MPI_Iscatter",
       [&](const void* s, void* r) {
-        return PMPI_Iscatter(here ? s : sendbuf, sendcount, sendtype, in_place ? MPI_IN_PLACE : r, recvcount, recvtype,
-                             root, comm, request);
+        return PMPI_Iscatter(s, sendcount, sendtype, r, recvcount, recvtype, root, comm, request);
       },
       request);
 }
@@ -641,39 +647,31 @@ FUNNEL_MPI_API int MPI_Iscatter(const void* sendbuf, int sendcount, MPI_Datatype
 FUNNEL_MPI_API int MPI_Iscatterv(const void* sendbuf, const int sendcounts[], const int displs[],
                                  MPI_Datatype sendtype, void* recvbuf, int recvcount, MPI_Datatype recvtype, int root,
                                  MPI_Comm comm, MPI_Request* request) {
-  const bool here = at_root(root, comm);
-  const bool in_place = recvbuf == MPI_IN_PLACE;
+  const Sides x = scatter_sides(extent_of(sendcounts, displs, comm_size(comm), sendtype), recvbuf, recvcount, recvtype,
+                                root, comm);
   return two_buffers(
-      here ? sendbuf : nullptr, here ? extent_of(sendcounts, displs, comm_size(comm), sendtype) : funnel::mpi::Extent{},
-      in_place ? nullptr : recvbuf, in_place ? funnel::mpi::Extent{} : extent_of(recvcount, recvtype), comm,
-      "MPI_Iscatterv",
+      sendbuf, x.send, recvbuf, x.recv, comm, "MPI_Iscatterv",
       [&](const void* s, void* r) {
-        return PMPI_Iscatterv(here ? s : sendbuf, sendcounts, displs, sendtype, in_place ? MPI_IN_PLACE : r, recvcount,
-                              recvtype, root, comm, request);
+        return PMPI_Iscatterv(s, sendcounts, displs, sendtype, r, recvcount, recvtype, root, comm, request);
       },
       request);
 }
 
 FUNNEL_MPI_API int MPI_Ireduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype type,
                                              MPI_Op op, MPI_Comm comm, MPI_Request* request) {
-  const int n = comm_size(comm);
-  const bool in_place = sendbuf == MPI_IN_PLACE;
+  const Sides x = reduce_scatter_sides(sendbuf, recvcount * comm_size(comm), recvcount, type);
   return two_buffers(
-      sendbuf, extent_of(recvcount * n, type), recvbuf, extent_of(in_place ? recvcount * n : recvcount, type), comm,
-      "MPI_Ireduce_scatter_block",
+      sendbuf, x.send, recvbuf, x.recv, comm, "MPI_Ireduce_scatter_block",
       [&](const void* s, void* r) { return PMPI_Ireduce_scatter_block(s, r, recvcount, type, op, comm, request); },
       request);
 }
 
 FUNNEL_MPI_API int MPI_Ireduce_scatter(const void* sendbuf, void* recvbuf, const int recvcounts[], MPI_Datatype type,
                                        MPI_Op op, MPI_Comm comm, MPI_Request* request) {
-  const int n = comm_size(comm);
-  long total = 0;
-  for (int i = 0; i < n; ++i) total += recvcounts[i];
-  const bool in_place = sendbuf == MPI_IN_PLACE;
+  const Sides x =
+      reduce_scatter_sides(sendbuf, sum_of(recvcounts, comm_size(comm)), recvcounts[comm_rank(comm)], type);
   return two_buffers(
-      sendbuf, extent_of(static_cast<int>(total), type), recvbuf,
-      extent_of(in_place ? static_cast<int>(total) : recvcounts[comm_rank(comm)], type), comm, "MPI_Ireduce_scatter",
+      sendbuf, x.send, recvbuf, x.recv, comm, "MPI_Ireduce_scatter",
       [&](const void* s, void* r) { return PMPI_Ireduce_scatter(s, r, recvcounts, type, op, comm, request); }, request);
 }
 
@@ -745,14 +743,14 @@ FUNNEL_MPI_API int MPI_Unpack(const void* inbuf, int insize, int* position, void
 
 // The buffer MPI_Bsend copies messages into must be host memory: a device one is refused.
 FUNNEL_MPI_API int MPI_Buffer_attach(void* buffer, int size) {
-  Staged check(buffer, funnel::mpi::Extent{0, static_cast<size_t>(std::max(size, 0))}, false, false,
-               "MPI_Buffer_attach");
-  if (!check.ok() || check.staged()) {
-    if (check.ok()) funnel::mpi::warn("MPI_Buffer_attach: the buffer is device memory; MPI_Bsend copies into "
-                                          "host memory only (give it host memory): MPI_ERR_BUFFER");
-    return funnel::mpi::buffer_error(MPI_COMM_WORLD);
-  }
-  return PMPI_Buffer_attach(buffer, size);
+  const funnel::mpi::Kind k = funnel::mpi::kind_of(buffer, {0, static_cast<size_t>(std::max(size, 0))});
+  if (k == funnel::mpi::Kind::Host) return PMPI_Buffer_attach(buffer, size);
+  funnel::mpi::warn(k == funnel::mpi::Kind::Device
+                        ? "MPI_Buffer_attach: the buffer is device memory; MPI_Bsend copies into host memory only "
+                          "(give it host memory): MPI_ERR_BUFFER"
+                        : "MPI_Buffer_attach: the buffer is neither host memory of this process nor inside one of "
+                          "its live CUDA allocations: MPI_ERR_BUFFER");
+  return funnel::mpi::buffer_error(MPI_COMM_WORLD);
 }
 
 // ---- neighbourhood collectives: the degrees from the communicator's topology -------------------

@@ -8,11 +8,15 @@
 // allocation of it is MPI_ERR_BUFFER, raised through the communicator's error handler.
 #include <mpi.h>
 
+#include <sched.h>
+
 #include <algorithm>
 #include <initializer_list>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "local.hpp"
 #include "staging.hpp"
 
 #define FUNNEL_MPI_API extern "C" __attribute__((visibility("default")))
@@ -86,10 +90,32 @@ bool any_staged(const std::vector<Staged>& v) {
   return false;
 }
 
-// A blocking send of (buf, count, type) through `send`.
+namespace local = funnel::mpi::local;
+
+// Under FUNNEL_MPI_LOCAL=1: how a point-to-point half goes (local.hpp); Mpi when it is off.
+local::Route route_of(bool send, const void* buf, int count, MPI_Datatype type, int peer, int tag, MPI_Comm comm,
+                      const char* name, local::Half& h) {
+  if (!local::enabled()) return local::Route::Mpi;
+  return local::route(send, buf, count, type, peer, tag, comm, name, h);
+}
+int refused(MPI_Comm comm, const local::Half& h) {
+  PMPI_Comm_call_errhandler(comm, h.error);
+  return h.error;
+}
+
+// A blocking send of (buf, count, type) to `dest` through `send`.
 template <class Send>
-int send_like(const void* buf, int count, MPI_Datatype type, MPI_Comm comm, const char* name, Send&& send) {
+int send_like(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, const char* name,
+              Send&& send) {
   const funnel::mpi::Extent e = extent_of(count, type);
+  if (local::enabled()) {
+    local::Half h;
+    switch (route_of(true, buf, count, type, dest, tag, comm, name, h)) {
+      case local::Route::Local: return local::send(h, comm, name);
+      case local::Route::Refuse: return refused(comm, h);
+      case local::Route::Mpi: break;
+    }
+  }
   if (all_host({{buf, e}})) return send(buf);
   std::vector<Staged> b;
   b.emplace_back(buf, e, true, false, name);
@@ -112,26 +138,53 @@ int finish_requests(const std::vector<MPI_Request>& before, Done&& done) {
 // ---- point to point ---------------------------------------------------------------------------
 
 FUNNEL_MPI_API int MPI_Send(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
-  return send_like(buf, count, type, comm, "MPI_Send",
+  return send_like(buf, count, type, dest, tag, comm, "MPI_Send",
                    [&](const void* p) { return PMPI_Send(p, count, type, dest, tag, comm); });
 }
 FUNNEL_MPI_API int MPI_Ssend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
-  return send_like(buf, count, type, comm, "MPI_Ssend",
+  return send_like(buf, count, type, dest, tag, comm, "MPI_Ssend",
                    [&](const void* p) { return PMPI_Ssend(p, count, type, dest, tag, comm); });
 }
 FUNNEL_MPI_API int MPI_Rsend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
-  return send_like(buf, count, type, comm, "MPI_Rsend",
+  return send_like(buf, count, type, dest, tag, comm, "MPI_Rsend",
                    [&](const void* p) { return PMPI_Rsend(p, count, type, dest, tag, comm); });
 }
+// Buffered sends and persistent requests are not GPU-local yet: under FUNNEL_MPI_LOCAL=1 one
+// that would be (a device buffer to a rank of this server) is refused, as its receive would wait
+// for a GPU-local message that never comes.
+bool not_local_yet(bool send, const void* buf, int count, MPI_Datatype type, int peer, int tag, MPI_Comm comm,
+                   const char* name, int& rc) {
+  local::Half h;
+  const local::Route r = route_of(send, buf, count, type, peer, tag, comm, name, h);
+  if (r == local::Route::Mpi) return false;
+  if (r == local::Route::Local)
+    funnel::mpi::warn((std::string(name) + " of a device buffer to a rank of this node under FUNNEL_MPI_LOCAL=1: "
+                                           "refused (MPI_ERR_OTHER): not served GPU-local yet (use MPI_Send/MPI_Isend, "
+                                           "or unset FUNNEL_MPI_LOCAL)")
+                          .c_str());
+  h.error = MPI_ERR_OTHER;
+  rc = refused(comm, h);
+  return true;
+}
+
 // The message is copied into the attached buffer before MPI_Bsend returns: the host copy may go.
 FUNNEL_MPI_API int MPI_Bsend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
-  return send_like(buf, count, type, comm, "MPI_Bsend",
+  if (int rc = 0; local::enabled() && not_local_yet(true, buf, count, type, dest, tag, comm, "MPI_Bsend", rc)) return rc;
+  return send_like(buf, count, type, dest, tag, comm, "MPI_Bsend",
                    [&](const void* p) { return PMPI_Bsend(p, count, type, dest, tag, comm); });
 }
 
 FUNNEL_MPI_API int MPI_Recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
                             MPI_Status* status) {
   const funnel::mpi::Extent e = extent_of(count, type);
+  if (local::enabled()) {
+    local::Half h;
+    switch (route_of(false, buf, count, type, source, tag, comm, "MPI_Recv", h)) {
+      case local::Route::Local: return local::recv(h, source, tag, comm, status, "MPI_Recv");
+      case local::Route::Refuse: return refused(comm, h);
+      case local::Route::Mpi: break;
+    }
+  }
   if (all_host({{buf, e}})) return PMPI_Recv(buf, count, type, source, tag, comm, status);
   std::vector<Staged> b;
   b.emplace_back(buf, e, false, true, "MPI_Recv");
@@ -143,6 +196,27 @@ FUNNEL_MPI_API int MPI_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype
                                 void* recvbuf, int recvcount, MPI_Datatype recvtype, int source, int recvtag,
                                 MPI_Comm comm, MPI_Status* status) {
   const funnel::mpi::Extent se = extent_of(sendcount, sendtype), re = extent_of(recvcount, recvtype);
+  if (local::enabled()) {
+    // Either half GPU-local: the receive and the send as non-blocking halves, waited for together.
+    local::Half hs, hr;
+    const local::Route rs = route_of(true, sendbuf, sendcount, sendtype, dest, sendtag, comm, "MPI_Sendrecv", hs);
+    if (rs == local::Route::Refuse) return refused(comm, hs);
+    const local::Route rr = route_of(false, recvbuf, recvcount, recvtype, source, recvtag, comm, "MPI_Sendrecv", hr);
+    if (rr == local::Route::Refuse) return refused(comm, hr);
+    if (rs == local::Route::Local || rr == local::Route::Local) {
+      MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+      MPI_Status st[2];
+      int rc = rr == local::Route::Local ? local::start(false, hr, source, recvtag, comm, &req[0], "MPI_Sendrecv")
+                                         : MPI_Irecv(recvbuf, recvcount, recvtype, source, recvtag, comm, &req[0]);
+      if (rc == MPI_SUCCESS)
+        rc = rs == local::Route::Local ? local::start(true, hs, dest, sendtag, comm, &req[1], "MPI_Sendrecv")
+                                       : MPI_Isend(sendbuf, sendcount, sendtype, dest, sendtag, comm, &req[1]);
+      if (rc != MPI_SUCCESS) return rc;
+      rc = MPI_Waitall(2, req, st);
+      if (status != MPI_STATUS_IGNORE) *status = st[0];
+      return rc == MPI_ERR_IN_STATUS ? (st[0].MPI_ERROR != MPI_SUCCESS ? st[0].MPI_ERROR : st[1].MPI_ERROR) : rc;
+    }
+  }
   if (all_host({{sendbuf, se}, {recvbuf, re}}))
     return PMPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag,
                          comm, status);
@@ -160,6 +234,9 @@ FUNNEL_MPI_API int MPI_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype
 
 FUNNEL_MPI_API int MPI_Sendrecv_replace(void* buf, int count, MPI_Datatype type, int dest, int sendtag, int source,
                                         int recvtag, MPI_Comm comm, MPI_Status* status) {
+  if (int rc = 0; local::enabled() && (not_local_yet(true, buf, count, type, dest, sendtag, comm, "MPI_Sendrecv_replace", rc) ||
+                                       not_local_yet(false, buf, count, type, source, recvtag, comm, "MPI_Sendrecv_replace", rc)))
+    return rc;
   std::vector<Staged> b;
   b.emplace_back(buf, extent_of(count, type), true, true, "MPI_Sendrecv_replace");
   if (!any_staged(b)) return PMPI_Sendrecv_replace(buf, count, type, dest, sendtag, source, recvtag, comm, status);
@@ -171,9 +248,17 @@ FUNNEL_MPI_API int MPI_Sendrecv_replace(void* buf, int count, MPI_Datatype type,
 // Non-blocking: a send's host copy is made now and kept until the request completes; a receive
 // lands in a host copy that goes to the device when the request completes (MPI_Wait/Test*).
 template <class Start>
-int isend_like(const void* buf, int count, MPI_Datatype type, MPI_Comm comm, MPI_Request* request, const char* name,
-               Start&& start) {
+int isend_like(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, MPI_Request* request,
+               const char* name, Start&& start) {
   const funnel::mpi::Extent e = extent_of(count, type);
+  if (local::enabled()) {
+    local::Half h;
+    switch (route_of(true, buf, count, type, dest, tag, comm, name, h)) {
+      case local::Route::Local: return local::start(true, h, dest, tag, comm, request, name);
+      case local::Route::Refuse: return refused(comm, h);
+      case local::Route::Mpi: break;
+    }
+  }
   if (all_host({{buf, e}})) return start(buf);
   std::vector<Staged> b;
   b.emplace_back(buf, e, true, false, name);
@@ -184,28 +269,37 @@ int isend_like(const void* buf, int count, MPI_Datatype type, MPI_Comm comm, MPI
 
 FUNNEL_MPI_API int MPI_Isend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
                              MPI_Request* request) {
-  return isend_like(buf, count, type, comm, request, "MPI_Isend",
+  return isend_like(buf, count, type, dest, tag, comm, request, "MPI_Isend",
                     [&](const void* p) { return PMPI_Isend(p, count, type, dest, tag, comm, request); });
 }
 FUNNEL_MPI_API int MPI_Issend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
                               MPI_Request* request) {
-  return isend_like(buf, count, type, comm, request, "MPI_Issend",
+  return isend_like(buf, count, type, dest, tag, comm, request, "MPI_Issend",
                     [&](const void* p) { return PMPI_Issend(p, count, type, dest, tag, comm, request); });
 }
 FUNNEL_MPI_API int MPI_Irsend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
                               MPI_Request* request) {
-  return isend_like(buf, count, type, comm, request, "MPI_Irsend",
+  return isend_like(buf, count, type, dest, tag, comm, request, "MPI_Irsend",
                     [&](const void* p) { return PMPI_Irsend(p, count, type, dest, tag, comm, request); });
 }
 FUNNEL_MPI_API int MPI_Ibsend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
                               MPI_Request* request) {
-  return isend_like(buf, count, type, comm, request, "MPI_Ibsend",
+  if (int rc = 0; local::enabled() && not_local_yet(true, buf, count, type, dest, tag, comm, "MPI_Ibsend", rc)) return rc;
+  return isend_like(buf, count, type, dest, tag, comm, request, "MPI_Ibsend",
                     [&](const void* p) { return PMPI_Ibsend(p, count, type, dest, tag, comm, request); });
 }
 
 FUNNEL_MPI_API int MPI_Irecv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
                              MPI_Request* request) {
   const funnel::mpi::Extent e = extent_of(count, type);
+  if (local::enabled()) {
+    local::Half h;
+    switch (route_of(false, buf, count, type, source, tag, comm, "MPI_Irecv", h)) {
+      case local::Route::Local: return local::start(false, h, source, tag, comm, request, "MPI_Irecv");
+      case local::Route::Refuse: return refused(comm, h);
+      case local::Route::Mpi: break;
+    }
+  }
   if (all_host({{buf, e}})) return PMPI_Irecv(buf, count, type, source, tag, comm, request);
   std::vector<Staged> b;
   b.emplace_back(buf, e, false, true, "MPI_Irecv");
@@ -216,80 +310,163 @@ FUNNEL_MPI_API int MPI_Irecv(void* buf, int count, MPI_Datatype type, int source
 }
 
 // ---- completion ---------------------------------------------------------------------------------
-// With no staged request outstanding these are PMPI's own calls.
+// With no staged request and no GPU-local one outstanding these are PMPI's own calls.  A
+// GPU-local request (a generalized request, local.hpp) is completed here when its message ended:
+// the waits wait for that first (letting MPI progress meanwhile), the tests look first.
 
-FUNNEL_MPI_API int MPI_Wait(MPI_Request* request, MPI_Status* status) {
+// The completion calls with GPU-local requests outstanding: each waits for (or polls) them, then
+// runs `call`, then raises a failed one's error through its communicator (local::raise_failed).
+// `done(before)` lists the handles `call` completed, matching the statuses' order.
+template <class Call, class Done>
+int with_local(MPI_Request* requests, int n, MPI_Status* statuses, bool many, bool wait, Call&& call, Done&& done) {
+  if (wait && local::outstanding(requests, n)) local::settle(requests, n);
+  else local::poll(requests, n);
+  const std::vector<MPI_Request> before(requests, requests + n);
+  const int rc = call();
+  if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) return rc;
+  const std::vector<MPI_Request> completed = done(before);
+  const int e = local::raise_failed(completed.data(), static_cast<int>(completed.size()), statuses, many);
+  return e != MPI_SUCCESS ? e : rc;
+}
+std::vector<MPI_Request> all_of(const std::vector<MPI_Request>& before) { return before; }
+
+int wait_one(MPI_Request* request, MPI_Status* status) {
   if (!funnel::mpi::any_pending() || request == nullptr) return PMPI_Wait(request, status);
   const MPI_Request before = *request;
   const int rc = PMPI_Wait(request, status);
   if (rc == MPI_SUCCESS && !funnel::mpi::complete(before)) return MPI_ERR_BUFFER;
   return rc;
 }
+FUNNEL_MPI_API int MPI_Wait(MPI_Request* request, MPI_Status* status) {
+  if (request != nullptr && local::enabled())
+    return with_local(request, 1, status, false, true, [&] { return wait_one(request, status); }, all_of);
+  return wait_one(request, status);
+}
 
-FUNNEL_MPI_API int MPI_Test(MPI_Request* request, int* flag, MPI_Status* status) {
+int test_one(MPI_Request* request, int* flag, MPI_Status* status) {
   if (!funnel::mpi::any_pending() || request == nullptr) return PMPI_Test(request, flag, status);
   const MPI_Request before = *request;
   const int rc = PMPI_Test(request, flag, status);
   if (rc == MPI_SUCCESS && flag != nullptr && *flag != 0 && !funnel::mpi::complete(before)) return MPI_ERR_BUFFER;
   return rc;
 }
+FUNNEL_MPI_API int MPI_Test(MPI_Request* request, int* flag, MPI_Status* status) {
+  if (request != nullptr && flag != nullptr && local::enabled())
+    return with_local(request, 1, status, false, false, [&] { return test_one(request, flag, status); },
+                      [&](const std::vector<MPI_Request>& b) { return *flag != 0 ? b : std::vector<MPI_Request>{}; });
+  return test_one(request, flag, status);
+}
 
-FUNNEL_MPI_API int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]) {
+int wait_all(int count, MPI_Request requests[], MPI_Status statuses[]) {
   if (!funnel::mpi::any_pending() || count <= 0) return PMPI_Waitall(count, requests, statuses);
   const std::vector<MPI_Request> before(requests, requests + count);
   const int rc = PMPI_Waitall(count, requests, statuses);
   if (rc != MPI_SUCCESS) return rc;  // MPI_ERR_IN_STATUS: which completed is in the statuses
   return finish_requests(before, [](size_t) { return true; });
 }
+FUNNEL_MPI_API int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]) {
+  if (count > 0 && local::enabled())
+    return with_local(requests, count, statuses, true, true, [&] { return wait_all(count, requests, statuses); },
+                      all_of);
+  return wait_all(count, requests, statuses);
+}
 
-FUNNEL_MPI_API int MPI_Testall(int count, MPI_Request requests[], int* flag, MPI_Status statuses[]) {
+int test_all(int count, MPI_Request requests[], int* flag, MPI_Status statuses[]) {
   if (!funnel::mpi::any_pending() || count <= 0) return PMPI_Testall(count, requests, flag, statuses);
   const std::vector<MPI_Request> before(requests, requests + count);
   const int rc = PMPI_Testall(count, requests, flag, statuses);
   if (rc != MPI_SUCCESS || flag == nullptr || *flag == 0) return rc;
   return finish_requests(before, [](size_t) { return true; });
 }
-
-FUNNEL_MPI_API int MPI_Waitany(int count, MPI_Request requests[], int* index, MPI_Status* status) {
-  if (!funnel::mpi::any_pending() || count <= 0) return PMPI_Waitany(count, requests, index, status);
-  const std::vector<MPI_Request> before(requests, requests + count);
-  const int rc = PMPI_Waitany(count, requests, index, status);
-  if (rc != MPI_SUCCESS || index == nullptr || *index == MPI_UNDEFINED) return rc;
-  return finish_requests(before, [&](size_t i) { return static_cast<int>(i) == *index; });
+FUNNEL_MPI_API int MPI_Testall(int count, MPI_Request requests[], int* flag, MPI_Status statuses[]) {
+  if (count > 0 && flag != nullptr && local::enabled())
+    return with_local(requests, count, statuses, true, false,
+                      [&] { return test_all(count, requests, flag, statuses); },
+                      [&](const std::vector<MPI_Request>& b) { return *flag != 0 ? b : std::vector<MPI_Request>{}; });
+  return test_all(count, requests, flag, statuses);
 }
 
-FUNNEL_MPI_API int MPI_Testany(int count, MPI_Request requests[], int* index, int* flag, MPI_Status* status) {
+// Waits for any of several requests, some of them GPU-local: tests (which completes those that
+// ended and lets MPI progress) until one is done.
+template <class Test>
+int wait_by_testing(Test&& test) {
+  for (unsigned spin = 0;; ++spin) {
+    int done = 0;
+    if (const int rc = test(done); rc != MPI_SUCCESS || done != 0) return rc;
+    if (spin > 4096) sched_yield();
+  }
+}
+
+int test_any(int count, MPI_Request requests[], int* index, int* flag, MPI_Status* status) {
   if (!funnel::mpi::any_pending() || count <= 0) return PMPI_Testany(count, requests, index, flag, status);
   const std::vector<MPI_Request> before(requests, requests + count);
   const int rc = PMPI_Testany(count, requests, index, flag, status);
   if (rc != MPI_SUCCESS || flag == nullptr || *flag == 0 || index == nullptr || *index == MPI_UNDEFINED) return rc;
   return finish_requests(before, [&](size_t i) { return static_cast<int>(i) == *index; });
 }
+std::vector<MPI_Request> the_one(const std::vector<MPI_Request>& before, int flag, int index) {
+  if (flag == 0 || index < 0 || static_cast<size_t>(index) >= before.size()) return {};
+  return {before[static_cast<size_t>(index)]};
+}
+FUNNEL_MPI_API int MPI_Testany(int count, MPI_Request requests[], int* index, int* flag, MPI_Status* status) {
+  if (count > 0 && index != nullptr && flag != nullptr && local::enabled())
+    return with_local(requests, count, status, false, false,
+                      [&] { return test_any(count, requests, index, flag, status); },
+                      [&](const std::vector<MPI_Request>& b) { return the_one(b, *flag, *index); });
+  return test_any(count, requests, index, flag, status);
+}
+
+FUNNEL_MPI_API int MPI_Waitany(int count, MPI_Request requests[], int* index, MPI_Status* status) {
+  if (count > 0 && index != nullptr && local::outstanding(requests, count))
+    return wait_by_testing([&](int& done) { return MPI_Testany(count, requests, index, &done, status); });
+  if ((!funnel::mpi::any_pending() && !local::enabled()) || count <= 0)
+    return PMPI_Waitany(count, requests, index, status);
+  const std::vector<MPI_Request> before(requests, requests + count);
+  const int rc = PMPI_Waitany(count, requests, index, status);
+  if (rc != MPI_SUCCESS || index == nullptr || *index == MPI_UNDEFINED) return rc;
+  const int e = local::raise_failed(&before[static_cast<size_t>(*index)], 1, status, false);
+  if (e != MPI_SUCCESS) return e;
+  return finish_requests(before, [&](size_t i) { return static_cast<int>(i) == *index; });
+}
 
 template <class Some>
-int some_like(int incount, MPI_Request requests[], int* outcount, int indices[], Some&& some) {
+int some_like(int incount, MPI_Request requests[], int* outcount, int indices[], MPI_Status statuses[], Some&& some) {
   const std::vector<MPI_Request> before(requests, requests + incount);
   const int rc = some();
-  if (rc != MPI_SUCCESS || outcount == nullptr || *outcount == MPI_UNDEFINED) return rc;
+  if ((rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) || outcount == nullptr || *outcount == MPI_UNDEFINED) return rc;
   std::vector<bool> done(static_cast<size_t>(incount), false);
+  std::vector<MPI_Request> completed;
   for (int k = 0; k < *outcount; ++k)
-    if (indices[k] >= 0 && indices[k] < incount) done[static_cast<size_t>(indices[k])] = true;
-  return finish_requests(before, [&](size_t i) { return static_cast<bool>(done[i]); });
+    if (indices[k] >= 0 && indices[k] < incount) {
+      done[static_cast<size_t>(indices[k])] = true;
+      completed.push_back(before[static_cast<size_t>(indices[k])]);
+    } else {
+      completed.push_back(MPI_REQUEST_NULL);
+    }
+  const int e = local::raise_failed(completed.data(), static_cast<int>(completed.size()), statuses, true);
+  if (rc != MPI_SUCCESS) return rc;
+  const int f = finish_requests(before, [&](size_t i) { return static_cast<bool>(done[i]); });
+  return e != MPI_SUCCESS ? e : f;
 }
 
 FUNNEL_MPI_API int MPI_Waitsome(int incount, MPI_Request requests[], int* outcount, int indices[],
                                 MPI_Status statuses[]) {
-  if (!funnel::mpi::any_pending() || incount <= 0)
-    return PMPI_Waitsome(incount, requests, outcount, indices, statuses);
-  return some_like(incount, requests, outcount, indices,
+  if (incount > 0 && outcount != nullptr && local::outstanding(requests, incount))
+    return wait_by_testing([&](int& done) {
+      const int rc = MPI_Testsome(incount, requests, outcount, indices, statuses);
+      done = *outcount != 0;
+      return rc;
+    });
+  if (!funnel::mpi::any_pending() && !local::enabled()) return PMPI_Waitsome(incount, requests, outcount, indices, statuses);
+  return some_like(incount, requests, outcount, indices, statuses,
                    [&] { return PMPI_Waitsome(incount, requests, outcount, indices, statuses); });
 }
 
 FUNNEL_MPI_API int MPI_Testsome(int incount, MPI_Request requests[], int* outcount, int indices[],
                                 MPI_Status statuses[]) {
-  if (!funnel::mpi::any_pending() || incount <= 0)
-    return PMPI_Testsome(incount, requests, outcount, indices, statuses);
-  return some_like(incount, requests, outcount, indices,
+  if (incount > 0) local::poll(requests, incount);
+  if (!funnel::mpi::any_pending() && !local::enabled()) return PMPI_Testsome(incount, requests, outcount, indices, statuses);
+  return some_like(incount, requests, outcount, indices, statuses,
                    [&] { return PMPI_Testsome(incount, requests, outcount, indices, statuses); });
 }
 
@@ -528,8 +705,9 @@ FUNNEL_MPI_API int MPI_Ialltoall(const void* sendbuf, int sendcount, MPI_Datatyp
 // ---- persistent requests: the host copy is bound at init and refilled at each start -------------
 
 template <class Init>
-int persistent_like(const void* buf, int count, MPI_Datatype type, MPI_Comm comm, MPI_Request* request, bool send,
-                    const char* name, Init&& init) {
+int persistent_like(const void* buf, int count, MPI_Datatype type, int peer, int tag, MPI_Comm comm,
+                    MPI_Request* request, bool send, const char* name, Init&& init) {
+  if (int rc = 0; local::enabled() && not_local_yet(send, buf, count, type, peer, tag, comm, name, rc)) return rc;
   Staged b(buf, extent_of(count, type), send, !send, name);
   if (!b.ok()) return funnel::mpi::buffer_error(comm);
   if (!b.staged()) return init(const_cast<void*>(buf));
@@ -540,27 +718,27 @@ int persistent_like(const void* buf, int count, MPI_Datatype type, MPI_Comm comm
 
 FUNNEL_MPI_API int MPI_Send_init(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
                                  MPI_Request* request) {
-  return persistent_like(buf, count, type, comm, request, true, "MPI_Send_init",
+  return persistent_like(buf, count, type, dest, tag, comm, request, true, "MPI_Send_init",
                          [&](void* p) { return PMPI_Send_init(p, count, type, dest, tag, comm, request); });
 }
 FUNNEL_MPI_API int MPI_Ssend_init(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
                                   MPI_Request* request) {
-  return persistent_like(buf, count, type, comm, request, true, "MPI_Ssend_init",
+  return persistent_like(buf, count, type, dest, tag, comm, request, true, "MPI_Ssend_init",
                          [&](void* p) { return PMPI_Ssend_init(p, count, type, dest, tag, comm, request); });
 }
 FUNNEL_MPI_API int MPI_Rsend_init(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
                                   MPI_Request* request) {
-  return persistent_like(buf, count, type, comm, request, true, "MPI_Rsend_init",
+  return persistent_like(buf, count, type, dest, tag, comm, request, true, "MPI_Rsend_init",
                          [&](void* p) { return PMPI_Rsend_init(p, count, type, dest, tag, comm, request); });
 }
 FUNNEL_MPI_API int MPI_Bsend_init(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
                                   MPI_Request* request) {
-  return persistent_like(buf, count, type, comm, request, true, "MPI_Bsend_init",
+  return persistent_like(buf, count, type, dest, tag, comm, request, true, "MPI_Bsend_init",
                          [&](void* p) { return PMPI_Bsend_init(p, count, type, dest, tag, comm, request); });
 }
 FUNNEL_MPI_API int MPI_Recv_init(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
                                  MPI_Request* request) {
-  return persistent_like(buf, count, type, comm, request, false, "MPI_Recv_init",
+  return persistent_like(buf, count, type, source, tag, comm, request, false, "MPI_Recv_init",
                          [&](void* p) { return PMPI_Recv_init(p, count, type, source, tag, comm, request); });
 }
 

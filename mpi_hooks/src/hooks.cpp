@@ -21,6 +21,7 @@
 #include "funnel/common/config.hpp"
 #include "funnel/common/control_client.hpp"
 #include "funnel/funnel.h"
+#include "local.hpp"
 #include "node_server.hpp"
 #include "staging.hpp"
 
@@ -95,6 +96,8 @@ void after_init() noexcept {
                   "MPI_Init: cannot attach to funnel-server (CUDA error %d; the message above says why)", e);
     abort_job(message);
   }
+  // GPU-local messages (FUNNEL_MPI_LOCAL): which ranks share this server (collective).
+  local::init();
   print_plan_if_asked();
 }
 

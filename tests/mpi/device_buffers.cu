@@ -8,38 +8,9 @@
 // cudaMemcpy) with what the ranks' values make it.  Prints "rank R: all ok" or FAIL lines.
 #include <mpi.h>
 
-#include <cstdio>
-#include <vector>
-
-#include "check.h"
+#include "device_ints.h"
 
 namespace {
-
-int g_rank = 0, g_size = 0, g_failed = 0;
-
-void expect(bool ok, const char* what) {
-  if (!ok) {
-    std::printf("FAIL rank %d: %s\n", g_rank, what);
-    ++g_failed;
-  }
-}
-
-int* device_ints(const std::vector<int>& v) {
-  int* d = nullptr;
-  CHECK(cudaMalloc(&d, v.size() * sizeof(int)));
-  CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(int), cudaMemcpyHostToDevice));
-  return d;
-}
-std::vector<int> host_of(const int* d, size_t n) {
-  std::vector<int> v(n);
-  CHECK(cudaMemcpy(v.data(), d, n * sizeof(int), cudaMemcpyDeviceToHost));
-  return v;
-}
-std::vector<int> values(int rank, size_t n, int salt) {
-  std::vector<int> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = rank * 100000 + salt * 1000 + static_cast<int>(i);
-  return v;
-}
 
 // The ring with MPI_Sendrecv: each rank sends to the right and receives from the left.
 void ring(size_t n) {

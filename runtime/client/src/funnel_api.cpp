@@ -31,7 +31,7 @@ FUNNEL_API int funnel_detach(void) {
   return static_cast<int>(guarded(__func__, [&] {
     Runtime& rt = Runtime::get();
     cudaError_t first = cudaSuccess;
-    if (!rt.attached()) return first;
+    if (!rt.attached() || rt.left()) return first;
     for (int dev = 0; dev < rt.device_count(); ++dev) {
       const cudaError_t e = to_cuda(rt.call(Opcode::DeviceSynchronize, dev, 0, nullptr, 0));
       if (first == cudaSuccess) first = e;

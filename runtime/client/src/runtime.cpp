@@ -118,6 +118,7 @@ void Runtime::warn_if_gpu_opened() noexcept {
 
 bool Runtime::detach_and_wait(std::chrono::milliseconds wait) noexcept {
   if (!attached() || dead_.load()) return true;
+  left_.store(true, std::memory_order_release);
   detach_at_exit();
   const auto until = std::chrono::steady_clock::now() + wait;
   for (;;) {

@@ -128,6 +128,8 @@ class Runtime {
   // has freed this client's resources and logged the detach (funnel_detach()).  False
   // when the server did not hang up in time.
   bool detach_and_wait(std::chrono::milliseconds wait) noexcept;
+  // Whether detach_and_wait ran (funnel_detach: this process left the server on purpose).
+  bool left() const noexcept { return left_.load(std::memory_order_acquire); }
   bool attached() const noexcept { return attached_.load(std::memory_order_acquire); }
 
  private:
@@ -145,6 +147,7 @@ class Runtime {
 
   std::mutex attach_mu_;
   std::atomic<bool> attached_{false};
+  std::atomic<bool> left_{false};
   Status attach_error_ = Status::Success;  // set once attaching failed for good
   std::optional<Settings> settings_;
   ipc::UniqueFd sock_;

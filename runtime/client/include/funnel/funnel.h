@@ -21,7 +21,8 @@ int funnel_is_attached(void);
 /* Waits for this process's work on every device (as cudaDeviceSynchronize does on
  * each), then leaves the server cleanly and waits until the server has freed what
  * this process held.  Later CUDA calls fail with cudaErrorDevicesUnavailable.
- * Returns the first error of the drained work (0 if none, or if not attached). */
+ * Returns the first error of the drained work (0 if none, if not attached, or if it left
+ * already). */
 int funnel_detach(void);
 
 /* What the bytes [p, p + n) are to this process's funnel client (the MPI hooks ask it of every
@@ -42,6 +43,42 @@ int funnel_memory_kind(const void* p, size_t n, int* device);
  * memory stays host memory while it does not change (and while the program keeps it mapped), so
  * callers may keep that answer.  Never attaches. */
 unsigned long long funnel_memory_generation(void);
+
+/* ---- GPU-local messages (the MPI hooks' FUNNEL_MPI_LOCAL path; doc/mpi.md, "GPU-local
+ * messages") ----
+ * Processes attached to one funnel-server share its CUDA context, so a message between two of
+ * them can be one device-to-device copy there.  Each side posts its half with the same envelope;
+ * the server pairs a send with the receive of the same (world, comm, source, dest, tag, seq) and
+ * copies on the legacy stream of the second poster's device, after the work each side queued on
+ * its legacy stream before its post; the GPU then answers both sides.  Neither side has to call
+ * anything between its post and its completion for the message to move. */
+typedef struct funnel_envelope {
+  unsigned long long world; /* the job's (any number both sides agree on) */
+  unsigned long long comm;  /* the communicator's */
+  int source, dest;         /* ranks of the world, >= 0 */
+  int tag;
+  int reserved;
+  unsigned long long seq;   /* counts the messages of one (world, comm, source, dest, tag) */
+} funnel_envelope;
+#define FUNNEL_MSG_SEND 0
+#define FUNNEL_MSG_RECV 1
+/* Posts one half: `bytes` of device memory of this process at `buf` (a send's message, a
+ * receive's capacity).  *handle identifies it for funnel_msg_test.  0, or a cudaError_t
+ * (cudaErrorInvalidValue when [buf, buf + bytes) is not inside one device allocation). */
+int funnel_msg_post(int role, const funnel_envelope* e, const void* buf, size_t bytes, int* handle);
+/* A half's state: FUNNEL_MSG_PENDING, or its end, after which the handle is free again and
+ * *bytes (if not null) holds the send's size: DONE; TRUNCATED (a receive smaller than the send:
+ * its capacity filled); PEER_GONE (the other side's process left the server); FAILED (the copy
+ * could not be queued, the envelope was posted twice, or the server is gone). */
+#define FUNNEL_MSG_PENDING 0
+#define FUNNEL_MSG_DONE 1
+#define FUNNEL_MSG_TRUNCATED 2
+#define FUNNEL_MSG_PEER_GONE 3
+#define FUNNEL_MSG_FAILED 4
+int funnel_msg_test(int handle, int* state, size_t* bytes);
+/* The process id of the funnel-server this process is attached to (attaching if need be); 0 if
+ * there is none.  Processes of one node with the same one share a context. */
+int funnel_server_pid(void);
 
 #ifdef __cplusplus
 }

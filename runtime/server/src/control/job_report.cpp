@@ -236,6 +236,8 @@ ClientRecord record_of(const ClientSession& s) {
   r.commands = load(c.commands);
   r.bytes_h2d = load(c.bytes_h2d);
   r.bytes_d2h = load(c.bytes_d2h);
+  r.local_messages = load(c.local_messages);
+  r.local_bytes = load(c.local_bytes);
   r.device_memory_peak = load(c.device_memory_peak);
   r.errors = load(c.errors);
   r.gpu_busy_ns = load(c.gpu_busy_ns);
@@ -297,6 +299,8 @@ nlohmann::json to_json(const ClientRecord& r) {
           {"commands", r.commands},
           {"bytes_h2d", r.bytes_h2d},
           {"bytes_d2h", r.bytes_d2h},
+          {"local_messages", r.local_messages},
+          {"local_bytes", r.local_bytes},
           {"launches", r.launches},
           {"errors", r.errors},
           {"call_pickup_us", pickup_json(r.pickup)},

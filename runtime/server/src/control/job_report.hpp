@@ -37,6 +37,7 @@ struct ClientRecord {
   std::chrono::system_clock::time_point attached, left;  // left: when it ended, or now
   uint64_t launches = 0, commands = 0, bytes_h2d = 0, bytes_d2h = 0, device_memory_peak = 0, errors = 0,
            gpu_busy_ns = 0;
+  uint64_t local_messages = 0, local_bytes = 0;  // GPU-local messages copied on its stream (ClientCounters)
   std::array<uint64_t, kPickupBuckets> pickup{};  // waited calls by pick-up delay (counter_ops.hpp)
   std::array<uint64_t, kPickupBuckets> submit{};  // and by the worker's time on them
   std::optional<CpuTimes> worker_cpu, client_cpu;  // ClientSession::worker_cpu, client_cpu
@@ -46,7 +47,8 @@ struct ClientRecord {
 // The session's record as of now (left = now).
 ClientRecord record_of(const ClientSession& s);
 // Its fields under funnelctl's names: id, pid, command, mpi_rank, home_device, gpu_fraction,
-// attached_s, device_memory_peak_bytes, gpu_busy_s, commands, bytes_h2d, bytes_d2h, launches, errors,
+// attached_s, device_memory_peak_bytes, gpu_busy_s, commands, bytes_h2d, bytes_d2h, local_messages,
+// local_bytes, launches, errors,
 // call_pickup_us and call_submit_us (see pickup_json), cpu_s (see cpu_json), spin_backoffs.
 nlohmann::json to_json(const ClientRecord& r);
 // The pick-up delays (or the worker's times) of the waited calls:

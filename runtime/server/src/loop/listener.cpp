@@ -403,6 +403,7 @@ void Server::Impl::attach(Connection& c, const ipc::HelloMsg& hello) {
                              options.launch_batch};
   spec.modules = modules.get();
   spec.ipc = ipc.get();
+  spec.mailbox = mailbox.get();
   spec.health = &health;
   spec.submit_order = options.submit_order ? &submit_order : nullptr;
   spec.calls_in_flight = &calls_in_flight;

@@ -41,6 +41,7 @@ Server::Server(ServerOptions options, std::unique_ptr<Backend> backend) : impl_(
   impl_->backend = std::move(backend);
   impl_->modules = std::make_unique<ModuleCache>(*impl_->backend);
   impl_->ipc = std::make_unique<IpcRegistry>(*impl_->backend);
+  impl_->mailbox = std::make_unique<Mailbox>(*impl_->backend);
   impl_->partitions = std::make_unique<SmPartitions>(*impl_->backend);
   if (impl_->options.worker_threads != 0) impl_->worker_pool = std::make_unique<WorkerPool>(impl_->options.worker_threads);
   impl_->device_records.resize(static_cast<size_t>(impl_->backend->device_count()));

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "session/ipc_registry.hpp"
+#include "session/mailbox.hpp"
 #include "session/client_session.hpp"
 #include "loop/device_health.hpp"
 #include "funnel/ipc/socket.hpp"
@@ -49,6 +50,7 @@ struct Server::Impl {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<ModuleCache> modules;  // after the backend: its modules go first
   std::unique_ptr<IpcRegistry> ipc;      // after the backend: memory it still holds goes first
+  std::unique_ptr<Mailbox> mailbox;      // GPU-local messages between clients
   std::unique_ptr<SmPartitions> partitions;  // before the clients: their leases go first
   // Before the clients (it outlives them): releases a gone client's held streams without the
   // main loop, which a driver call can hold up (hangup_watcher.hpp).

@@ -10,6 +10,7 @@
 
 #include "funnel/common/text.hpp"
 #include "funnel/ipc/futex.hpp"
+#include "session/mailbox.hpp"
 
 namespace funnel::server {
 
@@ -46,6 +47,7 @@ void ClientSession::create_channel(const ChannelSpec& spec) {
   shared_.tuning = spec.tuning;
   shared_.modules = spec.modules;
   shared_.ipc = spec.ipc;
+  shared_.mailbox = spec.mailbox;
   shared_.health = spec.health;
   shared_.submit_order = spec.submit_order;
   shared_.calls_in_flight = spec.calls_in_flight;
@@ -187,6 +189,9 @@ void Worker::teardown() noexcept {
     // A stream held by a host function or a stream memory wait whose client is gone would
     // never drain.
     release_holds();
+    // Before any memory goes: no partner copies into or out of it, or stores into its words, later.
+    if (shared_.mailbox != nullptr)
+      (void)shared_.mailbox->leave(shared_.id, shared_.mpi_rank, std::chrono::steady_clock::now() + std::chrono::seconds(10));
     if (!waits_.settle(std::chrono::steady_clock::now() + std::chrono::seconds(10)))
       spdlog::error("client {}: stream memory waits still pending 10 s after their words were written; its "
                     "streams may not drain", shared_.id);

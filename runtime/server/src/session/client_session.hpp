@@ -29,6 +29,7 @@ struct ChannelSpec {
   WorkerTuning tuning;
   ModuleCache* modules = nullptr;
   IpcRegistry* ipc = nullptr;
+  Mailbox* mailbox = nullptr;
   DeviceHealth* health = nullptr;
   SubmitOrder* submit_order = nullptr;  // the server's; null unless FUNNEL_SUBMIT_ORDER=1
   CallsInFlight* calls_in_flight = nullptr;  // the server's

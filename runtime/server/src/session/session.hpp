@@ -44,12 +44,15 @@ using CallsInFlight = std::array<std::atomic<uint32_t>, ipc::kMaxDevices>;
 
 class ModuleCache;
 class IpcRegistry;
+class Mailbox;
 class WorkerGroup;
 
 // Relaxed counters: the stats verb reads them without stopping anyone.
 struct ClientCounters {
   std::atomic<uint64_t> device_memory_bytes{0}, allocations{0}, streams{0}, events{0}, pinned_bytes{0},
       pinned_allocations{0}, commands{0}, bytes_h2d{0}, bytes_d2h{0}, errors{0}, launches{0};
+  // GPU-local messages copied on this client's stream (it posted the second half), and their bytes.
+  std::atomic<uint64_t> local_messages{0}, local_bytes{0};
   std::atomic<uint64_t> device_memory_peak{0};  // the most device_memory_bytes ever held (funnelctl clients)
   std::atomic<uint64_t> gpu_busy_ns{0};  // GPU time of the client's work (doc/accounting.md says how it is measured)
   std::array<std::atomic<uint64_t>, kPickupBuckets> pickup{};  // waited calls by pick-up delay
@@ -89,6 +92,7 @@ struct SessionShared {
   WorkerTuning tuning;
   ModuleCache* modules = nullptr;  // the server's, shared by every session
   IpcRegistry* ipc = nullptr;      // the server's IPC exports
+  Mailbox* mailbox = nullptr;      // the server's GPU-local messages
   DeviceHealth* health = nullptr;  // the server's
   SubmitOrder* submit_order = nullptr;  // the server's; null unless FUNNEL_SUBMIT_ORDER=1
   CallsInFlight* calls_in_flight = nullptr;  // the server's (GpuReplies::Auto)

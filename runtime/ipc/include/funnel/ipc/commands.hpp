@@ -4,6 +4,7 @@
 // ring before it looks at it, then checks its framing against the command table below
 // (check_framing) before its handler validates the payload's fields.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -131,6 +132,9 @@ namespace funnel::ipc {
   X(IpcExportEvent, 93, EventCmd, NoBytes, NoQueue, ipc_export_event)                                       \
   /* Another client's exported event as this client's event_id -> value[0] = its device */                 \
   X(IpcOpenEvent, 94, IpcOpenEventCmd, NoBytes, NoQueue, ipc_open_event)                                    \
+  /* A GPU-local message's half (doc/design/mpi-device-buffers.md): one-way, on the legacy stream of   */    \
+  /* header.device; the server pairs the halves and the GPU stores each side's MsgWord when done.   */    \
+  X(MsgPost, 95, MsgPostCmd, NoBytes, Queues, msg_post)                                                     \
   X(Detach, 100, DetachCmd, NoBytes, NoQueue, detach) /* the client leaves; the server frees what it held */ \
   /* Arrays, textures and surfaces (doc/design/arrays.md); ids are chosen by the client.  Waited. */      \
   X(ArrayCreate, 101, ArrayCreateCmd, NoBytes, NoQueue, array_create) /* an array or mipmapped array */     \
@@ -538,6 +542,43 @@ struct TexCmd { uint64_t handle; uint32_t surface; uint32_t reserved; };
 // ---- IPC ---------------------------------------------------------------------------
 struct IpcOpenCmd { uint64_t token; };
 struct IpcOpenEventCmd { uint64_t token; uint64_t event_id; };
+
+// ---- GPU-local messages (MsgPost) -------------------------------------------------
+// A message half: (world, comm, source, dest, tag, seq) is its envelope (world ranks; seq counts
+// the sends, or the receives, of one (world, comm, source, dest, tag)); `address`/`bytes` the
+// poster's device memory (a send's bytes, a receive's capacity); `word_pinned`/`word_offset` a
+// MsgWord in one of the poster's pinned buffers, 16-byte aligned, set to kMsgPending by the
+// client before the post.
+struct MsgPostCmd {
+  uint64_t world;
+  uint64_t comm;
+  int32_t source;
+  int32_t dest;
+  int32_t tag;
+  uint32_t role;  // kMsgSend or kMsgRecv
+  uint64_t seq;
+  uint64_t address;
+  uint64_t bytes;
+  uint64_t word_pinned;
+  uint64_t word_offset;
+};
+static_assert(sizeof(MsgPostCmd) == 72);
+inline constexpr uint32_t kMsgSend = 0, kMsgRecv = 1;
+// A half's completion, stored by the GPU after the copy (or by the server for a failure):
+// `bytes` (the send's size, for a receive's status) is written before `state` leaves kMsgPending.
+enum MsgState : uint32_t {
+  kMsgPending = 0,
+  kMsgDone = 1,
+  kMsgTruncated = 2,  // a receive whose capacity was smaller than the send: its first bytes copied
+  kMsgPeerGone = 3,   // the other side's process left the server
+  kMsgFailed = 4,     // the copy could not be queued (or the envelope was posted twice)
+};
+struct MsgWord {
+  std::atomic<uint32_t> state;
+  uint32_t reserved;
+  std::atomic<uint64_t> bytes;
+};
+static_assert(sizeof(MsgWord) == 16);
 // Event flags: an interprocess event (cudaEventInterprocess; with kEventDisableTiming).
 inline constexpr uint32_t kEventInterprocess = 0x4;
 

@@ -1,0 +1,448 @@
+// GPU-local messages between ranks of one funnel-server: local.hpp.
+#include "local.hpp"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "staging.hpp"
+
+namespace funnel::mpi::local {
+namespace {
+
+bool g_enabled = false;
+uint64_t g_world = 0;            // the job's number (world rank 0's random draw)
+std::vector<char> g_same;        // by world rank: attached to this rank's server
+int g_keyval = MPI_KEYVAL_INVALID;
+MPI_Comm g_probe = MPI_COMM_NULL;  // a private duplicate of MPI_COMM_WORLD: progress() probes it
+
+// A numbered communicator: its number, how many communicators were made from it, its ranks in
+// MPI_COMM_WORLD, and the sequence numbers of its envelopes.
+struct CommInfo {
+  uint64_t id = 0;
+  uint64_t children = 0;
+  std::vector<int> world;
+  std::mutex mu;
+  std::map<std::pair<int, int>, uint64_t> sent, received;  // (peer, tag) -> messages so far
+};
+
+int delete_info(MPI_Comm, int, void* value, void*) {
+  delete static_cast<CommInfo*>(value);
+  return MPI_SUCCESS;
+}
+
+CommInfo* info_of(MPI_Comm comm) {
+  if (g_keyval == MPI_KEYVAL_INVALID || comm == MPI_COMM_NULL) return nullptr;
+  void* v = nullptr;
+  int flag = 0;
+  if (PMPI_Comm_get_attr(comm, g_keyval, &v, &flag) != MPI_SUCCESS || flag == 0) return nullptr;
+  return static_cast<CommInfo*>(v);
+}
+
+void number(MPI_Comm comm, uint64_t id) {
+  auto* info = new CommInfo();
+  info->id = id;
+  MPI_Group group, world;
+  int n = 0;
+  PMPI_Comm_group(comm, &group);
+  PMPI_Comm_group(MPI_COMM_WORLD, &world);
+  PMPI_Group_size(group, &n);
+  std::vector<int> ranks(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) ranks[static_cast<size_t>(i)] = i;
+  info->world.resize(static_cast<size_t>(n));
+  PMPI_Group_translate_ranks(group, n, ranks.data(), world, info->world.data());
+  PMPI_Group_free(&group);
+  PMPI_Group_free(&world);
+  if (PMPI_Comm_set_attr(comm, g_keyval, info) != MPI_SUCCESS) delete info;
+}
+
+uint64_t mix(uint64_t a, uint64_t b) {  // splitmix64 of the pair
+  uint64_t z = a ^ (b + 0x9e3779b97f4a7c15ull + (a << 6) + (a >> 2));
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+void say(const std::string& what) { warn(what.c_str()); }
+
+// ---- waiting -----------------------------------------------------------------------------------
+constexpr auto kLongWait = std::chrono::seconds(10);
+
+// Waits for a half's end; `what` names it for the long-wait notice.
+int wait_half(int handle, size_t& bytes, const std::function<std::string()>& what) {
+  int state = FUNNEL_MSG_PENDING;
+  const auto since = std::chrono::steady_clock::now();
+  bool said = false;
+  for (unsigned spin = 0;; ++spin) {
+    if (funnel_msg_test(handle, &state, &bytes) != 0) return FUNNEL_MSG_FAILED;
+    if (state != FUNNEL_MSG_PENDING) return state;
+    if (spin % 16 == 15) {
+      progress();
+      if (spin > 4096) sched_yield();
+      if (!said && std::chrono::steady_clock::now() - since > kLongWait) {
+        said = true;
+        say(what() + " has waited 10 s for its other half.  Under FUNNEL_MPI_LOCAL=1 a device-buffer message "
+                     "between ranks of one node goes device to device: its receive must be into a device buffer "
+                     "and name its source and tag, and a blocking send returns only once its receive was posted "
+                     "(no eager buffering: use MPI_Sendrecv or non-blocking calls where both ranks send first)");
+      }
+    }
+  }
+}
+
+int error_of(int state) {
+  switch (state) {
+    case FUNNEL_MSG_DONE: return MPI_SUCCESS;
+    case FUNNEL_MSG_TRUNCATED: return MPI_ERR_TRUNCATE;
+    default: return MPI_ERR_OTHER;
+  }
+}
+
+void say_end(int state, const char* call, int peer, int tag) {
+  if (state == FUNNEL_MSG_DONE || state == FUNNEL_MSG_TRUNCATED) return;
+  say(std::string(call) + " (GPU-local message, peer " + std::to_string(peer) + ", tag " + std::to_string(tag) +
+      "): " +
+      (state == FUNNEL_MSG_PEER_GONE ? "the other rank's process left funnel-server"
+                                     : "funnel-server could not move it (its log says why) or is gone"));
+}
+
+void fill_status(MPI_Status* status, int source, int tag, size_t bytes) {
+  if (status == MPI_STATUS_IGNORE) return;
+  status->MPI_SOURCE = source;
+  status->MPI_TAG = tag;
+  PMPI_Status_set_elements_x(status, MPI_BYTE, static_cast<MPI_Count>(bytes));
+  PMPI_Status_set_cancelled(status, 0);
+}
+
+// ---- generalized requests -------------------------------------------------------------------
+struct LocalRequest {
+  int handle = -1;
+  bool recv = false;
+  int peer = 0, tag = 0;  // communicator ranks
+  size_t capacity = 0;
+  int state = FUNNEL_MSG_PENDING;
+  size_t bytes = 0;
+  const char* call = "";
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Request request = MPI_REQUEST_NULL;
+};
+std::mutex g_requests_mu;
+std::unordered_map<MPI_Request, LocalRequest*> g_requests;  // outstanding (not yet complete)
+std::atomic<size_t> g_outstanding{0};
+// Completed with an error, until the completing call raises it: request -> (communicator, error).
+std::unordered_map<MPI_Request, std::pair<MPI_Comm, int>> g_failed;
+std::atomic<size_t> g_failed_count{0};
+
+// The status only: an error is raised by the completing wrapper through the request's
+// communicator (MPI would raise a generalized request's through MPI_COMM_WORLD's handler).
+int query_fn(void* extra, MPI_Status* status) {
+  auto* r = static_cast<LocalRequest*>(extra);
+  fill_status(status, r->peer, r->tag, r->recv ? std::min(r->bytes, r->capacity) : 0);
+  return MPI_SUCCESS;
+}
+int free_fn(void* extra) {
+  delete static_cast<LocalRequest*>(extra);
+  return MPI_SUCCESS;
+}
+// A message the server may already be copying cannot be called back: the request completes.
+int cancel_fn(void*, int) { return MPI_SUCCESS; }
+
+// Completes `r` if its message ended; true when it did (the caller erases it from g_requests).
+bool try_complete(LocalRequest* r) {
+  int state = FUNNEL_MSG_PENDING;
+  size_t bytes = 0;
+  if (funnel_msg_test(r->handle, &state, &bytes) != 0) state = FUNNEL_MSG_FAILED;
+  if (state == FUNNEL_MSG_PENDING) return false;
+  r->state = state;
+  r->bytes = bytes;
+  say_end(state, r->call, r->peer, r->tag);
+  if (const int e = error_of(state); e != MPI_SUCCESS) {
+    g_failed[r->request] = {r->comm, e};
+    g_failed_count.store(g_failed.size(), std::memory_order_release);
+  }
+  PMPI_Grequest_complete(r->request);
+  return true;
+}
+
+}  // namespace
+
+void init() noexcept {
+  const char* v = std::getenv("FUNNEL_MPI_LOCAL");
+  const bool want = v != nullptr && std::strcmp(v, "1") == 0;
+  if (v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0 && std::strcmp(v, "1") != 0)
+    say(std::string("FUNNEL_MPI_LOCAL=") + v + " is not 0 or 1: GPU-local messages stay off (set it to 1 to use them)");
+  // Every rank takes part, so that ranks of different settings still agree on the outcome.
+  struct Me {
+    uint64_t host;
+    int server;
+    int want;
+  } me{std::hash<std::string>{}([] {
+         char h[256] = {};
+         ::gethostname(h, sizeof h - 1);
+         return std::string(h);
+       }()),
+       funnel_server_pid(), want ? 1 : 0};
+  int size = 1;
+  PMPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::vector<Me> all(static_cast<size_t>(size));
+  if (PMPI_Allgather(&me, sizeof me, MPI_BYTE, all.data(), sizeof me, MPI_BYTE, MPI_COMM_WORLD) != MPI_SUCCESS) return;
+  int agree = 1;
+  for (const Me& m : all) agree &= static_cast<int>(m.want == me.want);
+  if (!want) return;
+  if (agree == 0) {
+    say("FUNNEL_MPI_LOCAL=1 is not set in every rank: GPU-local messages stay off (export it to every rank: "
+        "mpirun -x FUNNEL_MPI_LOCAL)");
+    return;
+  }
+  uint64_t world = std::random_device{}();
+  world = (world << 32) ^ std::random_device{}();
+  PMPI_Bcast(&world, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  g_world = world;
+  g_same.resize(all.size());
+  for (size_t i = 0; i < all.size(); ++i)
+    g_same[i] = static_cast<char>(me.server != 0 && all[i].server == me.server && all[i].host == me.host);
+  PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_info, &g_keyval, nullptr);
+  number(MPI_COMM_WORLD, mix(world, 1));
+  PMPI_Comm_dup(MPI_COMM_WORLD, &g_probe);
+  g_enabled = true;
+}
+
+bool enabled() noexcept { return g_enabled; }
+
+void comm_made(MPI_Comm parent, MPI_Comm made) noexcept {
+  if (!g_enabled) return;
+  CommInfo* p = info_of(parent);
+  if (p == nullptr) return;
+  const uint64_t id = mix(p->id, ++p->children);
+  int inter = 0;
+  if (made == MPI_COMM_NULL || PMPI_Comm_test_inter(made, &inter) != MPI_SUCCESS || inter != 0) return;
+  number(made, id);
+}
+
+Route route(bool send, const void* buf, int count, MPI_Datatype type, int peer, int tag, MPI_Comm comm,
+            const char* call, Half& h) {
+  if (!g_enabled || peer == MPI_PROC_NULL) return Route::Mpi;
+  CommInfo* info = info_of(comm);
+  if (info == nullptr) return Route::Mpi;
+  const Extent e = extent_of(count, type);
+  // A zero-count message still goes the way its buffer says (its receive may be a device one).
+  int device = 0;
+  const void* first = static_cast<const std::byte*>(buf) + e.offset;
+  if (e.bytes == 0 ? funnel_memory_kind(buf, 0, &device) != FUNNEL_MEMORY_DEVICE : kind_of(buf, e) != Kind::Device)
+    return Route::Mpi;
+  if (!send && (peer == MPI_ANY_SOURCE || tag == MPI_ANY_TAG)) {
+    say(std::string(call) + " into a device buffer with " + (peer == MPI_ANY_SOURCE ? "MPI_ANY_SOURCE" : "MPI_ANY_TAG") +
+        " under FUNNEL_MPI_LOCAL=1: refused (MPI_ERR_OTHER).  GPU-local messages pair sends and receives by source "
+        "and tag: name them, or unset FUNNEL_MPI_LOCAL");
+    h.error = MPI_ERR_OTHER;
+    return Route::Refuse;
+  }
+  if (peer < 0 || static_cast<size_t>(peer) >= info->world.size()) return Route::Mpi;  // MPI reports it
+  const int peer_world = info->world[static_cast<size_t>(peer)];
+  if (peer_world < 0 || static_cast<size_t>(peer_world) >= g_same.size() || g_same[static_cast<size_t>(peer_world)] == 0)
+    return Route::Mpi;
+  if (!e.dense) {
+    say(std::string(call) + " of a device buffer with a datatype that is not contiguous, to a rank of this node, "
+                            "under FUNNEL_MPI_LOCAL=1: refused (MPI_ERR_TYPE).  GPU-local messages are contiguous "
+                            "bytes: pack the data first, or unset FUNNEL_MPI_LOCAL");
+    h.error = MPI_ERR_TYPE;
+    return Route::Refuse;
+  }
+  int me = 0;
+  PMPI_Comm_rank(comm, &me);
+  const int me_world = info->world[static_cast<size_t>(me)];
+  uint64_t seq = 0;
+  {
+    const std::lock_guard lock(info->mu);
+    seq = (send ? info->sent : info->received)[{peer, tag}]++;
+  }
+  h.env = funnel_envelope{g_world, info->id, send ? me_world : peer_world, send ? peer_world : me_world, tag, 0, seq};
+  h.start = const_cast<void*>(first);
+  h.bytes = e.bytes;
+  return Route::Local;
+}
+
+int send(const Half& h, MPI_Comm comm, const char* call) {
+  int handle = -1;
+  if (funnel_msg_post(FUNNEL_MSG_SEND, &h.env, h.start, h.bytes, &handle) != 0) return buffer_error(comm);
+  size_t bytes = 0;
+  const int state = wait_half(handle, bytes, [&] { return std::string(call) + " to world rank " + std::to_string(h.env.dest); });
+  say_end(state, call, h.env.dest, h.env.tag);
+  const int e = error_of(state);
+  if (e != MPI_SUCCESS) PMPI_Comm_call_errhandler(comm, e);
+  return e;
+}
+
+int recv(const Half& h, int source, int tag, MPI_Comm comm, MPI_Status* status, const char* call) {
+  int handle = -1;
+  if (funnel_msg_post(FUNNEL_MSG_RECV, &h.env, h.start, h.bytes, &handle) != 0) return buffer_error(comm);
+  size_t bytes = 0;
+  const int state =
+      wait_half(handle, bytes, [&] { return std::string(call) + " from world rank " + std::to_string(h.env.source); });
+  say_end(state, call, source, tag);
+  fill_status(status, source, tag, std::min(bytes, h.bytes));
+  const int e = error_of(state);
+  if (e != MPI_SUCCESS) PMPI_Comm_call_errhandler(comm, e);
+  return e;
+}
+
+int start(bool send, const Half& h, int peer, int tag, MPI_Comm comm, MPI_Request* request, const char* call) {
+  auto* r = new LocalRequest();
+  r->recv = !send;
+  r->peer = peer;
+  r->tag = tag;
+  r->capacity = h.bytes;
+  r->call = call;
+  r->comm = comm;
+  if (funnel_msg_post(send ? FUNNEL_MSG_SEND : FUNNEL_MSG_RECV, &h.env, h.start, h.bytes, &r->handle) != 0) {
+    delete r;
+    return buffer_error(comm);
+  }
+  if (const int rc = PMPI_Grequest_start(query_fn, free_fn, cancel_fn, r, request); rc != MPI_SUCCESS) {
+    // The half is posted: its end is waited for here, as nothing else will.
+    size_t bytes = 0;
+    (void)wait_half(r->handle, bytes, [&] { return std::string(call); });
+    delete r;
+    return rc;
+  }
+  r->request = *request;
+  const std::lock_guard lock(g_requests_mu);
+  g_requests[*request] = r;
+  g_outstanding.store(g_requests.size(), std::memory_order_release);
+  return MPI_SUCCESS;
+}
+
+bool any() noexcept { return g_outstanding.load(std::memory_order_acquire) != 0; }
+
+void poll(const MPI_Request* requests, int n) noexcept {
+  if (!any()) return;
+  const std::lock_guard lock(g_requests_mu);
+  for (int i = 0; i < n; ++i) {
+    auto it = g_requests.find(requests[i]);
+    if (it != g_requests.end() && try_complete(it->second)) g_requests.erase(it);
+  }
+  g_outstanding.store(g_requests.size(), std::memory_order_release);
+}
+
+bool outstanding(const MPI_Request* requests, int n) noexcept {
+  if (!any()) return false;
+  const std::lock_guard lock(g_requests_mu);
+  for (int i = 0; i < n; ++i)
+    if (g_requests.contains(requests[i])) return true;
+  return false;
+}
+
+void settle(const MPI_Request* requests, int n) noexcept {
+  const auto since = std::chrono::steady_clock::now();
+  bool said = false;
+  for (unsigned spin = 0;; ++spin) {
+    poll(requests, n);
+    if (!outstanding(requests, n)) return;
+    progress();
+    if (spin > 4096) sched_yield();
+    if (!said && std::chrono::steady_clock::now() - since > kLongWait) {
+      said = true;
+      say("a wait for GPU-local messages (FUNNEL_MPI_LOCAL=1) has taken 10 s: each needs its other half, a device "
+          "buffer's send or receive with the same source and tag on the other rank");
+    }
+  }
+}
+
+int raise_failed(const MPI_Request* before, int n, MPI_Status* statuses, bool many) noexcept {
+  if (g_failed_count.load(std::memory_order_acquire) == 0) return MPI_SUCCESS;
+  int first = MPI_SUCCESS;
+  MPI_Comm comm = MPI_COMM_NULL;
+  {
+    const std::lock_guard lock(g_requests_mu);
+    for (int i = 0; i < n; ++i) {
+      auto it = g_failed.find(before[i]);
+      if (it == g_failed.end()) continue;
+      if (first == MPI_SUCCESS) {
+        comm = it->second.first;
+        first = it->second.second;
+      }
+      if (statuses != MPI_STATUSES_IGNORE && statuses != MPI_STATUS_IGNORE)
+        statuses[many ? i : 0].MPI_ERROR = it->second.second;
+      g_failed.erase(it);
+    }
+    g_failed_count.store(g_failed.size(), std::memory_order_release);
+  }
+  if (first == MPI_SUCCESS) return MPI_SUCCESS;
+  PMPI_Comm_call_errhandler(comm, first);
+  return many ? MPI_ERR_IN_STATUS : first;
+}
+
+void progress() noexcept {
+  if (g_probe == MPI_COMM_NULL) return;
+  int flag = 0;
+  PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, g_probe, &flag, MPI_STATUS_IGNORE);
+}
+
+}  // namespace funnel::mpi::local
+
+// ---- communicators made by collective calls: numbered after their parent ------------------------
+#define FUNNEL_MPI_API extern "C" __attribute__((visibility("default")))
+
+namespace {
+template <class Make>
+int made_from(MPI_Comm parent, MPI_Comm* out, Make&& make) {
+  const int rc = make();
+  if (rc == MPI_SUCCESS && out != nullptr) funnel::mpi::local::comm_made(parent, *out);
+  return rc;
+}
+}  // namespace
+
+FUNNEL_MPI_API int MPI_Comm_dup(MPI_Comm comm, MPI_Comm* out) {
+  return made_from(comm, out, [&] { return PMPI_Comm_dup(comm, out); });
+}
+FUNNEL_MPI_API int MPI_Comm_dup_with_info(MPI_Comm comm, MPI_Info info, MPI_Comm* out) {
+  return made_from(comm, out, [&] { return PMPI_Comm_dup_with_info(comm, info, out); });
+}
+FUNNEL_MPI_API int MPI_Comm_split(MPI_Comm comm, int color, int key, MPI_Comm* out) {
+  return made_from(comm, out, [&] { return PMPI_Comm_split(comm, color, key, out); });
+}
+FUNNEL_MPI_API int MPI_Comm_split_type(MPI_Comm comm, int type, int key, MPI_Info info, MPI_Comm* out) {
+  return made_from(comm, out, [&] { return PMPI_Comm_split_type(comm, type, key, info, out); });
+}
+FUNNEL_MPI_API int MPI_Comm_create(MPI_Comm comm, MPI_Group group, MPI_Comm* out) {
+  return made_from(comm, out, [&] { return PMPI_Comm_create(comm, group, out); });
+}
+FUNNEL_MPI_API int MPI_Cart_create(MPI_Comm comm, int ndims, const int dims[], const int periods[], int reorder,
+                                   MPI_Comm* out) {
+  return made_from(comm, out, [&] { return PMPI_Cart_create(comm, ndims, dims, periods, reorder, out); });
+}
+FUNNEL_MPI_API int MPI_Cart_sub(MPI_Comm comm, const int remain_dims[], MPI_Comm* out) {
+  return made_from(comm, out, [&] { return PMPI_Cart_sub(comm, remain_dims, out); });
+}
+FUNNEL_MPI_API int MPI_Graph_create(MPI_Comm comm, int nnodes, const int index[], const int edges[], int reorder,
+                                    MPI_Comm* out) {
+  return made_from(comm, out, [&] { return PMPI_Graph_create(comm, nnodes, index, edges, reorder, out); });
+}
+FUNNEL_MPI_API int MPI_Dist_graph_create_adjacent(MPI_Comm comm, int indegree, const int sources[],
+                                                  const int sourceweights[], int outdegree, const int destinations[],
+                                                  const int destweights[], MPI_Info info, int reorder, MPI_Comm* out) {
+  return made_from(comm, out, [&] {
+    return PMPI_Dist_graph_create_adjacent(comm, indegree, sources, sourceweights, outdegree, destinations, destweights,
+                                           info, reorder, out);
+  });
+}
+FUNNEL_MPI_API int MPI_Dist_graph_create(MPI_Comm comm, int n, const int sources[], const int degrees[],
+                                         const int destinations[], const int weights[], MPI_Info info, int reorder,
+                                         MPI_Comm* out) {
+  return made_from(comm, out, [&] {
+    return PMPI_Dist_graph_create(comm, n, sources, degrees, destinations, weights, info, reorder, out);
+  });
+}

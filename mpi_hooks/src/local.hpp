@@ -1,0 +1,63 @@
+// GPU-local messages (FUNNEL_MPI_LOCAL=1; doc/mpi.md, "GPU-local messages"): a point-to-point
+// message between two ranks attached to the same funnel-server, from a device buffer to a device
+// buffer, is one device-to-device copy in the server's context (funnel_msg_post), not a trip
+// through MPI.  The contract the program keeps (both sides must route a message the same way,
+// and each decides alone): on a communicator whose ranks share a server, every device-buffer
+// send and receive between them goes this way, so receives into device buffers name their source
+// and tag, a device send meets a device receive, and nothing relies on MPI's eager buffering (a
+// blocking send returns once its receive has taken the data).  What breaks it visibly is refused
+// by name; a send or receive left waiting says so on stderr after 10 s.
+#pragma once
+#include <mpi.h>
+
+#include <cstddef>
+
+#include "funnel/funnel.h"
+
+namespace funnel::mpi::local {
+
+// At MPI_Init, after the attach (collective over MPI_COMM_WORLD whatever the setting): reads
+// FUNNEL_MPI_LOCAL, finds which ranks share this rank's server, numbers MPI_COMM_WORLD.
+void init() noexcept;
+bool enabled() noexcept;
+
+// A communicator made by a collective call over `parent` (MPI_Comm_dup, split, create, the
+// topology constructors): numbered after its parent (the same number at every member, as each
+// member counts the parent's creations).  `made` may be MPI_COMM_NULL (the count still goes on).
+void comm_made(MPI_Comm parent, MPI_Comm made) noexcept;
+
+enum class Route { Mpi, Local, Refuse };
+// How one half goes: Mpi (staged or as it is), Local (`env` and `bytes` filled, `start` the first
+// byte), or Refuse (said on stderr: the caller raises `error` through the communicator).
+struct Half {
+  funnel_envelope env{};
+  void* start = nullptr;
+  size_t bytes = 0;
+  int error = MPI_SUCCESS;
+};
+Route route(bool send, const void* buf, int count, MPI_Datatype type, int peer, int tag, MPI_Comm comm,
+            const char* call, Half& h);
+
+// Blocking: posts and waits (MPI progress meanwhile).  recv fills `status` (source, tag, count).
+int send(const Half& h, MPI_Comm comm, const char* call);
+int recv(const Half& h, int source, int tag, MPI_Comm comm, MPI_Status* status, const char* call);
+// Non-blocking: a generalized request (MPI_Grequest_start) that the Wait/Test wrappers complete.
+int start(bool send, const Half& h, int peer, int tag, MPI_Comm comm, MPI_Request* request, const char* call);
+
+// Whether any local request is outstanding (the Wait/Test wrappers' fast path).
+bool any() noexcept;
+// Completes (MPI_Grequest_complete) the local requests among `requests` whose message ended.
+void poll(const MPI_Request* requests, int n) noexcept;
+// Waits until every local request among `requests` ended (MPI progress meanwhile).
+void settle(const MPI_Request* requests, int n) noexcept;
+// Whether some local request among `requests` has not ended.
+bool outstanding(const MPI_Request* requests, int n) noexcept;
+// After a completion call completed some of `before` (the handles as they were): raises the first
+// error of a GPU-local one among them through its communicator's handler and returns it
+// (`many`: MPI_ERR_IN_STATUS, each one's error in statuses[i]; else in statuses[0]).
+// MPI_SUCCESS when none failed.
+int raise_failed(const MPI_Request* before, int n, MPI_Status* statuses, bool many) noexcept;
+// Lets the MPI library progress (a probe on a private communicator).
+void progress() noexcept;
+
+}  // namespace funnel::mpi::local

@@ -5,8 +5,9 @@
 #   native-host    host buffers only: MPI's own floor
 #   mps-staged     the same as native-staged under NVIDIA MPS (private pipe/log directory)
 #   funnel-device  pingpong_funnel hands its device buffers to MPI; funnel's hooks move them
-#                  (staged today; GPU-local between ranks of one server is next: doc/design/
-#                  mpi-device-buffers.md)
+#                  (staged through pinned host memory: doc/mpi.md, "Device buffers")
+#   funnel-local   pingpong_funnel --mode device under FUNNEL_MPI_LOCAL=1: each message one
+#                  device-to-device copy in the server's context (GPU-local messages)
 #   funnel-staged  pingpong_funnel staging by itself, through funnel
 #   bench/pingpong.sh
 # Environment: BUILD_DIR (default build-gpu), OUT (default $PWD/bench-out/pingpong), MODES (the
@@ -16,7 +17,7 @@ set -u -o pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build-gpu}
 OUT_DIR=${OUT:-$PWD/bench-out/pingpong}
-MODES=${MODES:-native-staged native-host mps-staged funnel-device funnel-staged}
+MODES=${MODES:-native-staged native-host mps-staged funnel-device funnel-local funnel-staged}
 MAX=${MAX:-67108864}
 ROUNDS=${ROUNDS:-1}
 for f in "$BUILD_DIR/bin/pingpong" "$BUILD_DIR/bin/pingpong_funnel"; do
@@ -44,9 +45,12 @@ for round in $(seq "$ROUNDS"); do
         rc=$?
         mps_stop
         (exit $rc) ;;
-      funnel-*) env -u LD_LIBRARY_PATH FUNNEL_JOB_ID="pingpong-$mode-$round-$$" FUNNEL_LOG_DIR="$OUT_DIR/$mode.$round.server" \
-                  timeout 300 mpirun "${MPI_ARGS[@]}" -x FUNNEL_JOB_ID -x FUNNEL_LOG_DIR "$BUILD_DIR/bin/pingpong_funnel" \
-                  --mode "${mode#funnel-}" --max "$MAX" >"$log" 2>&1 ;;
+      funnel-*)
+        how=${mode#funnel-} local=0
+        [[ $how == local ]] && how=device local=1
+        env -u LD_LIBRARY_PATH FUNNEL_JOB_ID="pingpong-$mode-$round-$$" FUNNEL_LOG_DIR="$OUT_DIR/$mode.$round.server" \
+          FUNNEL_MPI_LOCAL=$local timeout 300 mpirun "${MPI_ARGS[@]}" -x FUNNEL_JOB_ID -x FUNNEL_LOG_DIR -x FUNNEL_MPI_LOCAL \
+          "$BUILD_DIR/bin/pingpong_funnel" --mode "$how" --max "$MAX" >"$log" 2>&1 ;;
       *) echo "pingpong.sh: unknown mode $mode" >&2; exit 2 ;;
     esac
     rc=$?

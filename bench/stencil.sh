@@ -16,7 +16,9 @@
 #              "funnel-wK", "funnel-bN", "funnel-cN", "funnel-sN", "funnel-iN", "funnel-yN",
 #              "funnel-oN" (e.g. funnel-w4,
 #              funnel-b0, funnel-i0+s0):
-#              funnel with one server setting changed (bench/modes.sh)
+#              funnel with one server setting changed (bench/modes.sh); "hooks-local": the linked
+#              app with device halos under FUNNEL_MPI_LOCAL=1 (GPU-local messages between the
+#              ranks, doc/mpi.md)
 #   RANKS      rank counts (default "1 2 4 8 16")
 #   N          global grid is N^3 (default 256)
 #   STEPS      timed steps (default 200); WARMUP untimed steps before them (default 20)
@@ -72,7 +74,7 @@ run_one() {
   local env_args=(-x LD_LIBRARY_PATH)
   [[ $mode == mps ]] && env_args+=(-x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY)
   local wrap=() app=$ST pre=() setting
-  if [[ $mode == hooks ]]; then
+  if [[ $mode == hooks || $mode == hooks-local ]]; then
     # The linked app finds funnel's libcudart.so.13 through its rpath; LD_LIBRARY_PATH with
     # NVIDIA's runtime would come first (local ranks inherit mpirun's environment), so it is
     # left out.
@@ -82,6 +84,7 @@ run_one() {
     rm -rf "$logs"
     pre=(env -u LD_LIBRARY_PATH "FUNNEL_JOB_ID=stencil-hooks-$np-$$" "FUNNEL_LOG_DIR=$logs")
     env_args=(-x FUNNEL_JOB_ID -x FUNNEL_LOG_DIR)
+    [[ $mode == hooks-local ]] && pre+=(FUNNEL_MPI_LOCAL=1) && env_args+=(-x FUNNEL_MPI_LOCAL)
   elif [[ $mode == funnel ]] || setting=$(funnel_variant_env "$mode"); then
     # A job id of its own per run, so a fresh server with the mode's setting (bench/modes.sh).
     export FUNNEL_JOB_ID=stencil-${mode//+/_}-$np-$$  # a job id has no '+'
@@ -95,7 +98,7 @@ run_one() {
     env_args+=(-x FUNNEL_LOG_DIR)
   fi
   local halo=host
-  [[ " ${DEVICE_HALO:-} " == *" $mode "* ]] && halo=device
+  [[ " ${DEVICE_HALO:-} " == *" $mode "* || $mode == hooks-local ]] && halo=device
   timeout 600 "${pre[@]}" "$MPIRUN" "${MPI_ARGS[@]}" "${env_args[@]}" -np "$np" "${wrap[@]}" "$app" \
     --n "$N" --steps "$STEPS" --warmup "$WARMUP" --halo "$halo" --reference "$REF" >"$log" 2>&1
 }
@@ -148,7 +151,7 @@ for mode in $MODES; do
     fi
     mps_start || { echo "stencil.sh: MPS did not start: skipped"; continue; }
   fi
-  if [[ $mode == hooks && ! -x $BUILD_DIR/bin/stencil_funnel ]]; then
+  if [[ $mode == hooks* && ! -x $BUILD_DIR/bin/stencil_funnel ]]; then
     echo "stencil.sh: $BUILD_DIR/bin/stencil_funnel not built (funnel without MPI): hooks skipped"
     continue
   fi
@@ -194,7 +197,7 @@ ms = lambda m, n: (by.get((m, n)) or {}).get("ms_per_step")
 ok = lambda m, n: (m, n) not in by or (by[(m, n)].get("reference") == "match" and by[(m, n)].get("rc") == 0)
 f = lambda v: "-" if v is None else f"{v:.4g}"
 r = lambda a, b: "-" if a is None or not b else f"{a / b:.3f}"
-pooled = sorted({r["mode"] for r in rows if r["mode"].startswith("funnel-")})
+pooled = sorted({r["mode"] for r in rows if r["mode"].startswith(("funnel-", "hooks-"))})
 print(f'{"ranks":>5} {"native ms/step":>15} {"MPS ms/step":>12} {"funnel ms/step":>15} {"linked ms/step":>15}'
       f' {"funnel/MPS":>11} {"linked/MPS":>11}' + "".join(f" {m + '/MPS':>16}" for m in pooled) + f' {"checksum ok":>12}')
 for n in ranks:

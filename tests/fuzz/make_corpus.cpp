@@ -112,6 +112,35 @@ void write_all(const std::filesystem::path& dir) {
       .cmd(Opcode::Copy, copy({MemSpace::Pinned, 0, 1, 4096}, device(0, 0), 4096), true)
       .cmd(Opcode::PinnedFree, ipc::PinnedFreeCmd{1}, true)
       .write(dir, "pinned");
+  // GPU-local messages: a receive parked, its send (the same client: a message to itself) paired
+  // and copied, completion words in a pinned page; a duplicate envelope.
+  {
+    auto msg = [](uint32_t role, uint64_t seq, uint32_t offset, uint64_t bytes, uint64_t word) {
+      ipc::MsgPostCmd c{};
+      c.world = 1;
+      c.comm = 2;
+      c.source = 0;
+      c.dest = 0;
+      c.tag = 3;
+      c.role = role;
+      c.seq = seq;
+      c.address = fuzz::address_token(0, offset);
+      c.bytes = bytes;
+      c.word_pinned = 1;
+      c.word_offset = word;
+      return c;
+    };
+    Seed()
+        .cmd(Opcode::PinnedAlloc, ipc::PinnedAllocCmd{4096, 0, 0}, true)
+        .cmd(Opcode::MemAlloc, ipc::MemAllocCmd{8192}, true)
+        .cmd(Opcode::MsgPost, msg(ipc::kMsgRecv, 0, 4096, 4096, 0))
+        .cmd(Opcode::MsgPost, msg(ipc::kMsgSend, 0, 0, 4096, 16))
+        .cmd(Opcode::MsgPost, msg(ipc::kMsgRecv, 1, 0, 100, 32))
+        .cmd(Opcode::MsgPost, msg(ipc::kMsgRecv, 1, 0, 100, 48))
+        .cmd(Opcode::MsgPost, msg(ipc::kMsgSend, 1, 4096, 200, 64))
+        .bare(Opcode::Fence, true)
+        .write(dir, "messages");
+  }
   Seed()
       .cmd(Opcode::StreamCreate, ipc::StreamCreateCmd{5, 0, 0})
       .cmd(Opcode::MemAllocAsync, ipc::MemAllocCmd{4096}, true, 5)

@@ -84,28 +84,40 @@ if [[ -x $BIN/stencil_funnel && -x $BIN/stencil ]]; then
   else
     result mpi linked-stencil-device-halo-np4 FAIL "mpirun exit $rc or checksum mismatch (stencil-device-halo.log)"
   fi
+  # --halo device under FUNNEL_MPI_LOCAL=1: the halos are GPU-local messages (the job report
+  # counts them), the same checksum.
+  env -u LD_LIBRARY_PATH FUNNEL_JOB_ID=$job-local FUNNEL_LOG_DIR="$logs-local" FUNNEL_MPI_LOCAL=1 \
+    timeout 300 "${MPI[@]}" -x FUNNEL_JOB_ID -x FUNNEL_LOG_DIR -x FUNNEL_MPI_LOCAL -np 4 \
+    "$BIN/stencil_funnel" --n 128 --steps 20 --warmup 2 --halo device --reference "$ref" \
+    >"$OUT_DIR/stencil-local.log" 2>&1
+  rc=$?
+  locals=$(python3 -c 'import json,glob,sys; print(sum(c.get("local_messages",0) for f in glob.glob(sys.argv[1]+"/*.json") for c in json.load(open(f))["clients"]))' "$logs-local" 2>/dev/null)
+  if [[ $rc == 0 ]] && grep -q '"reference":"match"' "$OUT_DIR/stencil-local.log" && [[ ${locals:-0} -gt 0 ]]; then
+    result mpi linked-stencil-local-np4 PASS "$(grep -o '"ms_per_step":[0-9.]*' "$OUT_DIR/stencil-local.log"), $locals GPU-local halo messages, checksum matches"
+  else
+    result mpi linked-stencil-local-np4 FAIL "mpirun exit $rc, checksum mismatch or no GPU-local messages (${locals:-none}) (stencil-local.log)"
+  fi
 else
   result mpi linked-stencil-np4 SKIP "bin/stencil_funnel not built (no MPI found)"
 fi
 
-# ---- 2b. device buffers in MPI calls ------------------------------------------------------------
-if command -v mpicxx >/dev/null && [[ -f $BUILD/lib/libfunnel_mpi.so ]]; then
-  devprog=$BUILD/device_buffers
-  if /usr/local/cuda/bin/nvcc -ccbin mpicxx -arch=sm_90 -cudart shared -O1 -I"$ROOT/tests/programs" -o "$devprog" \
-    "$ROOT/tests/mpi/device_buffers.cu" -L"$BUILD/lib" -lfunnel_mpi -Xlinker -rpath="$BUILD/lib" \
-    >"$OUT_DIR/device_buffers.nvcc.log" 2>&1; then
-    if env -u LD_LIBRARY_PATH FUNNEL_TEST_BACKEND=cuda timeout 300 "$ROOT/tests/mpi/device_buffers.sh" 4 "$BIN" "$devprog" \
-      >"$OUT_DIR/device_buffers.log" 2>&1; then
-      result mpi device-buffers-np4 PASS "point to point, collectives and a freed buffer on the cuda backend"
-    else
-      result mpi device-buffers-np4 FAIL "$(grep -m1 FAIL "$OUT_DIR/device_buffers.log") (device_buffers.log)"
-    fi
+# ---- 2b. device buffers in MPI calls, and GPU-local messages (FUNNEL_MPI_LOCAL=1) -----------------
+for t in "device_buffers device-buffers-np4 point to point, collectives and a freed buffer on the cuda backend" \
+         "local_messages local-messages-np4 GPU-local messages (FUNNEL_MPI_LOCAL=1) on the cuda backend"; do
+  read -r prog name what <<<"$t"
+  if ! command -v mpicxx >/dev/null || [[ ! -f $BUILD/lib/libfunnel_mpi.so ]]; then
+    result mpi "$name" SKIP "no mpicxx or no $BUILD/lib/libfunnel_mpi.so"
+  elif ! /usr/local/cuda/bin/nvcc -ccbin mpicxx -arch=sm_90 -cudart shared -O1 -I"$ROOT/tests/programs" \
+    -I"$ROOT/runtime/client/include" -o "$BUILD/$prog" "$ROOT/tests/mpi/$prog.cu" -L"$BUILD/lib" -lfunnel_mpi \
+    -Xlinker -rpath="$BUILD/lib" >"$OUT_DIR/$prog.nvcc.log" 2>&1; then
+    result mpi "$name" FAIL "does not compile: $prog.nvcc.log"
+  elif env -u LD_LIBRARY_PATH FUNNEL_TEST_BACKEND=cuda timeout 300 "$ROOT/tests/mpi/$prog.sh" 4 "$BIN" "$BUILD/$prog" \
+    >"$OUT_DIR/$prog.log" 2>&1; then
+    result mpi "$name" PASS "$what$(grep -o ' ([0-9]* GPU-local messages)' "$OUT_DIR/$prog.log")"
   else
-    result mpi device-buffers-np4 FAIL "does not compile: device_buffers.nvcc.log"
+    result mpi "$name" FAIL "$(grep -m1 FAIL "$OUT_DIR/$prog.log") ($prog.log)"
   fi
-else
-  result mpi device-buffers-np4 SKIP "no mpicxx or no $BUILD/lib/libfunnel_mpi.so"
-fi
+done
 
 # ---- 3. GPU fraction -------------------------------------------------------------------------
 if [[ -f $ROOT/tests/gpu/fraction.cu ]]; then

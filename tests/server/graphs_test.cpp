@@ -5,7 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "fixture.hpp"
@@ -268,6 +270,107 @@ TEST_F(ServerTest, IpcExportsAreOpenedByOtherClientsAndOutliveTheOwnersFree) {
   ASSERT_EQ(b.call(Opcode::IpcClose, ipc::AddressCmd{x}).status, Status::Success);
   EXPECT_EQ(b.call(Opcode::IpcClose, ipc::AddressCmd{x}).status, Status::InvalidValue);
   EXPECT_EQ(b.call(Opcode::Memset, set).status, Status::InvalidValue);
+}
+
+// GPU-local messages (MsgPost; runtime/server/src/session/mailbox.hpp): the server pairs a send
+// and a receive of one envelope from two clients, copies device to device and answers both
+// completion words; what it refuses, and a client that leaves while a partner waits.
+// A client's completion words: one pinned page of this client's (the server runs in this process,
+// so its address of the page is readable here).
+struct Words {
+  uint64_t id = 0;
+  ipc::MsgWord* words = nullptr;
+  explicit Words(TestClient& c) {
+    const Reply r = c.call(Opcode::PinnedAlloc, ipc::PinnedAllocCmd{4096, 0, 0});
+    EXPECT_EQ(r.status, Status::Success);
+    id = r.value[0];
+    words = reinterpret_cast<ipc::MsgWord*>(r.value[2]);
+  }
+  // Word i set pending, as the client does before it posts.
+  uint64_t arm(size_t i) {
+    words[i].bytes.store(0);
+    words[i].state.store(ipc::kMsgPending);
+    return i * sizeof(ipc::MsgWord);
+  }
+  // Word i's end (kMsgPending after 10 s).
+  uint32_t end(size_t i) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (words[i].state.load() == ipc::kMsgPending && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return words[i].state.load();
+  }
+};
+
+ipc::MsgPostCmd half(uint32_t role, int32_t source, int32_t dest, int32_t tag, uint64_t seq, uint64_t address,
+                     uint64_t bytes, const Words& w, uint64_t offset) {
+  ipc::MsgPostCmd c{};
+  c.world = 42;
+  c.comm = 7;
+  c.source = source;
+  c.dest = dest;
+  c.tag = tag;
+  c.role = role;
+  c.seq = seq;
+  c.address = address;
+  c.bytes = bytes;
+  c.word_pinned = w.id;
+  c.word_offset = offset;
+  return c;
+}
+
+TEST_F(ServerTest, GpuLocalMessagesArePairedCopiedAndAnswered) {
+  start_server();
+  constexpr uint64_t kBytes = 4096;
+  TestClient a(run_dir_), b(run_dir_);
+  ASSERT_TRUE(a.ok() && b.ok());
+  Words wa(a), wb(b);
+  const uint64_t x = a.alloc(kBytes), y = b.alloc(kBytes);
+  std::vector<uint32_t> data(kBytes / 4, 0x0a0b0c0du), zero(kBytes / 4, 0);
+  a.h2d(x, data.data(), kBytes);
+  b.h2d(y, zero.data(), kBytes);
+  // The receive first (parked), then the send (paired): rank 0 of a to rank 1 of b.
+  b.post(Opcode::MsgPost, half(ipc::kMsgRecv, 0, 1, 5, 0, y, kBytes, wb, wb.arm(0)));
+  ASSERT_EQ(b.call(Opcode::Fence).status, Status::Success);
+  EXPECT_EQ(wb.words[0].state.load(), ipc::kMsgPending) << "parked until its send comes";
+  a.post(Opcode::MsgPost, half(ipc::kMsgSend, 0, 1, 5, 0, x, kBytes, wa, wa.arm(0)));
+  EXPECT_EQ(wa.end(0), ipc::kMsgDone);
+  EXPECT_EQ(wb.end(0), ipc::kMsgDone);
+  EXPECT_EQ(wb.words[0].bytes.load(), kBytes);
+  ASSERT_EQ(b.sync_device(), Status::Success);
+  EXPECT_TRUE(all_equal(read_words(b, y, kBytes / 4), 0x0a0b0c0du));
+
+  // The send first, into a smaller receive: the receive is truncated (its capacity copied).
+  a.post(Opcode::MsgPost, half(ipc::kMsgSend, 0, 1, 5, 1, x, 200, wa, wa.arm(1)));
+  b.post(Opcode::MsgPost, half(ipc::kMsgRecv, 0, 1, 5, 1, y + 1000, 100, wb, wb.arm(1)));
+  EXPECT_EQ(wa.end(1), ipc::kMsgDone);
+  EXPECT_EQ(wb.end(1), ipc::kMsgTruncated);
+  EXPECT_EQ(wb.words[1].bytes.load(), 200u);
+
+  // Refused: memory that is not the poster's (b posts a's buffer), a duplicate envelope.
+  b.post(Opcode::MsgPost, half(ipc::kMsgSend, 1, 0, 6, 0, x, 64, wb, wb.arm(2)));
+  EXPECT_EQ(wb.end(2), ipc::kMsgFailed);
+  ASSERT_EQ(b.call(Opcode::Fence).status, Status::Success);
+  EXPECT_EQ(b.take_deferred(), static_cast<int32_t>(Status::InvalidValue)) << "the one-way post's deferred error";
+  a.post(Opcode::MsgPost, half(ipc::kMsgRecv, 1, 0, 7, 0, x, 64, wa, wa.arm(2)));
+  a.post(Opcode::MsgPost, half(ipc::kMsgRecv, 1, 0, 7, 0, x, 64, wa, wa.arm(3)));
+  EXPECT_EQ(wa.end(3), ipc::kMsgFailed) << "the same envelope posted twice";
+  // A word outside the client's pinned page, or not aligned: refused without an answer.
+  for (uint64_t offset : {uint64_t{4096}, uint64_t{8}}) {
+    a.post(Opcode::MsgPost, half(ipc::kMsgSend, 0, 1, 8, 0, x, 64, wa, offset));
+    ASSERT_EQ(a.call(Opcode::Fence).status, Status::Success);
+    EXPECT_EQ(a.take_deferred(), static_cast<int32_t>(Status::InvalidValue)) << "word at " << offset;
+  }
+
+  // b leaves with a receive parked for a; a's receive from b (parked above, tag 7) is answered
+  // PeerGone, and so is a later post to b's rank.
+  TestClient c(run_dir_);
+  ASSERT_TRUE(c.ok());
+  b.post(Opcode::MsgPost, half(ipc::kMsgRecv, 0, 1, 9, 0, y, 64, wb, wb.arm(4)));
+  ASSERT_EQ(b.call(Opcode::Fence).status, Status::Success);
+  b.detach();
+  EXPECT_EQ(wa.end(2), ipc::kMsgPeerGone);
+  a.post(Opcode::MsgPost, half(ipc::kMsgSend, 0, 1, 10, 0, x, 64, wa, wa.arm(4)));
+  EXPECT_EQ(wa.end(4), ipc::kMsgPeerGone);
 }
 
 // A graph tree (conditional nodes): handles and conditional nodes made as the client makes them,

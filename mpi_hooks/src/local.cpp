@@ -7,8 +7,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -18,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "funnel/common/config.hpp"
 #include "staging.hpp"
 
 namespace funnel::mpi::local {
@@ -180,10 +179,12 @@ bool try_complete(LocalRequest* r) {
 }  // namespace
 
 void init() noexcept {
-  const char* v = std::getenv("FUNNEL_MPI_LOCAL");
-  const bool want = v != nullptr && std::strcmp(v, "1") == 0;
-  if (v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0 && std::strcmp(v, "1") != 0)
-    say(std::string("FUNNEL_MPI_LOCAL=") + v + " is not 0 or 1: GPU-local messages stay off (set it to 1 to use them)");
+  bool want = false;
+  try {
+    want = Settings::from_environment().mpi_local;
+  } catch (const std::exception& e) {
+    say(std::string("GPU-local messages stay off: ") + e.what());  // the attach said so already
+  }
   // Every rank takes part, so that ranks of different settings still agree on the outcome.
   struct Me {
     uint64_t host;

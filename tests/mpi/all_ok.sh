@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by device_buffers.sh and local_messages.sh: runs_all_ok NP PROGRAM [mpirun options...]
 # runs PROGRAM under real `mpirun --oversubscribe -np NP` on the sim backend (on the GPU:
 # FUNNEL_TEST_BACKEND=cuda) with its stdout in $tmp/out and stderr in $tmp/err (a directory removed

@@ -47,7 +47,7 @@ TEST(ClientRecord, JsonHasFunnelctlsNames) {
   EXPECT_DOUBLE_EQ(j.at("gpu_busy_s").get<double>(), 1.5);
   EXPECT_NEAR(j.at("attached_s").get<double>(), 2.0, 1e-6);
   for (const char* k : {"pid", "command", "home_device", "gpu_fraction", "device_memory_peak_bytes", "commands",
-                        "bytes_h2d", "bytes_d2h", "errors"})
+                        "bytes_h2d", "bytes_d2h", "local_messages", "local_bytes", "errors"})
     EXPECT_TRUE(j.contains(k)) << k;
   ClientRecord attaching = record(4, -1, "./b");
   attaching.home_device = -1;

@@ -99,6 +99,7 @@ struct Settings {
   // FUNNEL_PRINT_PLAN=1: the placement plan is printed to stderr once the process attached
   // (under the MPI hooks: by node rank 0, once every rank of the node attached).
   bool print_plan = false;
+  bool mpi_local = false;  // FUNNEL_MPI_LOCAL: GPU-local messages under the MPI hooks
   // FUNNEL_GPU_REPLIES: whether the GPU answers a waiting client itself (a stream memory
   // write) where the server's worker would otherwise have to notice the completion.
   GpuReplies gpu_replies = GpuReplies::Auto;

@@ -318,7 +318,7 @@ class GpuSolver {
     const std::size_t halo_bytes = l_.halo_points * sizeof(double);
     for (int f : l_.faces) pack_kernel<<<face_grid(b, f), kBlockFace>>>(u_, send_d_ + l_.offset[f], b, f);
     lap(kPack);
-    if (device_halo_)
+    if (device_halo_ && !l_.faces.empty())
       CK(cudaStreamSynchronize(nullptr));
     else if (halo_bytes != 0)
       CK(cudaMemcpy(send_h_, send_d_, halo_bytes, cudaMemcpyDeviceToHost));

@@ -393,7 +393,7 @@ int wait_by_testing(Test&& test) {
   for (unsigned spin = 0;; ++spin) {
     int done = 0;
     if (const int rc = test(done); rc != MPI_SUCCESS || done != 0) return rc;
-    if (spin > 4096) sched_yield();
+    if (spin > 64) sched_yield();
   }
 }
 

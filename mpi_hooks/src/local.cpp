@@ -79,6 +79,9 @@ void say(const std::string& what) { warn(what.c_str()); }
 
 // ---- waiting -----------------------------------------------------------------------------------
 constexpr auto kLongWait = std::chrono::seconds(10);
+// Polls of a completion word before a waiting rank yields its core at every poll: with a rank per
+// core the server's worker for it (which pairs its messages) runs on the rank's cores.
+constexpr unsigned kSpins = 64;
 
 // Waits for a half's end; `what` names it for the long-wait notice.
 int wait_half(int handle, size_t& bytes, const std::function<std::string()>& what) {
@@ -88,9 +91,9 @@ int wait_half(int handle, size_t& bytes, const std::function<std::string()>& wha
   for (unsigned spin = 0;; ++spin) {
     if (funnel_msg_test(handle, &state, &bytes) != 0) return FUNNEL_MSG_FAILED;
     if (state != FUNNEL_MSG_PENDING) return state;
+    if (spin >= kSpins) sched_yield();  // the rank's worker may share its core
     if (spin % 16 == 15) {
       progress();
-      if (spin > 4096) sched_yield();
       if (!said && std::chrono::steady_clock::now() - since > kLongWait) {
         said = true;
         say(what() + " has waited 10 s for its other half.  Under FUNNEL_MPI_LOCAL=1 a device-buffer message "
@@ -353,7 +356,7 @@ void settle(const MPI_Request* requests, int n) noexcept {
     poll(requests, n);
     if (!outstanding(requests, n)) return;
     progress();
-    if (spin > 4096) sched_yield();
+    if (spin >= kSpins) sched_yield();
     if (!said && std::chrono::steady_clock::now() - since > kLongWait) {
       said = true;
       say("a wait for GPU-local messages (FUNNEL_MPI_LOCAL=1) has taken 10 s: each needs its other half, a device "

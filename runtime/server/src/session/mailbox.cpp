@@ -1,42 +1,97 @@
 #include "session/mailbox.hpp"
 
+#include <algorithm>
 #include <thread>
 
 #include <spdlog/spdlog.h>
 
 namespace funnel::server {
 
-Mailbox::Outcome Mailbox::post(bool send, const Key& key, uint64_t world, int32_t self, int32_t peer, MsgHalf half,
+Mailbox::Outcome Mailbox::pair_locked(bool send, const Key& key, uint64_t world, int32_t peer, MsgHalf& other) {
+  if (gone_.contains({world, peer})) return Outcome::PeerGone;
+  auto& theirs = send ? recvs_ : sends_;
+  auto it = theirs.find(key);
+  if (it == theirs.end()) return Outcome::Absent;
+  other = std::move(it->second.half);
+  theirs.erase(it);
+  return Outcome::Paired;
+}
+
+Mailbox::Outcome Mailbox::take(bool send, const Key& key, uint64_t world, int32_t self, int32_t peer, uint32_t client,
                                MsgHalf& other) {
   const std::lock_guard lock(mu_);
-  rank_client_[{world, self}] = half.client;
+  rank_client_[{world, self}] = client;
   worlds_.insert(world);
-  if (gone_.contains({world, peer})) return Outcome::PeerGone;
-  auto& mine = send ? sends_ : recvs_;
-  auto& theirs = send ? recvs_ : sends_;
-  if (auto it = theirs.find(key); it != theirs.end()) {
-    other = std::move(it->second.half);
-    theirs.erase(it);
-    return Outcome::Paired;
+  return pair_locked(send, key, world, peer, other);
+}
+
+Mailbox::Outcome Mailbox::park(bool send, const Key& key, uint64_t world, int32_t peer, MsgHalf&& half,
+                               MsgHalf& other) {
+  std::unique_ptr<BackendEvent> unused;
+  Outcome o;
+  {
+    const std::lock_guard lock(mu_);
+    o = pair_locked(send, key, world, peer, other);
+    if (o == Outcome::Absent) {
+      auto& mine = send ? sends_ : recvs_;
+      if (mine.emplace(key, Parked{std::move(half), world, peer}).second) return Outcome::Parked;
+      o = Outcome::Duplicate;
+    }
+    unused = std::move(half.ready);
   }
-  if (!mine.emplace(key, Parked{std::move(half), world, peer}).second) return Outcome::Duplicate;
-  return Outcome::Parked;
+  recycle(std::move(unused));
+  return o;
 }
 
-void Mailbox::in_flight(uint32_t a, uint32_t b, std::shared_ptr<BackendEvent> done,
-                        std::shared_ptr<std::atomic<bool>> stored) {
+std::unique_ptr<BackendEvent> Mailbox::event(int device) {
+  {
+    const std::lock_guard lock(mu_);
+    for (auto it = pool_.begin(); it != pool_.end(); ++it)
+      if ((*it)->device() == device) {
+        std::unique_ptr<BackendEvent> e = std::move(*it);
+        pool_.erase(it);
+        return e;
+      }
+  }
+  std::unique_ptr<BackendEvent> e;
+  if (backend_.create_event(device, false, e) != Status::Success) return nullptr;
+  return e;
+}
+
+void Mailbox::recycle(std::unique_ptr<BackendEvent> e) {
+  if (!e) return;
   const std::lock_guard lock(mu_);
-  if (flights_.size() >= 64) prune_flights();
-  flights_.push_back({a, b, std::move(done), std::move(stored)});
+  if (pool_.size() < 256) pool_.push_back(std::move(e));
 }
 
-bool Mailbox::flight_over(const Flight& f) {
+bool Mailbox::over(const Flight& f) {
   if (f.stored && !f.stored->load(std::memory_order_acquire)) return false;
   return f.done == nullptr || backend_.query(*f.done) != Status::NotReady;
 }
 
-void Mailbox::prune_flights() {
-  std::erase_if(flights_, [this](const Flight& f) { return flight_over(f); });
+void Mailbox::prune_locked() {
+  for (auto it = flights_.begin(); it != flights_.end();) {
+    if (!over(*it)) {
+      ++it;
+      continue;
+    }
+    if (it->done && pool_.size() < 256) pool_.push_back(std::move(it->done));
+    it = flights_.erase(it);
+  }
+}
+
+void Mailbox::in_flight(uint32_t a, uint32_t b, int device, std::unique_ptr<BackendEvent> done,
+                        std::shared_ptr<std::atomic<bool>> stored) {
+  const std::lock_guard lock(mu_);
+  if (flights_.size() >= 64) prune_locked();
+  flights_.push_back({a, b, device, std::move(done), std::move(stored)});
+}
+
+bool Mailbox::crowded(int device) {
+  const std::lock_guard lock(mu_);
+  for (auto it = flights_.rbegin(); it != flights_.rend(); ++it)
+    if (it->device == device) return !over(*it);
+  return false;
 }
 
 bool Mailbox::leave(uint32_t client, int mpi_rank, std::chrono::steady_clock::time_point deadline) {
@@ -66,18 +121,20 @@ bool Mailbox::leave(uint32_t client, int mpi_rank, std::chrono::steady_clock::ti
       }
     }
   }
-  // The copies in flight that read or write its memory, or store into its words, end first.
+  // The copies in flight that read or write its memory, or store into its words, end first; then
+  // they are forgotten (their words go with its memory).
   for (;;) {
     {
       const std::lock_guard lock(mu_);
-      bool busy = false;
-      for (const Flight& f : flights_)
-        if ((f.a == client || f.b == client) && !flight_over(f)) busy = true;
-      if (!busy) return true;
-    }
-    if (std::chrono::steady_clock::now() >= deadline) {
-      spdlog::error("client {}: GPU-local messages still in flight at its teardown", client);
-      return false;
+      const auto touches = [client](const Flight& f) { return f.a == client || f.b == client; };
+      if (std::none_of(flights_.begin(), flights_.end(), [&](const Flight& f) { return touches(f) && !over(f); })) {
+        prune_locked();
+        return true;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        spdlog::error("client {}: GPU-local messages still in flight at its teardown", client);
+        return false;
+      }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }

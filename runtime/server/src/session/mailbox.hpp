@@ -31,7 +31,7 @@ struct MsgHalf {
   uint64_t address = 0;  // device memory of the poster (checked by its worker)
   uint64_t bytes = 0;    // a send's size, a receive's capacity
   ipc::MsgWord* word = nullptr;  // in the poster's pinned memory, as mapped in the server
-  std::shared_ptr<BackendEvent> ready;  // the poster's legacy stream at its post
+  std::unique_ptr<BackendEvent> ready;  // a parked half: the poster's legacy stream at its post
 };
 
 class Mailbox {
@@ -44,17 +44,30 @@ class Mailbox {
   Mailbox(const Mailbox&) = delete;
   Mailbox& operator=(const Mailbox&) = delete;
 
-  // What post() found.
-  enum class Outcome { Parked, Paired, PeerGone, Duplicate };
-  // Posts `half` (a send when `send`); `self`/`peer` are the world ranks of the poster and of the
-  // other side.  Paired: `other` is the other half, taken out of the mailbox (the caller copies
-  // and stores both words); Parked: kept until the other half comes; PeerGone: the other side's
-  // client has left (the caller answers its own word); Duplicate: this envelope is posted twice.
-  Outcome post(bool send, const Key& key, uint64_t world, int32_t self, int32_t peer, MsgHalf half, MsgHalf& other);
+  enum class Outcome { Absent, Parked, Paired, PeerGone, Duplicate };
+  // A half posted (a send when `send`) by world rank `self` for `peer`: Paired when the other half
+  // is here (`other`, taken out: the caller copies and stores both words), PeerGone when the other
+  // side's client has left (the caller answers its own word), else Absent: the caller records its
+  // stream's point in `half.ready` and parks it.  Only the first poster of a message records.
+  Outcome take(bool send, const Key& key, uint64_t world, int32_t self, int32_t peer, uint32_t client, MsgHalf& other);
+  // Parks `half`, unless the other half came meanwhile (Paired: `other` taken out, `half` dropped
+  // but for its event, which goes back to the pool), the peer left (PeerGone) or the envelope is
+  // parked already (Duplicate).
+  Outcome park(bool send, const Key& key, uint64_t world, int32_t peer, MsgHalf&& half, MsgHalf& other);
 
-  // A paired message's copy was queued: `done` completes once both words are stored (nullptr:
-  // stored already, or `stored` says when).  leave() waits for these before a party's memory goes.
-  void in_flight(uint32_t a, uint32_t b, std::shared_ptr<BackendEvent> done, std::shared_ptr<std::atomic<bool>> stored);
+  // Events for parked halves, recycled once the pairing worker queued its wait (a wait takes the
+  // record it finds, so the event may be recorded again at once).
+  std::unique_ptr<BackendEvent> event(int device);
+  void recycle(std::unique_ptr<BackendEvent> e);
+
+  // A paired message's copy and word stores were queued on `device`: it has ended once `done`
+  // (recorded after them; from event()) completed and, where the worker stores the words
+  // itself, `stored` is set.  leave() waits for these before a party's memory goes.
+  void in_flight(uint32_t a, uint32_t b, int device, std::unique_ptr<BackendEvent> done,
+                 std::shared_ptr<std::atomic<bool>> stored);
+  // Whether the last message queued on `device` is still in flight (the word stores then are a
+  // kernel's: a stream write waits for every copy in flight on the GPU).
+  bool crowded(int device);
 
   // A client leaves (teardown, before its memory goes): its parked halves are dropped, the halves
   // that wait for one of its ranks are answered PeerGone, later posts to its ranks are too, and the
@@ -68,16 +81,18 @@ class Mailbox {
  private:
   struct Flight {
     uint32_t a, b;
-    std::shared_ptr<BackendEvent> done;
+    int device;
+    std::unique_ptr<BackendEvent> done;
     std::shared_ptr<std::atomic<bool>> stored;
   };
+  bool over(const Flight& f);
+  void prune_locked();
   struct Parked {
     MsgHalf half;
     uint64_t world;
     int32_t peer;
   };
-  bool flight_over(const Flight& f);
-  void prune_flights();
+  Outcome pair_locked(bool send, const Key& key, uint64_t world, int32_t peer, MsgHalf& other);
 
   Backend& backend_;
   mutable std::mutex mu_;
@@ -86,6 +101,7 @@ class Mailbox {
   std::set<std::pair<uint64_t, int32_t>> gone_;                  // ranks whose client left
   std::set<uint64_t> worlds_;
   std::vector<Flight> flights_;
+  std::vector<std::unique_ptr<BackendEvent>> pool_;  // free events, any device
 };
 
 }  // namespace funnel::server

@@ -46,15 +46,23 @@ Status Worker::msg_post(const ipc::CommandHeader& h, const ipc::MsgPostCmd& c) {
   if (st = streams_.before_work(*s); st != Status::Success) return fail(st);
 
   const bool send = c.role == ipc::kMsgSend;
-  MsgHalf mine{shared_.id, h.device, c.address, c.bytes, word, nullptr};
-  // Recorded before the mailbox is asked (its lock is never held over a driver call): the other
-  // half, if it comes later, waits for this client's work so far.
-  std::unique_ptr<BackendEvent> ready;
-  if (st = completions_.record_event(h.device, *s->stream, ready); st != Status::Success) return fail(st);
-  mine.ready = std::move(ready);
-  MsgHalf other;
   const int32_t self = send ? c.source : c.dest, peer = send ? c.dest : c.source;
-  switch (shared_.mailbox->post(send, Mailbox::key_of(c), c.world, self, peer, std::move(mine), other)) {
+  const Mailbox::Key key = Mailbox::key_of(c);
+  MsgHalf other;
+  Mailbox::Outcome o = shared_.mailbox->take(send, key, c.world, self, peer, shared_.id, other);
+  if (o == Mailbox::Outcome::Absent) {
+    // The first half of its message: parked with an event at this client's work so far, which
+    // the second half's stream will wait for (not recorded under the mailbox's lock).
+    MsgHalf mine{shared_.id, h.device, c.address, c.bytes, word, shared_.mailbox->event(h.device)};
+    if (!mine.ready) return fail(Status::MemoryAllocation);
+    if (st = backend_.record(*mine.ready, *s->stream); st != Status::Success) {
+      shared_.mailbox->recycle(std::move(mine.ready));
+      return fail(st);
+    }
+    o = shared_.mailbox->park(send, key, c.world, peer, std::move(mine), other);
+  }
+  switch (o) {
+    case Mailbox::Outcome::Absent:
     case Mailbox::Outcome::Parked:
       return Status::Success;
     case Mailbox::Outcome::PeerGone:
@@ -63,42 +71,48 @@ Status Worker::msg_post(const ipc::CommandHeader& h, const ipc::MsgPostCmd& c) {
     case Mailbox::Outcome::Duplicate:
       spdlog::warn("client {}: GPU-local message posted twice (comm {:#x}, {} -> {}, tag {}, seq {})", shared_.id,
                    c.comm, c.source, c.dest, c.tag, c.seq);
-      word->state.store(ipc::kMsgFailed, std::memory_order_release);
-      return Status::Success;
+      return fail(Status::InvalidValue);
     case Mailbox::Outcome::Paired:
       break;
   }
-  const MsgHalf me{shared_.id, h.device, c.address, c.bytes, word, nullptr};
-  const MsgHalf& sender = send ? me : other;
-  const MsgHalf& receiver = send ? other : me;
-  const uint64_t n = std::min(sender.bytes, receiver.bytes);
-  const uint32_t recv_state = sender.bytes > receiver.bytes ? ipc::kMsgTruncated : ipc::kMsgDone;
-  receiver.word->bytes.store(sender.bytes, std::memory_order_relaxed);
+  const uint64_t my_address = c.address, my_bytes = c.bytes;
+  const uint64_t src = send ? my_address : other.address, dst = send ? other.address : my_address;
+  const uint64_t sent = send ? my_bytes : other.bytes, capacity = send ? other.bytes : my_bytes;
+  ipc::MsgWord* recv_word = send ? other.word : word;
+  const uint64_t n = std::min(sent, capacity);
+  const uint32_t recv_state = sent > capacity ? ipc::kMsgTruncated : ipc::kMsgDone;
+  recv_word->bytes.store(sent, std::memory_order_relaxed);
   CopyDesc d{};
-  d.dst = {true, receiver.address};
-  d.src = {true, sender.address};
+  d.dst = {true, dst};
+  d.src = {true, src};
   d.width = d.dst_pitch = d.src_pitch = n;
   d.height = 1;
   st = backend_.wait(*s->stream, *other.ready);
+  shared_.mailbox->recycle(std::move(other.ready));  // the wait took its record
   if (st == Status::Success && n != 0) st = backend_.copy(*s->stream, d);
   if (st != Status::Success) {
     spdlog::warn("client {}: a GPU-local message's copy failed: status {}", shared_.id, static_cast<int>(st));
     // Both words answered at once: the other side's poster is alive (it drops its halves before
     // its memory goes, under the mailbox's lock, and this half was taken out under it).
     other.word->state.store(ipc::kMsgFailed, std::memory_order_release);
-    word->state.store(ipc::kMsgFailed, std::memory_order_release);
-    return Status::Success;
+    return fail(st);
   }
   streams_.after_work(*s);
   bump(counters_.local_messages, 1);
   bump(counters_.local_bytes, n);
-  // The GPU stores the words once the copy is done; where it cannot, this worker does when it
-  // sees the stream get there (Completions).  Either way the mailbox remembers the flight, so that
-  // neither party's memory goes before it ends.
+  // The GPU stores the words once the copy is done: by a one-thread kernel when other messages
+  // are in flight on the GPU (a stream write waits for every copy in flight there), else by stream
+  // writes; where it can do neither, this worker does when it sees the stream get there
+  // (Completions).  The mailbox remembers the flight until both words are stored, so that neither
+  // party's memory goes before.
   const uint32_t other_state = send ? recv_state : ipc::kMsgDone, my_state = send ? ipc::kMsgDone : recv_state;
+  const bool crowded = shared_.mailbox->crowded(h.device);
+  const auto store = [&](ipc::MsgWord* w, uint32_t v) {
+    return (crowded && backend_.store_word(*s->stream, w->state, v) == Status::Success) ||
+           backend_.write_value(*s->stream, w->state, v) == Status::Success;
+  };
   std::shared_ptr<std::atomic<bool>> stored;
-  if (backend_.write_value(*s->stream, other.word->state, other_state) != Status::Success ||
-      backend_.write_value(*s->stream, word->state, my_state) != Status::Success) {
+  if (!store(other.word, other_state) || !store(word, my_state)) {
     stored = std::make_shared<std::atomic<bool>>(false);
     completions_.when_complete(*s, ipc::kNoReply, h.seq,
                                [ow = other.word, w = word, other_state, my_state, stored](Status done) {
@@ -110,9 +124,9 @@ Status Worker::msg_post(const ipc::CommandHeader& h, const ipc::MsgPostCmd& c) {
                                  return Status::Success;
                                });
   }
-  std::unique_ptr<BackendEvent> done;
-  (void)completions_.record_event(h.device, *s->stream, done);
-  shared_.mailbox->in_flight(shared_.id, other.client, std::shared_ptr<BackendEvent>(std::move(done)), std::move(stored));
+  std::unique_ptr<BackendEvent> done = shared_.mailbox->event(h.device);
+  if (done && backend_.record(*done, *s->stream) != Status::Success) done.reset();  // then nothing to wait for
+  shared_.mailbox->in_flight(shared_.id, other.client, h.device, std::move(done), std::move(stored));
   return Status::Success;
 }
 

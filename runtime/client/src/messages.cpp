@@ -40,6 +40,7 @@ class MsgWords {
     const size_t i = static_cast<size_t>(h) % kWordsPerPage;
     word = &pg.words[i];
     word->bytes.store(0, std::memory_order_relaxed);
+    word->ticket.fetch_add(1, std::memory_order_relaxed);
     word->state.store(ipc::kMsgPending, std::memory_order_release);
     pinned_id = pg.id;
     offset = i * sizeof(ipc::MsgWord);

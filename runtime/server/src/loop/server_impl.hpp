@@ -50,7 +50,7 @@ struct Server::Impl {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<ModuleCache> modules;  // after the backend: its modules go first
   std::unique_ptr<IpcRegistry> ipc;      // after the backend: memory it still holds goes first
-  std::unique_ptr<Mailbox> mailbox;      // GPU-local messages between clients
+  std::unique_ptr<Mailbox> mailbox;      // GPU-local messages between clients; before the clients: its events outlive theirs
   std::unique_ptr<SmPartitions> partitions;  // before the clients: their leases go first
   // Before the clients (it outlives them): releases a gone client's held streams without the
   // main loop, which a driver call can hold up (hangup_watcher.hpp).

@@ -102,9 +102,12 @@ Status StreamTable::before_work(StreamEntry& s) {
       if (Status st = backend_.record(*b.mark, *b.stream); st != Status::Success) return st;
       if (Status st = backend_.wait(*s.stream, *b.mark); st != Status::Success) return st;
       b.dirty = false;
+      ++s.waits;
     }
-    for (auto& e : s.orphans)
+    for (auto& e : s.orphans) {
       if (Status st = backend_.wait(*s.stream, *e); st != Status::Success) return st;
+      ++s.waits;
+    }
     s.orphans.clear();
     return Status::Success;
   }

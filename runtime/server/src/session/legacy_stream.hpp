@@ -31,6 +31,11 @@ struct StreamEntry {
   uint64_t generation = 0;     // legacy: bumped by every work item
   uint64_t marked_generation = 0;  // legacy: generation captured by `mark`
   std::vector<std::shared_ptr<BackendEvent>> orphans;  // legacy: last work of destroyed blocking streams
+  uint64_t waits = 0;  // legacy: waits before_work queued on it for blocking streams
+  // legacy: the event that GPU-local message halves posted here wait on (messages.cpp), and the
+  // generation and waits it was recorded at: halves posted with no work between share it.
+  std::shared_ptr<BackendEvent> msg_mark;
+  uint64_t msg_mark_generation = 0, msg_mark_waits = 0;
   int64_t busy_since_ns = 0;  // GPU busy accounting: start of the open span (steady clock; 0: none)
   int64_t last_work_ns = 0;   // when work was last queued on it (steady clock)
   // Set when the last work queued stores done_value in *done_word (an event's state word, a

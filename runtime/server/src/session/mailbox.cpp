@@ -27,7 +27,7 @@ Mailbox::Outcome Mailbox::take(bool send, const Key& key, uint64_t world, int32_
 
 Mailbox::Outcome Mailbox::park(bool send, const Key& key, uint64_t world, int32_t peer, MsgHalf&& half,
                                MsgHalf& other) {
-  std::unique_ptr<BackendEvent> unused;
+  std::shared_ptr<BackendEvent> unused;  // let go outside the lock (it may go back to the pool)
   Outcome o;
   {
     const std::lock_guard lock(mu_);
@@ -39,59 +39,34 @@ Mailbox::Outcome Mailbox::park(bool send, const Key& key, uint64_t world, int32_
     }
     unused = std::move(half.ready);
   }
-  recycle(std::move(unused));
   return o;
 }
 
-std::unique_ptr<BackendEvent> Mailbox::event(int device) {
+std::shared_ptr<BackendEvent> Mailbox::event(int device) {
+  std::unique_ptr<BackendEvent> e;
   {
     const std::lock_guard lock(mu_);
     for (auto it = pool_.begin(); it != pool_.end(); ++it)
       if ((*it)->device() == device) {
-        std::unique_ptr<BackendEvent> e = std::move(*it);
+        e = std::move(*it);
         pool_.erase(it);
-        return e;
+        break;
       }
   }
-  std::unique_ptr<BackendEvent> e;
-  if (backend_.create_event(device, false, e) != Status::Success) return nullptr;
-  return e;
+  if (!e && backend_.create_event(device, false, e) != Status::Success) return nullptr;
+  return {e.release(), [this](BackendEvent* x) { recycle(x); }};
 }
 
-void Mailbox::recycle(std::unique_ptr<BackendEvent> e) {
-  if (!e) return;
+void Mailbox::recycle(BackendEvent* e) {
+  std::unique_ptr<BackendEvent> owned(e);
   const std::lock_guard lock(mu_);
-  if (pool_.size() < 256) pool_.push_back(std::move(e));
+  if (pool_.size() < 256) pool_.push_back(std::move(owned));
 }
 
-bool Mailbox::over(const Flight& f) {
-  if (f.stored && !f.stored->load(std::memory_order_acquire)) return false;
-  return f.done == nullptr || backend_.query(*f.done) != Status::NotReady;
-}
-
-void Mailbox::prune_locked() {
-  for (auto it = flights_.begin(); it != flights_.end();) {
-    if (!over(*it)) {
-      ++it;
-      continue;
-    }
-    if (it->done && pool_.size() < 256) pool_.push_back(std::move(it->done));
-    it = flights_.erase(it);
-  }
-}
-
-void Mailbox::in_flight(uint32_t a, uint32_t b, int device, std::unique_ptr<BackendEvent> done,
-                        std::shared_ptr<std::atomic<bool>> stored) {
+void Mailbox::in_flight(uint32_t a, uint32_t b, ipc::MsgWord* wa, ipc::MsgWord* wb) {
   const std::lock_guard lock(mu_);
-  if (flights_.size() >= 64) prune_locked();
-  flights_.push_back({a, b, device, std::move(done), std::move(stored)});
-}
-
-bool Mailbox::crowded(int device) {
-  const std::lock_guard lock(mu_);
-  for (auto it = flights_.rbegin(); it != flights_.rend(); ++it)
-    if (it->device == device) return !over(*it);
-  return false;
+  if (flights_.size() >= 64) std::erase_if(flights_, [](const Flight& f) { return f.over(); });
+  flights_.push_back({a, b, wa, wb, wa->ticket.load(std::memory_order_acquire), wb->ticket.load(std::memory_order_acquire)});
 }
 
 bool Mailbox::leave(uint32_t client, int mpi_rank, std::chrono::steady_clock::time_point deadline) {
@@ -127,8 +102,8 @@ bool Mailbox::leave(uint32_t client, int mpi_rank, std::chrono::steady_clock::ti
     {
       const std::lock_guard lock(mu_);
       const auto touches = [client](const Flight& f) { return f.a == client || f.b == client; };
-      if (std::none_of(flights_.begin(), flights_.end(), [&](const Flight& f) { return touches(f) && !over(f); })) {
-        prune_locked();
+      if (std::none_of(flights_.begin(), flights_.end(), [&](const Flight& f) { return touches(f) && !f.over(); })) {
+        std::erase_if(flights_, touches);  // their words go with its memory
         return true;
       }
       if (std::chrono::steady_clock::now() >= deadline) {

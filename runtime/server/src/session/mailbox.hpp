@@ -31,7 +31,7 @@ struct MsgHalf {
   uint64_t address = 0;  // device memory of the poster (checked by its worker)
   uint64_t bytes = 0;    // a send's size, a receive's capacity
   ipc::MsgWord* word = nullptr;  // in the poster's pinned memory, as mapped in the server
-  std::unique_ptr<BackendEvent> ready;  // a parked half: the poster's legacy stream at its post
+  std::shared_ptr<BackendEvent> ready;  // a parked half: the poster's legacy stream at its post
 };
 
 class Mailbox {
@@ -55,19 +55,16 @@ class Mailbox {
   // parked already (Duplicate).
   Outcome park(bool send, const Key& key, uint64_t world, int32_t peer, MsgHalf&& half, MsgHalf& other);
 
-  // Events for parked halves, recycled once the pairing worker queued its wait (a wait takes the
-  // record it finds, so the event may be recorded again at once).
-  std::unique_ptr<BackendEvent> event(int device);
-  void recycle(std::unique_ptr<BackendEvent> e);
+  // An event for parked halves; back in the pool once the last holder lets it go (the pairing
+  // workers once they queued their waits: a wait takes the record it finds, so the event may be
+  // recorded again then).  nullptr when none can be made.
+  std::shared_ptr<BackendEvent> event(int device);
 
-  // A paired message's copy and word stores were queued on `device`: it has ended once `done`
-  // (recorded after them; from event()) completed and, where the worker stores the words
-  // itself, `stored` is set.  leave() waits for these before a party's memory goes.
-  void in_flight(uint32_t a, uint32_t b, int device, std::unique_ptr<BackendEvent> done,
-                 std::shared_ptr<std::atomic<bool>> stored);
-  // Whether the last message queued on `device` is still in flight (the word stores then are a
-  // kernel's: a stream write waits for every copy in flight on the GPU).
-  bool crowded(int device);
+  // A paired message's copy and word stores were queued: it has ended once both words left
+  // kMsgPending (the GPU, or the worker that saw the stream get there, stores them after the
+  // copy) or were armed again by their clients (a new ticket: a client arms a word again only
+  // after it saw its end).  leave() waits for these before a party's memory goes.
+  void in_flight(uint32_t a, uint32_t b, ipc::MsgWord* wa, ipc::MsgWord* wb);
 
   // A client leaves (teardown, before its memory goes): its parked halves are dropped, the halves
   // that wait for one of its ranks are answered PeerGone, later posts to its ranks are too, and the
@@ -81,12 +78,13 @@ class Mailbox {
  private:
   struct Flight {
     uint32_t a, b;
-    int device;
-    std::unique_ptr<BackendEvent> done;
-    std::shared_ptr<std::atomic<bool>> stored;
+    ipc::MsgWord *wa, *wb;
+    uint32_t ta, tb;  // the words' tickets when the message was paired
+    static bool ended(const ipc::MsgWord* w, uint32_t t) noexcept {
+      return w->ticket.load(std::memory_order_acquire) != t || w->state.load(std::memory_order_acquire) != ipc::kMsgPending;
+    }
+    bool over() const noexcept { return ended(wa, ta) && ended(wb, tb); }
   };
-  bool over(const Flight& f);
-  void prune_locked();
   struct Parked {
     MsgHalf half;
     uint64_t world;
@@ -101,6 +99,7 @@ class Mailbox {
   std::set<std::pair<uint64_t, int32_t>> gone_;                  // ranks whose client left
   std::set<uint64_t> worlds_;
   std::vector<Flight> flights_;
+  void recycle(BackendEvent* e);
   std::vector<std::unique_ptr<BackendEvent>> pool_;  // free events, any device
 };
 

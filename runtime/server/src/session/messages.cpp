@@ -52,13 +52,18 @@ Status Worker::msg_post(const ipc::CommandHeader& h, const ipc::MsgPostCmd& c) {
   Mailbox::Outcome o = shared_.mailbox->take(send, key, c.world, self, peer, shared_.id, other);
   if (o == Mailbox::Outcome::Absent) {
     // The first half of its message: parked with an event at this client's work so far, which
-    // the second half's stream will wait for (not recorded under the mailbox's lock).
-    MsgHalf mine{shared_.id, h.device, c.address, c.bytes, word, shared_.mailbox->event(h.device)};
-    if (!mine.ready) return fail(Status::MemoryAllocation);
-    if (st = backend_.record(*mine.ready, *s->stream); st != Status::Success) {
-      shared_.mailbox->recycle(std::move(mine.ready));
-      return fail(st);
+    // the second half's stream will wait for (not recorded under the mailbox's lock).  Halves
+    // posted with no work queued between them (a rank's receives at the start of a step) share
+    // one record.
+    if (!s->msg_mark || s->msg_mark_generation != s->generation || s->msg_mark_waits != s->waits) {
+      std::shared_ptr<BackendEvent> e = shared_.mailbox->event(h.device);
+      if (!e) return fail(Status::MemoryAllocation);
+      if (st = backend_.record(*e, *s->stream); st != Status::Success) return fail(st);
+      s->msg_mark = std::move(e);
+      s->msg_mark_generation = s->generation;
+      s->msg_mark_waits = s->waits;
     }
+    MsgHalf mine{shared_.id, h.device, c.address, c.bytes, word, s->msg_mark};
     o = shared_.mailbox->park(send, key, c.world, peer, std::move(mine), other);
   }
   switch (o) {
@@ -88,7 +93,7 @@ Status Worker::msg_post(const ipc::CommandHeader& h, const ipc::MsgPostCmd& c) {
   d.width = d.dst_pitch = d.src_pitch = n;
   d.height = 1;
   st = backend_.wait(*s->stream, *other.ready);
-  shared_.mailbox->recycle(std::move(other.ready));  // the wait took its record
+  other.ready.reset();  // the wait took its record
   if (st == Status::Success && n != 0) st = backend_.copy(*s->stream, d);
   if (st != Status::Success) {
     spdlog::warn("client {}: a GPU-local message's copy failed: status {}", shared_.id, static_cast<int>(st));
@@ -100,33 +105,20 @@ Status Worker::msg_post(const ipc::CommandHeader& h, const ipc::MsgPostCmd& c) {
   streams_.after_work(*s);
   bump(counters_.local_messages, 1);
   bump(counters_.local_bytes, n);
-  // The GPU stores the words once the copy is done: by a one-thread kernel when other messages
-  // are in flight on the GPU (a stream write waits for every copy in flight there), else by stream
-  // writes; where it can do neither, this worker does when it sees the stream get there
-  // (Completions).  The mailbox remembers the flight until both words are stored, so that neither
-  // party's memory goes before.
+  // The GPU stores both words once the copy is done (one batch of stream writes); where it
+  // cannot, this worker does when it sees the stream get there (Completions).  The mailbox
+  // remembers the flight until both are stored, so that neither party's memory goes before.
+  // (Before the stores are queued: the words' tickets are read then.)
   const uint32_t other_state = send ? recv_state : ipc::kMsgDone, my_state = send ? ipc::kMsgDone : recv_state;
-  const bool crowded = shared_.mailbox->crowded(h.device);
-  const auto store = [&](ipc::MsgWord* w, uint32_t v) {
-    return (crowded && backend_.store_word(*s->stream, w->state, v) == Status::Success) ||
-           backend_.write_value(*s->stream, w->state, v) == Status::Success;
-  };
-  std::shared_ptr<std::atomic<bool>> stored;
-  if (!store(other.word, other_state) || !store(word, my_state)) {
-    stored = std::make_shared<std::atomic<bool>>(false);
-    completions_.when_complete(*s, ipc::kNoReply, h.seq,
-                               [ow = other.word, w = word, other_state, my_state, stored](Status done) {
-                                 ow->state.store(done == Status::Success ? other_state : ipc::kMsgFailed,
-                                                 std::memory_order_release);
-                                 w->state.store(done == Status::Success ? my_state : ipc::kMsgFailed,
-                                                std::memory_order_release);
-                                 stored->store(true, std::memory_order_release);
-                                 return Status::Success;
-                               });
-  }
-  std::unique_ptr<BackendEvent> done = shared_.mailbox->event(h.device);
-  if (done && backend_.record(*done, *s->stream) != Status::Success) done.reset();  // then nothing to wait for
-  shared_.mailbox->in_flight(shared_.id, other.client, h.device, std::move(done), std::move(stored));
+  shared_.mailbox->in_flight(shared_.id, other.client, other.word, word);
+  std::atomic<uint32_t>* words[2] = {&other.word->state, &word->state};
+  const uint32_t values[2] = {other_state, my_state};
+  if (backend_.write_values(*s->stream, words, values) != Status::Success)
+    completions_.when_complete(*s, ipc::kNoReply, h.seq, [ow = other.word, w = word, other_state, my_state](Status done) {
+      ow->state.store(done == Status::Success ? other_state : ipc::kMsgFailed, std::memory_order_release);
+      w->state.store(done == Status::Success ? my_state : ipc::kMsgFailed, std::memory_order_release);
+      return Status::Success;
+    });
   return Status::Success;
 }
 

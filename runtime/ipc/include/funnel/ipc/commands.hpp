@@ -566,6 +566,8 @@ static_assert(sizeof(MsgPostCmd) == 72);
 inline constexpr uint32_t kMsgSend = 0, kMsgRecv = 1;
 // A half's completion, stored by the GPU after the copy (or by the server for a failure):
 // `bytes` (the send's size, for a receive's status) is written before `state` leaves kMsgPending.
+// `ticket`: the client's, changed each time it arms the word (so the server tells a word's new
+// message from the one it last answered there).
 enum MsgState : uint32_t {
   kMsgPending = 0,
   kMsgDone = 1,
@@ -575,7 +577,7 @@ enum MsgState : uint32_t {
 };
 struct MsgWord {
   std::atomic<uint32_t> state;
-  uint32_t reserved;
+  std::atomic<uint32_t> ticket;
   std::atomic<uint64_t> bytes;
 };
 static_assert(sizeof(MsgWord) == 16);

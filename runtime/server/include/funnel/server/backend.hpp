@@ -287,6 +287,14 @@ class Backend {
   // the stream's earlier work has completed, with a fence before it: the GPU tells a
   // client directly that it got there.  NotSupported where the device cannot.
   virtual Status write_value(BackendStream& s, std::atomic<uint32_t>& word, uint32_t value) = 0;
+  // write_value of values[i] into *words[i] for each i (as many values as words), one after the
+  // other once the earlier work completed: one driver call where the backend can.
+  virtual Status write_values(BackendStream& s, std::span<std::atomic<uint32_t>* const> words,
+                              std::span<const uint32_t> values) {
+    for (size_t i = 0; i < words.size() && i < values.size(); ++i)
+      if (Status st = write_value(s, *words[i], values[i]); st != Status::Success) return st;
+    return Status::Success;
+  }
   // As write_value, stored by a one-thread kernel launched after the stream's earlier work:
   // it waits for this stream only, where the stream write's fence waits for every copy in
   // flight on the device (measured on the H100: doc/performance.md), at the price of a

@@ -73,6 +73,8 @@ class CudaBackend final : public Backend {
   Status create_event(int device, bool timing, std::unique_ptr<BackendEvent>& out) override;
   Status record(BackendEvent& be, BackendStream& bs) override;
   Status write_value(BackendStream& bs, std::atomic<uint32_t>& word, uint32_t value) override;
+  Status write_values(BackendStream& bs, std::span<std::atomic<uint32_t>* const> words,
+                      std::span<const uint32_t> values) override;
   Status stream_mem_op(BackendStream& bs, DeviceAddress address, ipc::StreamMemOp op, uint64_t value,
                        uint32_t flags) override;
   Status store_word(BackendStream& bs, std::atomic<uint32_t>& word, uint32_t value) override;

@@ -71,6 +71,7 @@ static_assert(sizeof(size_t) == sizeof(uint64_t));
   X(cuEventDestroy, PFN_cuEventDestroy_v4000)                           \
   X(cuEventRecord, PFN_cuEventRecord_v2000)                             \
   X(cuStreamWriteValue32, PFN_cuStreamWriteValue32_v11070)              \
+  X(cuStreamBatchMemOp, PFN_cuStreamBatchMemOp_v11070)                  \
   X(cuStreamWriteValue64, PFN_cuStreamWriteValue64_v11070)              \
   X(cuStreamWaitValue64, PFN_cuStreamWaitValue64_v11070)                \
   X(cuEventQuery, PFN_cuEventQuery_v2000)                               \

@@ -1,5 +1,7 @@
 // The cuda backend's streams and events, and the stream memory operations on words of
 // registered host memory (write_value, store_word, wait_value).
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -62,6 +64,22 @@ Status CudaBackend::write_value(BackendStream& bs, std::atomic<uint32_t>& word, 
   // CU_STREAM_WRITE_VALUE_DEFAULT: a fence orders the earlier work's writes before it.
   return FUNNEL_CU(s_->drv, cuStreamWriteValue32, s->handle(), reinterpret_cast<CUdeviceptr>(&word), value,
                    CU_STREAM_WRITE_VALUE_DEFAULT);
+}
+
+Status CudaBackend::write_values(BackendStream& bs, std::span<std::atomic<uint32_t>* const> words,
+                                 std::span<const uint32_t> values) {
+  CudaStream* s = nullptr;
+  if (Status st = host_word_op(bs, s); !ok(st)) return st;
+  std::array<CUstreamBatchMemOpParams, 4> ops{};
+  const size_t n = std::min(words.size(), values.size());
+  if (n > ops.size()) return Status::InvalidValue;
+  for (size_t i = 0; i < n; ++i) {
+    ops[i].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    ops[i].writeValue.address = reinterpret_cast<CUdeviceptr>(words[i]);
+    ops[i].writeValue.value = values[i];
+    ops[i].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;  // each after a fence, as write_value's
+  }
+  return FUNNEL_CU(s_->drv, cuStreamBatchMemOp, s->handle(), static_cast<unsigned>(n), ops.data(), 0);
 }
 
 static_assert(ipc::kWaitValueGeq == CU_STREAM_WAIT_VALUE_GEQ && ipc::kWaitValueEq == CU_STREAM_WAIT_VALUE_EQ &&

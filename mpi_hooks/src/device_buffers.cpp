@@ -149,13 +149,13 @@ FUNNEL_MPI_API int MPI_Rsend(const void* buf, int count, MPI_Datatype type, int 
   return send_like(buf, count, type, dest, tag, comm, "MPI_Rsend",
                    [&](const void* p) { return PMPI_Rsend(p, count, type, dest, tag, comm); });
 }
-// Buffered sends and persistent requests are not GPU-local yet: under FUNNEL_MPI_LOCAL=1 one
+// Buffered sends are not GPU-local yet: under FUNNEL_MPI_LOCAL=1 one
 // that would be (a device buffer to a rank of this server) is refused, as its receive would wait
 // for a GPU-local message that never comes.
 bool not_local_yet(bool send, const void* buf, int count, MPI_Datatype type, int peer, int tag, MPI_Comm comm,
                    const char* name, int& rc) {
   local::Half h;
-  const local::Route r = route_of(send, buf, count, type, peer, tag, comm, name, h);
+  const local::Route r = local::route(send, buf, count, type, peer, tag, comm, name, h, false);
   if (r == local::Route::Mpi) return false;
   if (r == local::Route::Local)
     funnel::mpi::warn((std::string(name) + " of a device buffer to a rank of this node under FUNNEL_MPI_LOCAL=1: "
@@ -314,6 +314,32 @@ FUNNEL_MPI_API int MPI_Irecv(void* buf, int count, MPI_Datatype type, int source
 // GPU-local request (a generalized request, local.hpp) is completed here when its message ended:
 // the waits wait for that first (letting MPI progress meanwhile), the tests look first.
 
+// Persistent GPU-local requests whose half has not ended are kept from MPI (their placeholder
+// would complete at once): `call` gets the requests with MPI_REQUEST_NULL in their place, and
+// what MPI changed is copied back; `left` says whether any was kept back.
+template <class Call>
+int with_hidden(int n, MPI_Request* requests, bool& left, Call&& call) {
+  const std::vector<int> hide = local::hidden(requests, n);
+  left = !hide.empty();
+  if (hide.empty()) return call(requests);
+  std::vector<MPI_Request> v(requests, requests + n);
+  for (int i : hide) v[static_cast<size_t>(i)] = MPI_REQUEST_NULL;
+  const int rc = call(v.data());
+  for (int i = 0; i < n; ++i)
+    if (std::find(hide.begin(), hide.end(), i) == hide.end()) requests[i] = v[static_cast<size_t>(i)];
+  return rc;
+}
+// MPI_Test, MPI_Testall: not done while a persistent GPU-local one among them waits.
+template <class Call>
+int test_hiding(MPI_Request* requests, int n, int* flag, Call&& call) {
+  if (!local::hidden(requests, n).empty()) {
+    *flag = 0;
+    local::progress();
+    return MPI_SUCCESS;
+  }
+  return call();
+}
+
 // The completion calls with GPU-local requests outstanding: each waits for (or polls) them, then
 // runs `call`, then raises a failed one's error through its communicator (local::raise_failed).
 // `done(before)` lists the handles `call` completed, matching the statuses' order.
@@ -352,7 +378,7 @@ int test_one(MPI_Request* request, int* flag, MPI_Status* status) {
 }
 FUNNEL_MPI_API int MPI_Test(MPI_Request* request, int* flag, MPI_Status* status) {
   if (request != nullptr && flag != nullptr && local::enabled())
-    return with_local(request, 1, status, false, false, [&] { return test_one(request, flag, status); },
+    return with_local(request, 1, status, false, false, [&] { return test_hiding(request, 1, flag, [&] { return test_one(request, flag, status); }); },
                       [&](const std::vector<MPI_Request>& b) { return *flag != 0 ? b : std::vector<MPI_Request>{}; });
   return test_one(request, flag, status);
 }
@@ -381,7 +407,7 @@ int test_all(int count, MPI_Request requests[], int* flag, MPI_Status statuses[]
 FUNNEL_MPI_API int MPI_Testall(int count, MPI_Request requests[], int* flag, MPI_Status statuses[]) {
   if (count > 0 && flag != nullptr && local::enabled())
     return with_local(requests, count, statuses, true, false,
-                      [&] { return test_all(count, requests, flag, statuses); },
+                      [&] { return test_hiding(requests, count, flag, [&] { return test_all(count, requests, flag, statuses); }); },
                       [&](const std::vector<MPI_Request>& b) { return *flag != 0 ? b : std::vector<MPI_Request>{}; });
   return test_all(count, requests, flag, statuses);
 }
@@ -411,7 +437,14 @@ std::vector<MPI_Request> the_one(const std::vector<MPI_Request>& before, int fla
 FUNNEL_MPI_API int MPI_Testany(int count, MPI_Request requests[], int* index, int* flag, MPI_Status* status) {
   if (count > 0 && index != nullptr && flag != nullptr && local::enabled())
     return with_local(requests, count, status, false, false,
-                      [&] { return test_any(count, requests, index, flag, status); },
+                      [&] {
+                        bool left = false;
+                        const int rc = with_hidden(count, requests, left, [&](MPI_Request* r) {
+                          return test_any(count, r, index, flag, status);
+                        });
+                        if (left && *flag != 0 && *index == MPI_UNDEFINED) *flag = 0;  // the hidden ones wait
+                        return rc;
+                      },
                       [&](const std::vector<MPI_Request>& b) { return the_one(b, *flag, *index); });
   return test_any(count, requests, index, flag, status);
 }
@@ -466,8 +499,14 @@ FUNNEL_MPI_API int MPI_Testsome(int incount, MPI_Request requests[], int* outcou
                                 MPI_Status statuses[]) {
   if (incount > 0) local::poll(requests, incount);
   if (!funnel::mpi::any_pending() && !local::enabled()) return PMPI_Testsome(incount, requests, outcount, indices, statuses);
-  return some_like(incount, requests, outcount, indices, statuses,
-                   [&] { return PMPI_Testsome(incount, requests, outcount, indices, statuses); });
+  return some_like(incount, requests, outcount, indices, statuses, [&] {
+    bool left = false;
+    const int rc = with_hidden(incount, requests, left, [&](MPI_Request* r) {
+      return PMPI_Testsome(incount, r, outcount, indices, statuses);
+    });
+    if (left && outcount != nullptr && *outcount == MPI_UNDEFINED) *outcount = 0;  // the hidden ones wait
+    return rc;
+  });
 }
 
 // ---- collectives ------------------------------------------------------------------------------
@@ -707,7 +746,8 @@ FUNNEL_MPI_API int MPI_Ialltoall(const void* sendbuf, int sendcount, MPI_Datatyp
 template <class Init>
 int persistent_like(const void* buf, int count, MPI_Datatype type, int peer, int tag, MPI_Comm comm,
                     MPI_Request* request, bool send, const char* name, Init&& init) {
-  if (int rc = 0; local::enabled() && not_local_yet(send, buf, count, type, peer, tag, comm, name, rc)) return rc;
+  if (int rc = 0; local::enabled() && local::persistent_init(send, buf, count, type, peer, tag, comm, request, name, rc))
+    return rc;
   Staged b(buf, extent_of(count, type), send, !send, name);
   if (!b.ok()) return funnel::mpi::buffer_error(comm);
   if (!b.staged()) return init(const_cast<void*>(buf));
@@ -733,6 +773,8 @@ FUNNEL_MPI_API int MPI_Rsend_init(const void* buf, int count, MPI_Datatype type,
 }
 FUNNEL_MPI_API int MPI_Bsend_init(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
                                   MPI_Request* request) {
+  if (int rc = 0; local::enabled() && not_local_yet(true, buf, count, type, dest, tag, comm, "MPI_Bsend_init", rc))
+    return rc;
   return persistent_like(buf, count, type, dest, tag, comm, request, true, "MPI_Bsend_init",
                          [&](void* p) { return PMPI_Bsend_init(p, count, type, dest, tag, comm, request); });
 }
@@ -743,12 +785,17 @@ FUNNEL_MPI_API int MPI_Recv_init(void* buf, int count, MPI_Datatype type, int so
 }
 
 FUNNEL_MPI_API int MPI_Start(MPI_Request* request) {
+  if (local::enabled() && request != nullptr)
+    if (const int rc = local::start_persistent(*request); rc != MPI_SUCCESS) return rc;
   if (funnel::mpi::any_pending() && request != nullptr && !funnel::mpi::start_persistent(*request))
     return MPI_ERR_BUFFER;
   return PMPI_Start(request);
 }
 
 FUNNEL_MPI_API int MPI_Startall(int count, MPI_Request requests[]) {
+  if (local::enabled())
+    for (int i = 0; i < count; ++i)
+      if (const int rc = local::start_persistent(requests[i]); rc != MPI_SUCCESS) return rc;
   if (funnel::mpi::any_pending())
     for (int i = 0; i < count; ++i)
       if (!funnel::mpi::start_persistent(requests[i])) return MPI_ERR_BUFFER;
@@ -756,6 +803,7 @@ FUNNEL_MPI_API int MPI_Startall(int count, MPI_Request requests[]) {
 }
 
 FUNNEL_MPI_API int MPI_Request_free(MPI_Request* request) {
+  if (local::enabled() && request != nullptr) local::forget(*request);
   if (funnel::mpi::any_pending() && request != nullptr) funnel::mpi::free_request(*request);
   return PMPI_Request_free(request);
 }

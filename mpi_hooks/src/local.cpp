@@ -148,6 +148,44 @@ std::atomic<size_t> g_outstanding{0};
 std::unordered_map<MPI_Request, std::pair<MPI_Comm, int>> g_failed;
 std::atomic<size_t> g_failed_count{0};
 
+// Persistent GPU-local requests: MPI holds a placeholder (a zero-count request to MPI_PROC_NULL,
+// which completes as soon as it is started); each MPI_Start posts a half here, and the
+// completion calls hold the placeholder back from MPI until the half ended.
+struct Persistent {
+  bool send = false;
+  const void* buf = nullptr;
+  int count = 0;
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  int peer = 0, tag = 0;
+  MPI_Comm comm = MPI_COMM_NULL;
+  const char* call = "";
+  int handle = -1;
+  bool active = false;  // started, its completion not reported yet
+  bool ended = false;   // its half ended (state, bytes)
+  int state = FUNNEL_MSG_PENDING;
+  size_t bytes = 0, capacity = 0;
+};
+std::unordered_map<MPI_Request, Persistent> g_persistent;  // under g_requests_mu
+std::atomic<size_t> g_active{0};  // active persistent requests
+
+// Whether persistent request `p` still waits for its half (polls it once first).
+bool pending_locked(MPI_Request r, Persistent& p) {
+  if (!p.active || p.ended) return false;
+  int state = FUNNEL_MSG_PENDING;
+  size_t bytes = 0;
+  if (funnel_msg_test(p.handle, &state, &bytes) != 0) state = FUNNEL_MSG_FAILED;
+  if (state == FUNNEL_MSG_PENDING) return true;
+  p.ended = true;
+  p.state = state;
+  p.bytes = bytes;
+  say_end(state, p.call, p.peer, p.tag);
+  if (const int e = error_of(state); e != MPI_SUCCESS) {
+    g_failed[r] = {p.comm, e};
+    g_failed_count.store(g_failed.size(), std::memory_order_release);
+  }
+  return false;
+}
+
 // The status only: an error is raised by the completing wrapper through the request's
 // communicator (MPI would raise a generalized request's through MPI_COMM_WORLD's handler).
 int query_fn(void* extra, MPI_Status* status) {
@@ -237,7 +275,7 @@ void comm_made(MPI_Comm parent, MPI_Comm made) noexcept {
 }
 
 Route route(bool send, const void* buf, int count, MPI_Datatype type, int peer, int tag, MPI_Comm comm,
-            const char* call, Half& h) {
+            const char* call, Half& h, bool take_seq) {
   if (!g_enabled || peer == MPI_PROC_NULL) return Route::Mpi;
   CommInfo* info = info_of(comm);
   if (info == nullptr) return Route::Mpi;
@@ -269,7 +307,7 @@ Route route(bool send, const void* buf, int count, MPI_Datatype type, int peer, 
   PMPI_Comm_rank(comm, &me);
   const int me_world = info->world[static_cast<size_t>(me)];
   uint64_t seq = 0;
-  {
+  if (take_seq) {
     const std::lock_guard lock(info->mu);
     seq = (send ? info->sent : info->received)[{peer, tag}]++;
   }
@@ -329,7 +367,9 @@ int start(bool send, const Half& h, int peer, int tag, MPI_Comm comm, MPI_Reques
   return MPI_SUCCESS;
 }
 
-bool any() noexcept { return g_outstanding.load(std::memory_order_acquire) != 0; }
+bool any() noexcept {
+  return g_outstanding.load(std::memory_order_acquire) != 0 || g_active.load(std::memory_order_acquire) != 0;
+}
 
 void poll(const MPI_Request* requests, int n) noexcept {
   if (!any()) return;
@@ -337,6 +377,7 @@ void poll(const MPI_Request* requests, int n) noexcept {
   for (int i = 0; i < n; ++i) {
     auto it = g_requests.find(requests[i]);
     if (it != g_requests.end() && try_complete(it->second)) g_requests.erase(it);
+    if (auto p = g_persistent.find(requests[i]); p != g_persistent.end()) (void)pending_locked(p->first, p->second);
   }
   g_outstanding.store(g_requests.size(), std::memory_order_release);
 }
@@ -344,9 +385,85 @@ void poll(const MPI_Request* requests, int n) noexcept {
 bool outstanding(const MPI_Request* requests, int n) noexcept {
   if (!any()) return false;
   const std::lock_guard lock(g_requests_mu);
-  for (int i = 0; i < n; ++i)
+  for (int i = 0; i < n; ++i) {
     if (g_requests.contains(requests[i])) return true;
+    if (auto p = g_persistent.find(requests[i]); p != g_persistent.end() && p->second.active && !p->second.ended)
+      return true;
+  }
   return false;
+}
+
+std::vector<int> hidden(const MPI_Request* requests, int n) noexcept {
+  std::vector<int> out;
+  if (g_active.load(std::memory_order_acquire) == 0) return out;
+  const std::lock_guard lock(g_requests_mu);
+  for (int i = 0; i < n; ++i)
+    if (auto p = g_persistent.find(requests[i]); p != g_persistent.end() && pending_locked(p->first, p->second))
+      out.push_back(i);
+  return out;
+}
+
+bool persistent_init(bool send, const void* buf, int count, MPI_Datatype type, int peer, int tag, MPI_Comm comm,
+                     MPI_Request* request, const char* call, int& rc) noexcept {
+  Half h;
+  switch (route(send, buf, count, type, peer, tag, comm, call, h, false)) {
+    case Route::Mpi: return false;
+    case Route::Refuse:
+      PMPI_Comm_call_errhandler(comm, h.error);
+      rc = h.error;
+      return true;
+    case Route::Local: break;
+  }
+  rc = send ? PMPI_Send_init(buf, 0, MPI_BYTE, MPI_PROC_NULL, tag, comm, request)
+            : PMPI_Recv_init(const_cast<void*>(buf), 0, MPI_BYTE, MPI_PROC_NULL, tag, comm, request);
+  if (rc != MPI_SUCCESS) return true;
+  Persistent p;
+  p.send = send;
+  p.buf = buf;
+  p.count = count;
+  p.type = type;
+  p.peer = peer;
+  p.tag = tag;
+  p.comm = comm;
+  p.call = call;
+  p.capacity = h.bytes;
+  const std::lock_guard lock(g_requests_mu);
+  g_persistent[*request] = p;
+  return true;
+}
+
+int start_persistent(MPI_Request request) noexcept {
+  Persistent* p = nullptr;
+  {
+    const std::lock_guard lock(g_requests_mu);
+    auto it = g_persistent.find(request);
+    if (it == g_persistent.end()) return MPI_SUCCESS;
+    p = &it->second;
+    if (p->active) return MPI_ERR_REQUEST;  // started twice without a completion: MPI says so too
+  }
+  // Its sequence number now, in the order of the rank's sends (or receives) of the envelope.
+  Half h;
+  if (route(p->send, p->buf, p->count, p->type, p->peer, p->tag, p->comm, p->call, h) != Route::Local)
+    return buffer_error(p->comm);  // its memory went since MPI_Send_init or MPI_Recv_init
+  int handle = -1;
+  if (funnel_msg_post(p->send ? FUNNEL_MSG_SEND : FUNNEL_MSG_RECV, &h.env, h.start, h.bytes, &handle) != 0)
+    return buffer_error(p->comm);
+  const std::lock_guard lock(g_requests_mu);
+  p->handle = handle;
+  p->active = true;
+  p->ended = false;
+  p->state = FUNNEL_MSG_PENDING;
+  g_active.fetch_add(1, std::memory_order_acq_rel);
+  return MPI_SUCCESS;
+}
+
+void forget(MPI_Request request) noexcept {
+  const std::lock_guard lock(g_requests_mu);
+  auto it = g_persistent.find(request);
+  if (it == g_persistent.end()) return;
+  // An active one's half goes on in the server; its end is not waited for (MPI lets it finish).
+  if (it->second.active) g_active.fetch_sub(1, std::memory_order_acq_rel);
+  g_persistent.erase(it);
 }
 
 void settle(const MPI_Request* requests, int n) noexcept {
@@ -366,6 +483,20 @@ void settle(const MPI_Request* requests, int n) noexcept {
 }
 
 int raise_failed(const MPI_Request* before, int n, MPI_Status* statuses, bool many) noexcept {
+  const bool ignore = statuses == MPI_STATUSES_IGNORE || statuses == MPI_STATUS_IGNORE;
+  if (g_active.load(std::memory_order_acquire) != 0) {
+    // Persistent requests whose placeholder MPI just completed: their half's status.
+    const std::lock_guard lock(g_requests_mu);
+    for (int i = 0; i < n; ++i) {
+      auto it = g_persistent.find(before[i]);
+      if (it == g_persistent.end() || !it->second.active || !it->second.ended) continue;
+      Persistent& p = it->second;
+      if (!ignore)
+        fill_status(&statuses[many ? i : 0], p.peer, p.tag, p.send ? 0 : std::min(p.bytes, p.capacity));
+      p.active = false;
+      g_active.fetch_sub(1, std::memory_order_acq_rel);
+    }
+  }
   if (g_failed_count.load(std::memory_order_acquire) == 0) return MPI_SUCCESS;
   int first = MPI_SUCCESS;
   MPI_Comm comm = MPI_COMM_NULL;
@@ -378,8 +509,7 @@ int raise_failed(const MPI_Request* before, int n, MPI_Status* statuses, bool ma
         comm = it->second.first;
         first = it->second.second;
       }
-      if (statuses != MPI_STATUSES_IGNORE && statuses != MPI_STATUS_IGNORE)
-        statuses[many ? i : 0].MPI_ERROR = it->second.second;
+      if (!ignore) statuses[many ? i : 0].MPI_ERROR = it->second.second;
       g_failed.erase(it);
     }
     g_failed_count.store(g_failed.size(), std::memory_order_release);

@@ -11,6 +11,7 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <vector>
 
 #include "funnel/funnel.h"
 
@@ -35,14 +36,29 @@ struct Half {
   size_t bytes = 0;
   int error = MPI_SUCCESS;
 };
+// `take_seq` false: the route only (a persistent request's init; its start takes the number).
 Route route(bool send, const void* buf, int count, MPI_Datatype type, int peer, int tag, MPI_Comm comm,
-            const char* call, Half& h);
+            const char* call, Half& h, bool take_seq = true);
 
 // Blocking: posts and waits (MPI progress meanwhile).  recv fills `status` (source, tag, count).
 int send(const Half& h, MPI_Comm comm, const char* call);
 int recv(const Half& h, int source, int tag, MPI_Comm comm, MPI_Status* status, const char* call);
 // Non-blocking: a generalized request (MPI_Grequest_start) that the Wait/Test wrappers complete.
 int start(bool send, const Half& h, int peer, int tag, MPI_Comm comm, MPI_Request* request, const char* call);
+
+// Persistent requests (MPI_Send_init, Ssend_init, Rsend_init, Recv_init): true when this one is
+// GPU-local (or refused: `rc` says which); MPI then holds a placeholder in *request (a zero-count
+// request to MPI_PROC_NULL), each start_persistent posts a half, and the completion calls keep
+// the placeholder from MPI until the half ended (hidden()) and report its status (raise_failed).
+bool persistent_init(bool send, const void* buf, int count, MPI_Datatype type, int peer, int tag, MPI_Comm comm,
+                     MPI_Request* request, const char* call, int& rc) noexcept;
+// MPI_Start of `request`: posts its half if it is a persistent GPU-local one (else nothing).
+int start_persistent(MPI_Request request) noexcept;
+// MPI_Request_free.
+void forget(MPI_Request request) noexcept;
+// The indices of persistent GPU-local requests among `requests` whose half has not ended: the
+// any/some calls hand MPI_REQUEST_NULL in their place.
+std::vector<int> hidden(const MPI_Request* requests, int n) noexcept;
 
 // Whether any local request is outstanding (the Wait/Test wrappers' fast path).
 bool any() noexcept;
@@ -52,8 +68,9 @@ void poll(const MPI_Request* requests, int n) noexcept;
 void settle(const MPI_Request* requests, int n) noexcept;
 // Whether some local request among `requests` has not ended.
 bool outstanding(const MPI_Request* requests, int n) noexcept;
-// After a completion call completed some of `before` (the handles as they were): raises the first
-// error of a GPU-local one among them through its communicator's handler and returns it
+// After a completion call completed some of `before` (the handles as they were): fills the
+// statuses of persistent GPU-local ones (their placeholder's say MPI_PROC_NULL), and raises the
+// first error of a GPU-local one among them through its communicator's handler and returns it
 // (`many`: MPI_ERR_IN_STATUS, each one's error in statuses[i]; else in statuses[0]).
 // MPI_SUCCESS when none failed.
 int raise_failed(const MPI_Request* before, int n, MPI_Status* statuses, bool many) noexcept;

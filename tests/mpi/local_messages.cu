@@ -2,7 +2,7 @@
 // tests/mpi/local_messages.sh: device-buffer messages between ranks of one funnel-server go device
 // to device through the server's mailbox.  Ring MPI_Sendrecv (small, 1 MiB, zero elements),
 // MPI_Isend/MPI_Irecv completed by MPI_Waitall, MPI_Wait, an MPI_Test loop, MPI_Waitany and
-// MPI_Waitsome, blocking MPI_Send/MPI_Recv and MPI_Ssend in turn, two messages of one envelope
+// MPI_Waitsome, blocking MPI_Send/MPI_Recv and MPI_Ssend in turn, persistent requests, two messages of one envelope
 // in order, a GPU-local and a host message in one MPI_Waitall, a message to itself, the receive's
 // status (source, tag, count), a receive larger than the message, a receive smaller than it
 // (MPI_ERR_TRUNCATE), a receive from a rank that left the server, sub-communicators (MPI_Comm_split, MPI_Comm_dup, MPI_Cart_create), the
@@ -146,6 +146,46 @@ int main(int argc, char** argv) {
     const std::vector<int> got = host_of(r, 200);
     expect(std::vector<int>(got.begin(), got.begin() + 100) == values(g_rank, 100, 12) && got[100] == -1 && count == 100,
            "a GPU-local message to itself into a larger receive (status count 100)");
+    CHECK(cudaFree(s));
+    CHECK(cudaFree(r));
+  }
+
+  // Persistent requests round the ring: started three times with new values, completed by
+  // MPI_Waitall twice and by an MPI_Testany loop once (their statuses are the messages', not the
+  // placeholders'), then freed.
+  {
+    const size_t n = 2048;
+    int* s = device_ints(values(g_rank, n, 30));
+    int* r = device_ints(std::vector<int>(n, -1));
+    MPI_Request req[2];
+    MPI_Recv_init(r, static_cast<int>(n), MPI_INT, left, 30, MPI_COMM_WORLD, &req[0]);
+    MPI_Send_init(s, static_cast<int>(n), MPI_INT, right, 30, MPI_COMM_WORLD, &req[1]);
+    for (int round = 0; round < 3; ++round) {
+      const std::vector<int> mine = values(g_rank, n, 30 + round);
+      CHECK(cudaMemcpy(s, mine.data(), n * sizeof(int), cudaMemcpyHostToDevice));
+      MPI_Startall(2, req);
+      MPI_Status st[2];
+      if (round < 2) {
+        MPI_Waitall(2, req, st);
+      } else {
+        for (int done = 0; done < 2;) {
+          int index = -1, flag = 0;
+          MPI_Status one;
+          MPI_Testany(2, req, &index, &flag, &one);
+          expect(flag == 0 || index != MPI_UNDEFINED, "MPI_Testany says all inactive while one still waits");
+          if (flag == 0 || index == MPI_UNDEFINED) continue;
+          st[index] = one;
+          ++done;
+        }
+      }
+      int count = -1;
+      MPI_Get_count(&st[0], MPI_INT, &count);
+      expect(host_of(r, n) == values(left, n, 30 + round), "persistent GPU-local requests, started again");
+      expect(count == static_cast<int>(n) && st[0].MPI_SOURCE == left && st[0].MPI_TAG == 30,
+             "a persistent GPU-local receive's status");
+    }
+    MPI_Request_free(&req[0]);
+    MPI_Request_free(&req[1]);
     CHECK(cudaFree(s));
     CHECK(cudaFree(r));
   }

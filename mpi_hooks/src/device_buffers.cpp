@@ -6,11 +6,13 @@
 // before the work queued after it.  Host buffers go straight to PMPI: one look-up in funnel's
 // tables per buffer.  A buffer that is neither host memory of this process nor inside a live
 // allocation of it is MPI_ERR_BUFFER, raised through the communicator's error handler.
+#include <cuda_runtime_api.h>
 #include <mpi.h>
 
 #include <sched.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <initializer_list>
 #include <string>
 #include <utility>
@@ -234,9 +236,31 @@ FUNNEL_MPI_API int MPI_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype
 
 FUNNEL_MPI_API int MPI_Sendrecv_replace(void* buf, int count, MPI_Datatype type, int dest, int sendtag, int source,
                                         int recvtag, MPI_Comm comm, MPI_Status* status) {
-  if (int rc = 0; local::enabled() && (not_local_yet(true, buf, count, type, dest, sendtag, comm, "MPI_Sendrecv_replace", rc) ||
-                                       not_local_yet(false, buf, count, type, source, recvtag, comm, "MPI_Sendrecv_replace", rc)))
-    return rc;
+  if (local::enabled()) {
+    // Either half GPU-local: the message to send is copied to a device buffer of its own first
+    // (cudaMemcpy on the legacy stream: after the work queued before the call), then sent from
+    // there while the receive lands in `buf`, as MPI_Sendrecv.
+    local::Half hs, hr;
+    const local::Route rs = local::route(true, buf, count, type, dest, sendtag, comm, "MPI_Sendrecv_replace", hs, false);
+    const local::Route rr =
+        local::route(false, buf, count, type, source, recvtag, comm, "MPI_Sendrecv_replace", hr, false);
+    if (rs == local::Route::Refuse) return refused(comm, hs);
+    if (rr == local::Route::Refuse) return refused(comm, hr);
+    if (rs == local::Route::Local || rr == local::Route::Local) {
+      const funnel::mpi::Extent e = extent_of(count, type);
+      void* copy = nullptr;
+      if (e.bytes != 0 && (cudaMalloc(&copy, e.bytes) != cudaSuccess ||
+                           cudaMemcpy(copy, static_cast<std::byte*>(buf) + e.offset, e.bytes,
+                                      cudaMemcpyDeviceToDevice) != cudaSuccess)) {
+        if (copy != nullptr) cudaFree(copy);
+        return funnel::mpi::buffer_error(comm);
+      }
+      const void* from = e.bytes == 0 ? buf : static_cast<const std::byte*>(copy) - e.offset;
+      const int rc = MPI_Sendrecv(from, count, type, dest, sendtag, buf, count, type, source, recvtag, comm, status);
+      if (copy != nullptr) cudaFree(copy);
+      return rc;
+    }
+  }
   std::vector<Staged> b;
   b.emplace_back(buf, extent_of(count, type), true, true, "MPI_Sendrecv_replace");
   if (!any_staged(b)) return PMPI_Sendrecv_replace(buf, count, type, dest, sendtag, source, recvtag, comm, status);

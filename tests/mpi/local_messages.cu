@@ -2,7 +2,7 @@
 // tests/mpi/local_messages.sh: device-buffer messages between ranks of one funnel-server go device
 // to device through the server's mailbox.  Ring MPI_Sendrecv (small, 1 MiB, zero elements),
 // MPI_Isend/MPI_Irecv completed by MPI_Waitall, MPI_Wait, an MPI_Test loop, MPI_Waitany and
-// MPI_Waitsome, blocking MPI_Send/MPI_Recv and MPI_Ssend in turn, persistent requests, two messages of one envelope
+// MPI_Waitsome, blocking MPI_Send/MPI_Recv and MPI_Ssend in turn, MPI_Sendrecv_replace, persistent requests, two messages of one envelope
 // in order, a GPU-local and a host message in one MPI_Waitall, a message to itself, the receive's
 // status (source, tag, count), a receive larger than the message, a receive smaller than it
 // (MPI_ERR_TRUNCATE), a receive from a rank that left the server, sub-communicators (MPI_Comm_split, MPI_Comm_dup, MPI_Cart_create), the
@@ -148,6 +148,19 @@ int main(int argc, char** argv) {
            "a GPU-local message to itself into a larger receive (status count 100)");
     CHECK(cudaFree(s));
     CHECK(cudaFree(r));
+  }
+
+  // MPI_Sendrecv_replace of a device buffer round the ring (sent from a copy of its own).
+  {
+    const size_t n = 1500;
+    int* b = device_ints(values(g_rank, n, 40));
+    MPI_Status st;
+    MPI_Sendrecv_replace(b, static_cast<int>(n), MPI_INT, right, 40, left, 40, MPI_COMM_WORLD, &st);
+    int count = -1;
+    MPI_Get_count(&st, MPI_INT, &count);
+    expect(host_of(b, n) == values(left, n, 40) && count == static_cast<int>(n) && st.MPI_SOURCE == left,
+           "MPI_Sendrecv_replace of a device buffer, GPU-local");
+    CHECK(cudaFree(b));
   }
 
   // Persistent requests round the ring: started three times with new values, completed by

@@ -86,7 +86,7 @@ if [[ -x $BIN/stencil_funnel && -x $BIN/stencil ]]; then
   fi
   # --halo device under FUNNEL_MPI_LOCAL=1: the halos are GPU-local messages (the job report
   # counts them), the same checksum.
-  env -u LD_LIBRARY_PATH FUNNEL_JOB_ID=$job-local FUNNEL_LOG_DIR="$logs-local" FUNNEL_MPI_LOCAL=1 \
+  env -u LD_LIBRARY_PATH FUNNEL_JOB_ID=$job-local FUNNEL_LOG_DIR="$logs-local" FUNNEL_MPI_LOCAL=1 FUNNEL_JOB_REPORT=1 \
     timeout 300 "${MPI[@]}" -x FUNNEL_JOB_ID -x FUNNEL_LOG_DIR -x FUNNEL_MPI_LOCAL -np 4 \
     "$BIN/stencil_funnel" --n 128 --steps 20 --warmup 2 --halo device --reference "$ref" \
     >"$OUT_DIR/stencil-local.log" 2>&1

@@ -9,7 +9,8 @@ np=$1 bin=$2 prog=$3
 [ -x "$bin/funnel-server" ] || { echo "FAIL: no $bin/funnel-server"; exit 1; }
 # shellcheck source=tests/mpi/all_ok.sh
 source "$(dirname "${BASH_SOURCE[0]}")/all_ok.sh"
-export FUNNEL_MPI_LOCAL=1
+# The job report counts the messages (scripts/test.sh turns reports off for the other tests).
+export FUNNEL_MPI_LOCAL=1 FUNNEL_JOB_REPORT=1
 runs_all_ok "$np" "$prog" -x FUNNEL_MPI_LOCAL
 for what in "MPI_Recv into a device buffer with MPI_ANY_SOURCE under FUNNEL_MPI_LOCAL=1: refused" \
             "MPI_Send of a device buffer with a datatype that is not contiguous" \

@@ -401,6 +401,39 @@ TEST_F(FaultTest, TheRestartedServerChecksTheSocketItInherits) {
   EXPECT_TRUE(c.ok());
 }
 
+// A GPU-local message half parked on the faulted device: its memory went with the fault, so it is
+// answered kMsgFailed when the device is reset, not left waiting for a send that would copy into
+// freed memory.
+TEST_F(FaultTest, AGpuLocalReceiveParkedOnTheFaultedDeviceFails) {
+  start(/*resets_in_process=*/true);
+  TestClient a(run_dir_, "faulty-app"), b(run_dir_, "receiver");
+  ASSERT_TRUE(a.ok() && b.ok());
+  const Reply pinned = b.call(Opcode::PinnedAlloc, ipc::PinnedAllocCmd{4096, 0, 0});
+  ASSERT_EQ(pinned.status, Status::Success);
+  auto* word = reinterpret_cast<ipc::MsgWord*>(pinned.value[2]);
+  word->ticket.store(1);
+  word->state.store(ipc::kMsgPending);
+  const uint64_t y = b.alloc(4096);
+  ipc::MsgPostCmd recv{};
+  recv.world = 1;
+  recv.comm = 2;
+  recv.source = 0;
+  recv.dest = 1;
+  recv.role = ipc::kMsgRecv;
+  recv.address = y;
+  recv.bytes = 4096;
+  recv.word_pinned = pinned.value[0];
+  b.post(Opcode::MsgPost, recv);
+  ASSERT_EQ(b.call(Opcode::Fence).status, Status::Success);
+  EXPECT_EQ(word->state.load(), ipc::kMsgPending) << "parked";
+  ASSERT_EQ(launch(a, kFaultKernel, 11), Status::Success);
+  ASSERT_EQ(a.sync_device(), Status::IllegalAddress);
+  a.detach();
+  EXPECT_EQ(b.sync_device(), Status::IllegalAddress) << "b held memory on the device";
+  ASSERT_TRUE(eventually([&] { return recovered(0); }));  // b stays: its word is its pinned memory
+  EXPECT_EQ(word->state.load(), ipc::kMsgFailed);
+}
+
 TEST_F(FaultTest, RecoversInProcessWhereTheBackendCanAndIdleClientsWaitForIt) {
   start(/*resets_in_process=*/true);
   TestClient a(run_dir_, "faulty-app"), idle(run_dir_, "idle");

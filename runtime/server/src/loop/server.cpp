@@ -326,6 +326,7 @@ void Server::Impl::recover_devices() {
     if (held) continue;
     spdlog::info("device {}: every client released it after the fault (status {}); resetting its context", d,
                  static_cast<int>(s.fault));
+    mailbox->forget_device(d);
     const Status st = backend->reset_device(d);
     if (st != Status::Success) {
       reset_failed[static_cast<size_t>(d)] = s.generation;

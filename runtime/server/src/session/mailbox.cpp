@@ -63,10 +63,47 @@ void Mailbox::recycle(BackendEvent* e) {
   if (pool_.size() < 256) pool_.push_back(std::move(owned));
 }
 
-void Mailbox::in_flight(uint32_t a, uint32_t b, ipc::MsgWord* wa, ipc::MsgWord* wb) {
+void Mailbox::in_flight(uint32_t a, uint32_t b, int device, ipc::MsgWord* wa, ipc::MsgWord* wb) {
   const std::lock_guard lock(mu_);
   if (flights_.size() >= 64) std::erase_if(flights_, [](const Flight& f) { return f.over(); });
-  flights_.push_back({a, b, wa, wb, wa->ticket.load(std::memory_order_acquire), wb->ticket.load(std::memory_order_acquire)});
+  flights_.push_back(
+      {a, b, device, wa, wb, wa->ticket.load(std::memory_order_acquire), wb->ticket.load(std::memory_order_acquire)});
+}
+
+void Mailbox::forget_device(int device) {
+  std::vector<std::shared_ptr<BackendEvent>> parked_events;  // let go after the lock (they go back to the pool)
+  std::vector<std::unique_ptr<BackendEvent>> pooled;
+  {
+    const std::lock_guard lock(mu_);
+    forget_device_locked(device, parked_events, pooled);
+  }
+  parked_events.clear();
+  // Those just recycled too.
+  const std::lock_guard lock(mu_);
+  std::erase_if(pool_, [device](const std::unique_ptr<BackendEvent>& e) { return e->device() == device; });
+}
+
+void Mailbox::forget_device_locked(int device, std::vector<std::shared_ptr<BackendEvent>>& parked_events,
+                                   std::vector<std::unique_ptr<BackendEvent>>& pooled) {
+  for (auto* box : {&sends_, &recvs_})
+    for (auto it = box->begin(); it != box->end();) {
+      if (it->second.half.device != device) {
+        ++it;
+        continue;
+      }
+      it->second.half.word->state.store(ipc::kMsgFailed, std::memory_order_release);
+      parked_events.push_back(std::move(it->second.half.ready));
+      it = box->erase(it);
+    }
+  for (auto it = pool_.begin(); it != pool_.end();) {
+    if ((*it)->device() == device) {
+      pooled.push_back(std::move(*it));
+      it = pool_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  std::erase_if(flights_, [device](const Flight& f) { return f.device == device; });
 }
 
 bool Mailbox::leave(uint32_t client, int mpi_rank, std::chrono::steady_clock::time_point deadline) {

@@ -64,7 +64,7 @@ class Mailbox {
   // kMsgPending (the GPU, or the worker that saw the stream get there, stores them after the
   // copy) or were armed again by their clients (a new ticket: a client arms a word again only
   // after it saw its end).  leave() waits for these before a party's memory goes.
-  void in_flight(uint32_t a, uint32_t b, ipc::MsgWord* wa, ipc::MsgWord* wb);
+  void in_flight(uint32_t a, uint32_t b, int device, ipc::MsgWord* wa, ipc::MsgWord* wb);
 
   // A client leaves (teardown, before its memory goes): its parked halves are dropped, the halves
   // that wait for one of its ranks are answered PeerGone, later posts to its ranks are too, and the
@@ -73,11 +73,17 @@ class Mailbox {
   // as that rank.  False when some copies did not end.
   bool leave(uint32_t client, int mpi_rank, std::chrono::steady_clock::time_point deadline);
 
+  // Before `device`'s context is reset after a fault (every client released it): the halves parked
+  // on it are answered kMsgFailed and dropped (their memory went with the fault), its pooled
+  // events destroyed, its flights forgotten (their copies died with the context).
+  void forget_device(int device);
+
   size_t parked() const;
 
  private:
   struct Flight {
     uint32_t a, b;
+    int device;
     ipc::MsgWord *wa, *wb;
     uint32_t ta, tb;  // the words' tickets when the message was paired
     static bool ended(const ipc::MsgWord* w, uint32_t t) noexcept {
@@ -100,6 +106,8 @@ class Mailbox {
   std::set<uint64_t> worlds_;
   std::vector<Flight> flights_;
   void recycle(BackendEvent* e);
+  void forget_device_locked(int device, std::vector<std::shared_ptr<BackendEvent>>& parked_events,
+                            std::vector<std::unique_ptr<BackendEvent>>& pooled);
   std::vector<std::unique_ptr<BackendEvent>> pool_;  // free events, any device
 };
 

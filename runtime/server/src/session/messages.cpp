@@ -110,7 +110,7 @@ Status Worker::msg_post(const ipc::CommandHeader& h, const ipc::MsgPostCmd& c) {
   // remembers the flight until both are stored, so that neither party's memory goes before.
   // (Before the stores are queued: the words' tickets are read then.)
   const uint32_t other_state = send ? recv_state : ipc::kMsgDone, my_state = send ? ipc::kMsgDone : recv_state;
-  shared_.mailbox->in_flight(shared_.id, other.client, other.word, word);
+  shared_.mailbox->in_flight(shared_.id, other.client, h.device, other.word, word);
   std::atomic<uint32_t>* words[2] = {&other.word->state, &word->state};
   const uint32_t values[2] = {other_state, my_state};
   if (backend_.write_values(*s->stream, words, values) != Status::Success)

@@ -275,16 +275,21 @@ TEST_F(ServerTest, IpcExportsAreOpenedByOtherClientsAndOutliveTheOwnersFree) {
 // GPU-local messages (MsgPost; runtime/server/src/session/mailbox.hpp): the server pairs a send
 // and a receive of one envelope from two clients, copies device to device and answers both
 // completion words; what it refuses, and a client that leaves while a partner waits.
-// A client's completion words: one pinned page of this client's (the server runs in this process,
-// so its address of the page is readable here).
+// A client's completion words: one pinned page of this client's, mapped here as the client runtime
+// maps it (not read through the server's mapping: ThreadSanitizer would not see the channel's
+// ordering between the server's mmap and this thread).
 struct Words {
   uint64_t id = 0;
+  ipc::MappedFile file;
   ipc::MsgWord* words = nullptr;
-  explicit Words(TestClient& c) {
+  Words(TestClient& c, const std::filesystem::path& run_dir) {
     const Reply r = c.call(Opcode::PinnedAlloc, ipc::PinnedAllocCmd{4096, 0, 0});
     EXPECT_EQ(r.status, Status::Success);
     id = r.value[0];
-    words = reinterpret_cast<ipc::MsgWord*>(r.value[2]);
+    const auto path = run_dir / ("pinned." + std::to_string(c.attach_reply().client_id) + "." + std::to_string(id));
+    file = ipc::MappedFile::open(path, r.value[1]);
+    std::filesystem::remove(path);
+    words = static_cast<ipc::MsgWord*>(file.data());
   }
   // Word i set pending, as the client does before it posts.
   uint64_t arm(size_t i) {
@@ -323,7 +328,7 @@ TEST_F(ServerTest, GpuLocalMessagesArePairedCopiedAndAnswered) {
   constexpr uint64_t kBytes = 4096;
   TestClient a(run_dir_), b(run_dir_);
   ASSERT_TRUE(a.ok() && b.ok());
-  Words wa(a), wb(b);
+  Words wa(a, run_dir_), wb(b, run_dir_);
   const uint64_t x = a.alloc(kBytes), y = b.alloc(kBytes);
   std::vector<uint32_t> data(kBytes / 4, 0x0a0b0c0du), zero(kBytes / 4, 0);
   a.h2d(x, data.data(), kBytes);

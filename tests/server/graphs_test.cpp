@@ -333,20 +333,24 @@ TEST_F(ServerTest, GpuLocalMessagesArePairedCopiedAndAnswered) {
   std::vector<uint32_t> data(kBytes / 4, 0x0a0b0c0du), zero(kBytes / 4, 0);
   a.h2d(x, data.data(), kBytes);
   b.h2d(y, zero.data(), kBytes);
-  // The receive first (parked), then the send (paired): rank 0 of a to rank 1 of b.
-  b.post(Opcode::MsgPost, half(ipc::kMsgRecv, 0, 1, 5, 0, y, kBytes, wb, wb.arm(0)));
-  ASSERT_EQ(b.call(Opcode::Fence).status, Status::Success);
-  EXPECT_EQ(wb.words[0].state.load(), ipc::kMsgPending) << "parked until its send comes";
+  // The send first (parked), then the receive (paired: the copy runs on b's stream, after a's
+  // work before its post): rank 0 of a to rank 1 of b.  (Read back by b, whose stream made the
+  // copy: the sim's streams of two clients give ThreadSanitizer no order between them.)
   a.post(Opcode::MsgPost, half(ipc::kMsgSend, 0, 1, 5, 0, x, kBytes, wa, wa.arm(0)));
+  ASSERT_EQ(a.call(Opcode::Fence).status, Status::Success);
+  EXPECT_EQ(wa.words[0].state.load(), ipc::kMsgPending) << "parked until its receive comes";
+  b.post(Opcode::MsgPost, half(ipc::kMsgRecv, 0, 1, 5, 0, y, kBytes, wb, wb.arm(0)));
   EXPECT_EQ(wa.end(0), ipc::kMsgDone);
   EXPECT_EQ(wb.end(0), ipc::kMsgDone);
   EXPECT_EQ(wb.words[0].bytes.load(), kBytes);
   ASSERT_EQ(b.sync_device(), Status::Success);
   EXPECT_TRUE(all_equal(read_words(b, y, kBytes / 4), 0x0a0b0c0du));
 
-  // The send first, into a smaller receive: the receive is truncated (its capacity copied).
-  a.post(Opcode::MsgPost, half(ipc::kMsgSend, 0, 1, 5, 1, x, 200, wa, wa.arm(1)));
+  // The receive first, smaller than its send: paired by the send, truncated (its capacity copied).
   b.post(Opcode::MsgPost, half(ipc::kMsgRecv, 0, 1, 5, 1, y + 1000, 100, wb, wb.arm(1)));
+  ASSERT_EQ(b.call(Opcode::Fence).status, Status::Success);
+  EXPECT_EQ(wb.words[1].state.load(), ipc::kMsgPending) << "parked until its send comes";
+  a.post(Opcode::MsgPost, half(ipc::kMsgSend, 0, 1, 5, 1, x, 200, wa, wa.arm(1)));
   EXPECT_EQ(wa.end(1), ipc::kMsgDone);
   EXPECT_EQ(wb.end(1), ipc::kMsgTruncated);
   EXPECT_EQ(wb.words[1].bytes.load(), 200u);

@@ -388,7 +388,7 @@ int wait_one(MPI_Request* request, MPI_Status* status) {
   return rc;
 }
 FUNNEL_MPI_API int MPI_Wait(MPI_Request* request, MPI_Status* status) {
-  if (request != nullptr && local::enabled())
+  if (request != nullptr && local::busy())
     return with_local(request, 1, status, false, true, [&] { return wait_one(request, status); }, all_of);
   return wait_one(request, status);
 }
@@ -401,7 +401,7 @@ int test_one(MPI_Request* request, int* flag, MPI_Status* status) {
   return rc;
 }
 FUNNEL_MPI_API int MPI_Test(MPI_Request* request, int* flag, MPI_Status* status) {
-  if (request != nullptr && flag != nullptr && local::enabled())
+  if (request != nullptr && flag != nullptr && local::busy())
     return with_local(request, 1, status, false, false, [&] { return test_hiding(request, 1, flag, [&] { return test_one(request, flag, status); }); },
                       [&](const std::vector<MPI_Request>& b) { return *flag != 0 ? b : std::vector<MPI_Request>{}; });
   return test_one(request, flag, status);
@@ -415,7 +415,7 @@ int wait_all(int count, MPI_Request requests[], MPI_Status statuses[]) {
   return finish_requests(before, [](size_t) { return true; });
 }
 FUNNEL_MPI_API int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]) {
-  if (count > 0 && local::enabled())
+  if (count > 0 && local::busy())
     return with_local(requests, count, statuses, true, true, [&] { return wait_all(count, requests, statuses); },
                       all_of);
   return wait_all(count, requests, statuses);
@@ -429,7 +429,7 @@ int test_all(int count, MPI_Request requests[], int* flag, MPI_Status statuses[]
   return finish_requests(before, [](size_t) { return true; });
 }
 FUNNEL_MPI_API int MPI_Testall(int count, MPI_Request requests[], int* flag, MPI_Status statuses[]) {
-  if (count > 0 && flag != nullptr && local::enabled())
+  if (count > 0 && flag != nullptr && local::busy())
     return with_local(requests, count, statuses, true, false,
                       [&] { return test_hiding(requests, count, flag, [&] { return test_all(count, requests, flag, statuses); }); },
                       [&](const std::vector<MPI_Request>& b) { return *flag != 0 ? b : std::vector<MPI_Request>{}; });
@@ -459,7 +459,7 @@ std::vector<MPI_Request> the_one(const std::vector<MPI_Request>& before, int fla
   return {before[static_cast<size_t>(index)]};
 }
 FUNNEL_MPI_API int MPI_Testany(int count, MPI_Request requests[], int* index, int* flag, MPI_Status* status) {
-  if (count > 0 && index != nullptr && flag != nullptr && local::enabled())
+  if (count > 0 && index != nullptr && flag != nullptr && local::busy())
     return with_local(requests, count, status, false, false,
                       [&] {
                         bool left = false;
@@ -476,7 +476,7 @@ FUNNEL_MPI_API int MPI_Testany(int count, MPI_Request requests[], int* index, in
 FUNNEL_MPI_API int MPI_Waitany(int count, MPI_Request requests[], int* index, MPI_Status* status) {
   if (count > 0 && index != nullptr && local::outstanding(requests, count))
     return wait_by_testing([&](int& done) { return MPI_Testany(count, requests, index, &done, status); });
-  if ((!funnel::mpi::any_pending() && !local::enabled()) || count <= 0)
+  if ((!funnel::mpi::any_pending() && !local::busy()) || count <= 0)
     return PMPI_Waitany(count, requests, index, status);
   const std::vector<MPI_Request> before(requests, requests + count);
   const int rc = PMPI_Waitany(count, requests, index, status);
@@ -514,7 +514,7 @@ FUNNEL_MPI_API int MPI_Waitsome(int incount, MPI_Request requests[], int* outcou
       done = *outcount != 0;
       return rc;
     });
-  if (!funnel::mpi::any_pending() && !local::enabled()) return PMPI_Waitsome(incount, requests, outcount, indices, statuses);
+  if (!funnel::mpi::any_pending() && !local::busy()) return PMPI_Waitsome(incount, requests, outcount, indices, statuses);
   return some_like(incount, requests, outcount, indices, statuses,
                    [&] { return PMPI_Waitsome(incount, requests, outcount, indices, statuses); });
 }
@@ -522,7 +522,7 @@ FUNNEL_MPI_API int MPI_Waitsome(int incount, MPI_Request requests[], int* outcou
 FUNNEL_MPI_API int MPI_Testsome(int incount, MPI_Request requests[], int* outcount, int indices[],
                                 MPI_Status statuses[]) {
   if (incount > 0) local::poll(requests, incount);
-  if (!funnel::mpi::any_pending() && !local::enabled()) return PMPI_Testsome(incount, requests, outcount, indices, statuses);
+  if (!funnel::mpi::any_pending() && !local::busy()) return PMPI_Testsome(incount, requests, outcount, indices, statuses);
   return some_like(incount, requests, outcount, indices, statuses, [&] {
     bool left = false;
     const int rc = with_hidden(incount, requests, left, [&](MPI_Request* r) {

@@ -371,6 +371,8 @@ bool any() noexcept {
   return g_outstanding.load(std::memory_order_acquire) != 0 || g_active.load(std::memory_order_acquire) != 0;
 }
 
+bool busy() noexcept { return any() || g_failed_count.load(std::memory_order_acquire) != 0; }
+
 void poll(const MPI_Request* requests, int n) noexcept {
   if (!any()) return;
   const std::lock_guard lock(g_requests_mu);

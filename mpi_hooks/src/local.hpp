@@ -62,6 +62,9 @@ std::vector<int> hidden(const MPI_Request* requests, int n) noexcept;
 
 // Whether any local request is outstanding (the Wait/Test wrappers' fast path).
 bool any() noexcept;
+// Whether the completion calls have GPU-local work to do: a request outstanding, or an error of
+// a completed one not raised yet (else they are the staged path's or PMPI's own).
+bool busy() noexcept;
 // Completes (MPI_Grequest_complete) the local requests among `requests` whose message ended.
 void poll(const MPI_Request* requests, int n) noexcept;
 // Waits until every local request among `requests` ended (MPI progress meanwhile).

@@ -151,7 +151,7 @@ FUNNEL_MPI_API int MPI_Rsend(const void* buf, int count, MPI_Datatype type, int 
   return send_like(buf, count, type, dest, tag, comm, "MPI_Rsend",
                    [&](const void* p) { return PMPI_Rsend(p, count, type, dest, tag, comm); });
 }
-// Buffered sends are not GPU-local yet: under FUNNEL_MPI_LOCAL=1 one
+// Persistent buffered sends are not GPU-local yet: under FUNNEL_MPI_LOCAL=1 one
 // that would be (a device buffer to a rank of this server) is refused, as its receive would wait
 // for a GPU-local message that never comes.
 bool not_local_yet(bool send, const void* buf, int count, MPI_Datatype type, int peer, int tag, MPI_Comm comm,
@@ -171,7 +171,14 @@ bool not_local_yet(bool send, const void* buf, int count, MPI_Datatype type, int
 
 // The message is copied into the attached buffer before MPI_Bsend returns: the host copy may go.
 FUNNEL_MPI_API int MPI_Bsend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
-  if (int rc = 0; local::enabled() && not_local_yet(true, buf, count, type, dest, tag, comm, "MPI_Bsend", rc)) return rc;
+  if (local::enabled()) {
+    local::Half h;
+    switch (route_of(true, buf, count, type, dest, tag, comm, "MPI_Bsend", h)) {
+      case local::Route::Local: return local::bsend(h, dest, tag, comm, "MPI_Bsend");
+      case local::Route::Refuse: return refused(comm, h);
+      case local::Route::Mpi: break;
+    }
+  }
   return send_like(buf, count, type, dest, tag, comm, "MPI_Bsend",
                    [&](const void* p) { return PMPI_Bsend(p, count, type, dest, tag, comm); });
 }
@@ -308,7 +315,14 @@ FUNNEL_MPI_API int MPI_Irsend(const void* buf, int count, MPI_Datatype type, int
 }
 FUNNEL_MPI_API int MPI_Ibsend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
                               MPI_Request* request) {
-  if (int rc = 0; local::enabled() && not_local_yet(true, buf, count, type, dest, tag, comm, "MPI_Ibsend", rc)) return rc;
+  if (local::enabled()) {
+    local::Half h;
+    switch (route_of(true, buf, count, type, dest, tag, comm, "MPI_Ibsend", h)) {
+      case local::Route::Local: return local::ibsend(h, dest, tag, comm, request, "MPI_Ibsend");
+      case local::Route::Refuse: return refused(comm, h);
+      case local::Route::Mpi: break;
+    }
+  }
   return isend_like(buf, count, type, dest, tag, comm, request, "MPI_Ibsend",
                     [&](const void* p) { return PMPI_Ibsend(p, count, type, dest, tag, comm, request); });
 }
@@ -827,7 +841,10 @@ FUNNEL_MPI_API int MPI_Startall(int count, MPI_Request requests[]) {
 }
 
 FUNNEL_MPI_API int MPI_Request_free(MPI_Request* request) {
-  if (local::enabled() && request != nullptr) local::forget(*request);
+  if (local::enabled() && request != nullptr) {
+    local::forget(*request);
+    if (local::busy()) local::detach(*request, nullptr);
+  }
   if (funnel::mpi::any_pending() && request != nullptr) funnel::mpi::free_request(*request);
   return PMPI_Request_free(request);
 }

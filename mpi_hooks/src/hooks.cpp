@@ -120,6 +120,7 @@ FUNNEL_MPI_API int MPI_Init_thread(int* argc, char*** argv, int required, int* p
 
 FUNNEL_MPI_API int MPI_Finalize(void) {
   if (g_state.node != MPI_COMM_NULL) {
+    funnel::mpi::local::finish();  // GPU-local messages whose requests the program freed
     if (const int e = funnel_detach(); e != 0) {
       char m[160];
       std::snprintf(m, sizeof m, "MPI_Finalize: this rank's outstanding CUDA work ended with CUDA error %d", e);

@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include <cuda_runtime_api.h>
+
 #include "funnel/common/config.hpp"
 #include "staging.hpp"
 
@@ -140,6 +142,8 @@ struct LocalRequest {
   const char* call = "";
   MPI_Comm comm = MPI_COMM_NULL;
   MPI_Request request = MPI_REQUEST_NULL;
+  bool detached = false;    // freed by the program (MPI_Request_free, a buffered send): completed here
+  void* bounce = nullptr;   // a buffered send's copy of its message: freed once the half ended
 };
 std::mutex g_requests_mu;
 std::unordered_map<MPI_Request, LocalRequest*> g_requests;  // outstanding (not yet complete)
@@ -209,12 +213,29 @@ bool try_complete(LocalRequest* r) {
   r->state = state;
   r->bytes = bytes;
   say_end(state, r->call, r->peer, r->tag);
-  if (const int e = error_of(state); e != MPI_SUCCESS) {
+  if (const int e = error_of(state); e != MPI_SUCCESS && !r->detached) {
     g_failed[r->request] = {r->comm, e};
     g_failed_count.store(g_failed.size(), std::memory_order_release);
   }
-  PMPI_Grequest_complete(r->request);
+  if (r->bounce != nullptr) cudaFree(r->bounce);
+  r->bounce = nullptr;
+  PMPI_Grequest_complete(r->request);  // a detached one is freed now (free_fn)
   return true;
+}
+
+// The detached requests whose message ended, completed (and so freed by MPI).
+size_t g_detached = 0;  // under g_requests_mu
+void reap_locked() {
+  if (g_detached == 0) return;
+  for (auto it = g_requests.begin(); it != g_requests.end();) {
+    if (it->second->detached && try_complete(it->second)) {
+      it = g_requests.erase(it);
+      --g_detached;
+    } else {
+      ++it;
+    }
+  }
+  g_outstanding.store(g_requests.size(), std::memory_order_release);
 }
 
 }  // namespace
@@ -376,6 +397,7 @@ bool busy() noexcept { return any() || g_failed_count.load(std::memory_order_acq
 void poll(const MPI_Request* requests, int n) noexcept {
   if (!any()) return;
   const std::lock_guard lock(g_requests_mu);
+  reap_locked();
   for (int i = 0; i < n; ++i) {
     auto it = g_requests.find(requests[i]);
     if (it != g_requests.end() && try_complete(it->second)) g_requests.erase(it);
@@ -519,6 +541,68 @@ int raise_failed(const MPI_Request* before, int n, MPI_Status* statuses, bool ma
   if (first == MPI_SUCCESS) return MPI_SUCCESS;
   PMPI_Comm_call_errhandler(comm, first);
   return many ? MPI_ERR_IN_STATUS : first;
+}
+
+void detach(MPI_Request request, void* bounce) noexcept {
+  const std::lock_guard lock(g_requests_mu);
+  auto it = g_requests.find(request);
+  if (it == g_requests.end() || it->second->detached) return;
+  it->second->detached = true;
+  it->second->bounce = bounce;
+  ++g_detached;
+}
+
+int bsend(const Half& h, int dest, int tag, MPI_Comm comm, const char* call) noexcept {
+  void* copy = nullptr;
+  if (h.bytes != 0 &&
+      (cudaMalloc(&copy, h.bytes) != cudaSuccess || cudaMemcpy(copy, h.start, h.bytes, cudaMemcpyDeviceToDevice) != cudaSuccess)) {
+    if (copy != nullptr) cudaFree(copy);
+    return buffer_error(comm);
+  }
+  Half from = h;
+  if (copy != nullptr) from.start = copy;
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (const int rc = start(true, from, dest, tag, comm, &request, call); rc != MPI_SUCCESS) {
+    if (copy != nullptr) cudaFree(copy);
+    return rc;
+  }
+  detach(request, copy);
+  return PMPI_Request_free(&request);
+}
+
+namespace {
+int done_query(void*, MPI_Status* status) {
+  fill_status(status, MPI_UNDEFINED, MPI_UNDEFINED, 0);
+  return MPI_SUCCESS;
+}
+int done_free(void*) { return MPI_SUCCESS; }
+}  // namespace
+
+int ibsend(const Half& h, int dest, int tag, MPI_Comm comm, MPI_Request* request, const char* call) noexcept {
+  if (const int rc = bsend(h, dest, tag, comm, call); rc != MPI_SUCCESS) return rc;
+  // Its request is complete at once: the message is the copy's now.
+  if (const int rc = PMPI_Grequest_start(done_query, done_free, cancel_fn, nullptr, request); rc != MPI_SUCCESS)
+    return rc;
+  return PMPI_Grequest_complete(*request);
+}
+
+void finish() noexcept {
+  const auto since = std::chrono::steady_clock::now();
+  bool said = false;
+  for (unsigned spin = 0;; ++spin) {
+    {
+      const std::lock_guard lock(g_requests_mu);
+      reap_locked();
+      if (g_detached == 0) return;
+    }
+    progress();
+    if (spin >= kSpins) sched_yield();
+    if (!said && std::chrono::steady_clock::now() - since > kLongWait) {
+      said = true;
+      say("MPI_Finalize has waited 10 s for GPU-local messages whose requests were freed (MPI_Request_free, "
+          "MPI_Bsend): each needs its receive on the other rank");
+    }
+  }
 }
 
 void progress() noexcept {

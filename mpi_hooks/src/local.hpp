@@ -60,6 +60,17 @@ void forget(MPI_Request request) noexcept;
 // any/some calls hand MPI_REQUEST_NULL in their place.
 std::vector<int> hidden(const MPI_Request* requests, int n) noexcept;
 
+// MPI_Request_free of a GPU-local request: completed here once its message ended (then MPI frees
+// it); `bounce` (a buffered send's copy) freed then.  Nothing for other requests.
+void detach(MPI_Request request, void* bounce) noexcept;
+// MPI_Bsend / MPI_Ibsend of a GPU-local half: the message copied to a device buffer of its own
+// (cudaMalloc, cudaMemcpy on the legacy stream), sent from there by a detached request; the call
+// returns at once, as a buffered send does (MPI_Ibsend's request is complete at once).
+int bsend(const Half& h, int dest, int tag, MPI_Comm comm, const char* call) noexcept;
+int ibsend(const Half& h, int dest, int tag, MPI_Comm comm, MPI_Request* request, const char* call) noexcept;
+// MPI_Finalize: waits for the detached requests' messages (saying so after 10 s).
+void finish() noexcept;
+
 // Whether any local request is outstanding (the Wait/Test wrappers' fast path).
 bool any() noexcept;
 // Whether the completion calls have GPU-local work to do: a request outstanding, or an error of

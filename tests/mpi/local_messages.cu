@@ -6,7 +6,7 @@
 // in order, a GPU-local and a host message in one MPI_Waitall, a message to itself, the receive's
 // status (source, tag, count), a receive larger than the message, a receive smaller than it
 // (MPI_ERR_TRUNCATE), a receive from a rank that left the server, sub-communicators (MPI_Comm_split, MPI_Comm_dup, MPI_Cart_create), the
-// refusals (MPI_ANY_SOURCE into a device buffer, a strided datatype, MPI_Bsend), and a staged
+// buffered sends and a freed send, the refusals (MPI_ANY_SOURCE into a device buffer, a strided datatype, MPI_Bsend_init), and a staged
 // collective on device buffers next to them.  Every check compares what a device buffer holds
 // afterwards with what the ranks' values make it.  Prints "rank R: all ok" or FAIL lines.
 #include <mpi.h>
@@ -203,6 +203,37 @@ int main(int argc, char** argv) {
     CHECK(cudaFree(r));
   }
 
+  // Buffered sends return at once, before their receives are posted (every rank sends first),
+  // and their buffer is free at once; a send whose request is freed still arrives.
+  {
+    const size_t n = 700;
+    std::vector<char> attached(1 << 20);
+    MPI_Buffer_attach(attached.data(), static_cast<int>(attached.size()));  // as MPI_Bsend needs (unused here)
+    int* s1 = device_ints(values(g_rank, n, 50));
+    int* s2 = device_ints(values(g_rank, n, 51));
+    int* s3 = device_ints(values(g_rank, n, 52));
+    MPI_Bsend(s1, static_cast<int>(n), MPI_INT, right, 50, MPI_COMM_WORLD);
+    CHECK(cudaMemset(s1, 0, n * sizeof(int)));  // the message is its copy's now
+    MPI_Request ib = MPI_REQUEST_NULL, freed = MPI_REQUEST_NULL;
+    MPI_Ibsend(s2, static_cast<int>(n), MPI_INT, right, 51, MPI_COMM_WORLD, &ib);
+    int flag = 0;
+    MPI_Test(&ib, &flag, MPI_STATUS_IGNORE);
+    expect(flag != 0, "MPI_Ibsend's request is complete at once");
+    MPI_Isend(s3, static_cast<int>(n), MPI_INT, right, 52, MPI_COMM_WORLD, &freed);
+    MPI_Request_free(&freed);
+    std::vector<int*> got;
+    for (int tag = 50; tag <= 52; ++tag) {
+      got.push_back(device_ints(std::vector<int>(n, -1)));
+      MPI_Recv(got.back(), static_cast<int>(n), MPI_INT, left, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      expect(host_of(got.back(), n) == values(left, n, tag), "MPI_Bsend, MPI_Ibsend and a freed MPI_Isend, GPU-local");
+    }
+    MPI_Barrier(MPI_COMM_WORLD);  // every receive done: the freed send's buffer may go
+    for (int* p : {s1, s2, s3, got[0], got[1], got[2]}) CHECK(cudaFree(p));
+    void* back = nullptr;
+    int size = 0;
+    MPI_Buffer_detach(&back, &size);
+  }
+
   // Sub-communicators: a split into even and odd ranks, a duplicate, a periodic 1-D Cartesian one.
   {
     MPI_Comm halves, dup, cart;
@@ -253,9 +284,10 @@ int main(int argc, char** argv) {
     MPI_Error_class(rc, &cls);
     expect(cls == MPI_ERR_TYPE, "a strided datatype between ranks of one server is refused (MPI_ERR_TYPE)");
     MPI_Type_free(&every_other);
-    rc = MPI_Bsend(s, 50, MPI_INT, right, 19, comm);
+    MPI_Request persistent_bsend = MPI_REQUEST_NULL;
+    rc = MPI_Bsend_init(s, 50, MPI_INT, right, 19, comm, &persistent_bsend);
     MPI_Error_class(rc, &cls);
-    expect(cls == MPI_ERR_OTHER, "MPI_Bsend of a device buffer is refused (MPI_ERR_OTHER)");
+    expect(cls == MPI_ERR_OTHER, "MPI_Bsend_init of a device buffer is refused (MPI_ERR_OTHER)");
     CHECK(cudaFree(s));
     CHECK(cudaFree(r));
     MPI_Comm_free(&comm);

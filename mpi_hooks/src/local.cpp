@@ -85,26 +85,40 @@ constexpr auto kLongWait = std::chrono::seconds(10);
 // core the server's worker for it (which pairs its messages) runs on the rank's cores.
 constexpr unsigned kSpins = 64;
 
-// Waits for a half's end; `what` names it for the long-wait notice.
-int wait_half(int handle, size_t& bytes, const std::function<std::string()>& what) {
-  int state = FUNNEL_MSG_PENDING;
+// Polls `done` until it says so, letting MPI progress and yielding the core after kSpins polls (the
+// rank's worker may share it); says what() once after kLongWait.
+template <class Done>
+void wait_for(Done&& done, const std::function<std::string()>& what) {
   const auto since = std::chrono::steady_clock::now();
   bool said = false;
   for (unsigned spin = 0;; ++spin) {
-    if (funnel_msg_test(handle, &state, &bytes) != 0) return FUNNEL_MSG_FAILED;
-    if (state != FUNNEL_MSG_PENDING) return state;
-    if (spin >= kSpins) sched_yield();  // the rank's worker may share its core
-    if (spin % 16 == 15) {
-      progress();
-      if (!said && std::chrono::steady_clock::now() - since > kLongWait) {
-        said = true;
-        say(what() + " has waited 10 s for its other half.  Under FUNNEL_MPI_LOCAL=1 a device-buffer message "
-                     "between ranks of one node goes device to device: its receive must be into a device buffer "
-                     "and name its source and tag, and a blocking send returns only once its receive was posted "
-                     "(no eager buffering: use MPI_Sendrecv or non-blocking calls where both ranks send first)");
-      }
+    if (done()) return;
+    if (spin >= kSpins) sched_yield();
+    if (spin % 16 != 15) continue;
+    progress();
+    if (!said && std::chrono::steady_clock::now() - since > kLongWait) {
+      said = true;
+      say(what());
     }
   }
+}
+
+// Waits for a half's end; `what` names it for the long-wait notice.
+int wait_half(int handle, size_t& bytes, const std::function<std::string()>& what) {
+  int state = FUNNEL_MSG_PENDING;
+  wait_for(
+      [&] {
+        if (funnel_msg_test(handle, &state, &bytes) != 0) state = FUNNEL_MSG_FAILED;
+        return state != FUNNEL_MSG_PENDING;
+      },
+      [&] {
+        return what() + " has waited 10 s for its other half.  Under FUNNEL_MPI_LOCAL=1 a device-buffer message "
+                        "between ranks of one node goes device to device: its receive must be into a device buffer "
+                        "and name its source and tag, and a blocking send returns only once its receive was posted "
+                        "(no eager buffering: use MPI_Sendrecv, non-blocking calls or MPI_Bsend where both ranks "
+                        "send first)";
+      });
+  return state;
 }
 
 int error_of(int state) {
@@ -491,19 +505,15 @@ void forget(MPI_Request request) noexcept {
 }
 
 void settle(const MPI_Request* requests, int n) noexcept {
-  const auto since = std::chrono::steady_clock::now();
-  bool said = false;
-  for (unsigned spin = 0;; ++spin) {
-    poll(requests, n);
-    if (!outstanding(requests, n)) return;
-    progress();
-    if (spin >= kSpins) sched_yield();
-    if (!said && std::chrono::steady_clock::now() - since > kLongWait) {
-      said = true;
-      say("a wait for GPU-local messages (FUNNEL_MPI_LOCAL=1) has taken 10 s: each needs its other half, a device "
-          "buffer's send or receive with the same source and tag on the other rank");
-    }
-  }
+  wait_for(
+      [&] {
+        poll(requests, n);
+        return !outstanding(requests, n);
+      },
+      [] {
+        return std::string("a wait for GPU-local messages (FUNNEL_MPI_LOCAL=1) has taken 10 s: each needs its other "
+                           "half, a device buffer's send or receive with the same source and tag on the other rank");
+      });
 }
 
 int raise_failed(const MPI_Request* before, int n, MPI_Status* statuses, bool many) noexcept {
@@ -587,22 +597,16 @@ int ibsend(const Half& h, int dest, int tag, MPI_Comm comm, MPI_Request* request
 }
 
 void finish() noexcept {
-  const auto since = std::chrono::steady_clock::now();
-  bool said = false;
-  for (unsigned spin = 0;; ++spin) {
-    {
-      const std::lock_guard lock(g_requests_mu);
-      reap_locked();
-      if (g_detached == 0) return;
-    }
-    progress();
-    if (spin >= kSpins) sched_yield();
-    if (!said && std::chrono::steady_clock::now() - since > kLongWait) {
-      said = true;
-      say("MPI_Finalize has waited 10 s for GPU-local messages whose requests were freed (MPI_Request_free, "
-          "MPI_Bsend): each needs its receive on the other rank");
-    }
-  }
+  wait_for(
+      [] {
+        const std::lock_guard lock(g_requests_mu);
+        reap_locked();
+        return g_detached == 0;
+      },
+      [] {
+        return std::string("MPI_Finalize has waited 10 s for GPU-local messages whose requests were freed "
+                           "(MPI_Request_free, MPI_Bsend): each needs its receive on the other rank");
+      });
 }
 
 void progress() noexcept {

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -94,30 +95,38 @@ bool any_staged(const std::vector<Staged>& v) {
 
 namespace local = funnel::mpi::local;
 
-// Under FUNNEL_MPI_LOCAL=1: how a point-to-point half goes (local.hpp); Mpi when it is off.
-local::Route route_of(bool send, const void* buf, int count, MPI_Datatype type, int peer, int tag, MPI_Comm comm,
-                      const char* name, local::Half& h) {
-  if (!local::enabled()) return local::Route::Mpi;
-  return local::route(send, buf, count, type, peer, tag, comm, name, h);
-}
 int refused(MPI_Comm comm, const local::Half& h) {
   PMPI_Comm_call_errhandler(comm, h.error);
   return h.error;
 }
 
-// A blocking send of (buf, count, type) to `dest` through `send`.
+// Under FUNNEL_MPI_LOCAL=1, a point-to-point half that goes GPU-local (`serve(h)`'s result) or is
+// refused (its error, raised through the communicator); nullopt where MPI's path takes it (or the
+// setting is off).
+template <class Serve>
+std::optional<int> local_half(bool send, const void* buf, int count, MPI_Datatype type, int peer, int tag,
+                              MPI_Comm comm, const char* name, Serve&& serve) {
+  if (!local::enabled()) return std::nullopt;
+  local::Half h;
+  switch (local::route(send, buf, count, type, peer, tag, comm, name, h)) {
+    case local::Route::Local: return serve(h);
+    case local::Route::Refuse: return refused(comm, h);
+    case local::Route::Mpi: break;
+  }
+  return std::nullopt;
+}
+
+// A blocking send of (buf, count, type) to `dest` through `send` (`buffered`: MPI_Bsend's, which
+// returns before its receive when GPU-local).
 template <class Send>
 int send_like(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, const char* name,
-              Send&& send) {
+              Send&& send, bool buffered = false) {
+  if (const auto rc = local_half(true, buf, count, type, dest, tag, comm, name, [&](const local::Half& h) {
+        return buffered ? local::bsend(h, dest, tag, comm, name)
+                        : local::blocking(true, h, h.env.dest, tag, comm, MPI_STATUS_IGNORE, name);
+      }))
+    return *rc;
   const funnel::mpi::Extent e = extent_of(count, type);
-  if (local::enabled()) {
-    local::Half h;
-    switch (route_of(true, buf, count, type, dest, tag, comm, name, h)) {
-      case local::Route::Local: return local::send(h, comm, name);
-      case local::Route::Refuse: return refused(comm, h);
-      case local::Route::Mpi: break;
-    }
-  }
   if (all_host({{buf, e}})) return send(buf);
   std::vector<Staged> b;
   b.emplace_back(buf, e, true, false, name);
@@ -171,29 +180,18 @@ bool not_local_yet(bool send, const void* buf, int count, MPI_Datatype type, int
 
 // The message is copied into the attached buffer before MPI_Bsend returns: the host copy may go.
 FUNNEL_MPI_API int MPI_Bsend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
-  if (local::enabled()) {
-    local::Half h;
-    switch (route_of(true, buf, count, type, dest, tag, comm, "MPI_Bsend", h)) {
-      case local::Route::Local: return local::bsend(h, dest, tag, comm, "MPI_Bsend");
-      case local::Route::Refuse: return refused(comm, h);
-      case local::Route::Mpi: break;
-    }
-  }
-  return send_like(buf, count, type, dest, tag, comm, "MPI_Bsend",
-                   [&](const void* p) { return PMPI_Bsend(p, count, type, dest, tag, comm); });
+  return send_like(
+      buf, count, type, dest, tag, comm, "MPI_Bsend",
+      [&](const void* p) { return PMPI_Bsend(p, count, type, dest, tag, comm); }, true);
 }
 
 FUNNEL_MPI_API int MPI_Recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
                             MPI_Status* status) {
+  if (const auto rc = local_half(false, buf, count, type, source, tag, comm, "MPI_Recv", [&](const local::Half& h) {
+        return local::blocking(false, h, source, tag, comm, status, "MPI_Recv");
+      }))
+    return *rc;
   const funnel::mpi::Extent e = extent_of(count, type);
-  if (local::enabled()) {
-    local::Half h;
-    switch (route_of(false, buf, count, type, source, tag, comm, "MPI_Recv", h)) {
-      case local::Route::Local: return local::recv(h, source, tag, comm, status, "MPI_Recv");
-      case local::Route::Refuse: return refused(comm, h);
-      case local::Route::Mpi: break;
-    }
-  }
   if (all_host({{buf, e}})) return PMPI_Recv(buf, count, type, source, tag, comm, status);
   std::vector<Staged> b;
   b.emplace_back(buf, e, false, true, "MPI_Recv");
@@ -208,9 +206,9 @@ FUNNEL_MPI_API int MPI_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype
   if (local::enabled()) {
     // Either half GPU-local: the receive and the send as non-blocking halves, waited for together.
     local::Half hs, hr;
-    const local::Route rs = route_of(true, sendbuf, sendcount, sendtype, dest, sendtag, comm, "MPI_Sendrecv", hs);
+    const local::Route rs = local::route(true, sendbuf, sendcount, sendtype, dest, sendtag, comm, "MPI_Sendrecv", hs);
     if (rs == local::Route::Refuse) return refused(comm, hs);
-    const local::Route rr = route_of(false, recvbuf, recvcount, recvtype, source, recvtag, comm, "MPI_Sendrecv", hr);
+    const local::Route rr = local::route(false, recvbuf, recvcount, recvtype, source, recvtag, comm, "MPI_Sendrecv", hr);
     if (rr == local::Route::Refuse) return refused(comm, hr);
     if (rs == local::Route::Local || rr == local::Route::Local) {
       MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
@@ -278,18 +276,16 @@ FUNNEL_MPI_API int MPI_Sendrecv_replace(void* buf, int count, MPI_Datatype type,
 
 // Non-blocking: a send's host copy is made now and kept until the request completes; a receive
 // lands in a host copy that goes to the device when the request completes (MPI_Wait/Test*).
+// (`buffered`: MPI_Ibsend's, complete at once when GPU-local.)
 template <class Start>
 int isend_like(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, MPI_Request* request,
-               const char* name, Start&& start) {
+               const char* name, Start&& start, bool buffered = false) {
+  if (const auto rc = local_half(true, buf, count, type, dest, tag, comm, name, [&](const local::Half& h) {
+        return buffered ? local::ibsend(h, dest, tag, comm, request, name)
+                        : local::start(true, h, dest, tag, comm, request, name);
+      }))
+    return *rc;
   const funnel::mpi::Extent e = extent_of(count, type);
-  if (local::enabled()) {
-    local::Half h;
-    switch (route_of(true, buf, count, type, dest, tag, comm, name, h)) {
-      case local::Route::Local: return local::start(true, h, dest, tag, comm, request, name);
-      case local::Route::Refuse: return refused(comm, h);
-      case local::Route::Mpi: break;
-    }
-  }
   if (all_host({{buf, e}})) return start(buf);
   std::vector<Staged> b;
   b.emplace_back(buf, e, true, false, name);
@@ -315,29 +311,18 @@ FUNNEL_MPI_API int MPI_Irsend(const void* buf, int count, MPI_Datatype type, int
 }
 FUNNEL_MPI_API int MPI_Ibsend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
                               MPI_Request* request) {
-  if (local::enabled()) {
-    local::Half h;
-    switch (route_of(true, buf, count, type, dest, tag, comm, "MPI_Ibsend", h)) {
-      case local::Route::Local: return local::ibsend(h, dest, tag, comm, request, "MPI_Ibsend");
-      case local::Route::Refuse: return refused(comm, h);
-      case local::Route::Mpi: break;
-    }
-  }
-  return isend_like(buf, count, type, dest, tag, comm, request, "MPI_Ibsend",
-                    [&](const void* p) { return PMPI_Ibsend(p, count, type, dest, tag, comm, request); });
+  return isend_like(
+      buf, count, type, dest, tag, comm, request, "MPI_Ibsend",
+      [&](const void* p) { return PMPI_Ibsend(p, count, type, dest, tag, comm, request); }, true);
 }
 
 FUNNEL_MPI_API int MPI_Irecv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
                              MPI_Request* request) {
+  if (const auto rc = local_half(false, buf, count, type, source, tag, comm, "MPI_Irecv", [&](const local::Half& h) {
+        return local::start(false, h, source, tag, comm, request, "MPI_Irecv");
+      }))
+    return *rc;
   const funnel::mpi::Extent e = extent_of(count, type);
-  if (local::enabled()) {
-    local::Half h;
-    switch (route_of(false, buf, count, type, source, tag, comm, "MPI_Irecv", h)) {
-      case local::Route::Local: return local::start(false, h, source, tag, comm, request, "MPI_Irecv");
-      case local::Route::Refuse: return refused(comm, h);
-      case local::Route::Mpi: break;
-    }
-  }
   if (all_host({{buf, e}})) return PMPI_Irecv(buf, count, type, source, tag, comm, request);
   std::vector<Staged> b;
   b.emplace_back(buf, e, false, true, "MPI_Irecv");

@@ -85,6 +85,13 @@ constexpr auto kLongWait = std::chrono::seconds(10);
 // core the server's worker for it (which pairs its messages) runs on the rank's cores.
 constexpr unsigned kSpins = 64;
 
+// A half's state now (FUNNEL_MSG_FAILED where it cannot be asked); once it ended its handle is free.
+int state_of(int handle, size_t& bytes) {
+  int state = FUNNEL_MSG_PENDING;
+  if (funnel_msg_test(handle, &state, &bytes) != 0) state = FUNNEL_MSG_FAILED;
+  return state;
+}
+
 // Polls `done` until it says so, letting MPI progress and yielding the core after kSpins polls (the
 // rank's worker may share it); says what() once after kLongWait.
 template <class Done>
@@ -108,7 +115,7 @@ int wait_half(int handle, size_t& bytes, const std::function<std::string()>& wha
   int state = FUNNEL_MSG_PENDING;
   wait_for(
       [&] {
-        if (funnel_msg_test(handle, &state, &bytes) != 0) state = FUNNEL_MSG_FAILED;
+        state = state_of(handle, bytes);
         return state != FUNNEL_MSG_PENDING;
       },
       [&] {
@@ -186,21 +193,25 @@ struct Persistent {
 std::unordered_map<MPI_Request, Persistent> g_persistent;  // under g_requests_mu
 std::atomic<size_t> g_active{0};  // active persistent requests
 
+// A GPU-local request that ended in `state`: an error is kept for its completing call (raise_failed).
+void remember_end(MPI_Request r, MPI_Comm comm, int state) {
+  if (const int e = error_of(state); e != MPI_SUCCESS) {
+    g_failed[r] = {comm, e};
+    g_failed_count.store(g_failed.size(), std::memory_order_release);
+  }
+}
+
 // Whether persistent request `p` still waits for its half (polls it once first).
 bool pending_locked(MPI_Request r, Persistent& p) {
   if (!p.active || p.ended) return false;
-  int state = FUNNEL_MSG_PENDING;
   size_t bytes = 0;
-  if (funnel_msg_test(p.handle, &state, &bytes) != 0) state = FUNNEL_MSG_FAILED;
+  const int state = state_of(p.handle, bytes);
   if (state == FUNNEL_MSG_PENDING) return true;
   p.ended = true;
   p.state = state;
   p.bytes = bytes;
   say_end(state, p.call, p.peer, p.tag);
-  if (const int e = error_of(state); e != MPI_SUCCESS) {
-    g_failed[r] = {p.comm, e};
-    g_failed_count.store(g_failed.size(), std::memory_order_release);
-  }
+  remember_end(r, p.comm, state);
   return false;
 }
 
@@ -220,17 +231,13 @@ int cancel_fn(void*, int) { return MPI_SUCCESS; }
 
 // Completes `r` if its message ended; true when it did (the caller erases it from g_requests).
 bool try_complete(LocalRequest* r) {
-  int state = FUNNEL_MSG_PENDING;
   size_t bytes = 0;
-  if (funnel_msg_test(r->handle, &state, &bytes) != 0) state = FUNNEL_MSG_FAILED;
+  const int state = state_of(r->handle, bytes);
   if (state == FUNNEL_MSG_PENDING) return false;
   r->state = state;
   r->bytes = bytes;
   say_end(state, r->call, r->peer, r->tag);
-  if (const int e = error_of(state); e != MPI_SUCCESS && !r->detached) {
-    g_failed[r->request] = {r->comm, e};
-    g_failed_count.store(g_failed.size(), std::memory_order_release);
-  }
+  if (!r->detached) remember_end(r->request, r->comm, state);  // nobody completes a freed one
   if (r->bounce != nullptr) cudaFree(r->bounce);
   r->bounce = nullptr;
   PMPI_Grequest_complete(r->request);  // a detached one is freed now (free_fn)
@@ -352,25 +359,17 @@ Route route(bool send, const void* buf, int count, MPI_Datatype type, int peer, 
   return Route::Local;
 }
 
-int send(const Half& h, MPI_Comm comm, const char* call) {
+int blocking(bool send, const Half& h, int peer, int tag, MPI_Comm comm, MPI_Status* status, const char* call) {
   int handle = -1;
-  if (funnel_msg_post(FUNNEL_MSG_SEND, &h.env, h.start, h.bytes, &handle) != 0) return buffer_error(comm);
+  if (funnel_msg_post(send ? FUNNEL_MSG_SEND : FUNNEL_MSG_RECV, &h.env, h.start, h.bytes, &handle) != 0)
+    return buffer_error(comm);
   size_t bytes = 0;
-  const int state = wait_half(handle, bytes, [&] { return std::string(call) + " to world rank " + std::to_string(h.env.dest); });
-  say_end(state, call, h.env.dest, h.env.tag);
-  const int e = error_of(state);
-  if (e != MPI_SUCCESS) PMPI_Comm_call_errhandler(comm, e);
-  return e;
-}
-
-int recv(const Half& h, int source, int tag, MPI_Comm comm, MPI_Status* status, const char* call) {
-  int handle = -1;
-  if (funnel_msg_post(FUNNEL_MSG_RECV, &h.env, h.start, h.bytes, &handle) != 0) return buffer_error(comm);
-  size_t bytes = 0;
-  const int state =
-      wait_half(handle, bytes, [&] { return std::string(call) + " from world rank " + std::to_string(h.env.source); });
-  say_end(state, call, source, tag);
-  fill_status(status, source, tag, std::min(bytes, h.bytes));
+  const int state = wait_half(handle, bytes, [&] {
+    return std::string(call) + (send ? " to world rank " + std::to_string(h.env.dest)
+                                     : " from world rank " + std::to_string(h.env.source));
+  });
+  say_end(state, call, peer, tag);
+  if (!send) fill_status(status, peer, tag, std::min(bytes, h.bytes));
   const int e = error_of(state);
   if (e != MPI_SUCCESS) PMPI_Comm_call_errhandler(comm, e);
   return e;

@@ -40,9 +40,9 @@ struct Half {
 Route route(bool send, const void* buf, int count, MPI_Datatype type, int peer, int tag, MPI_Comm comm,
             const char* call, Half& h, bool take_seq = true);
 
-// Blocking: posts and waits (MPI progress meanwhile).  recv fills `status` (source, tag, count).
-int send(const Half& h, MPI_Comm comm, const char* call);
-int recv(const Half& h, int source, int tag, MPI_Comm comm, MPI_Status* status, const char* call);
+// Blocking: posts and waits (MPI progress meanwhile).  A receive fills `status` (source `peer`, tag,
+// count); `peer` and `tag` also name the half on stderr if it fails.
+int blocking(bool send, const Half& h, int peer, int tag, MPI_Comm comm, MPI_Status* status, const char* call);
 // Non-blocking: a generalized request (MPI_Grequest_start) that the Wait/Test wrappers complete.
 int start(bool send, const Half& h, int peer, int tag, MPI_Comm comm, MPI_Request* request, const char* call);
 

@@ -152,9 +152,4 @@ bool Mailbox::leave(uint32_t client, int mpi_rank, std::chrono::steady_clock::ti
   }
 }
 
-size_t Mailbox::parked() const {
-  const std::lock_guard lock(mu_);
-  return sends_.size() + recvs_.size();
-}
-
 }  // namespace funnel::server

@@ -78,8 +78,6 @@ class Mailbox {
   // events destroyed, its flights forgotten (their copies died with the context).
   void forget_device(int device);
 
-  size_t parked() const;
-
  private:
   struct Flight {
     uint32_t a, b;
@@ -99,7 +97,7 @@ class Mailbox {
   Outcome pair_locked(bool send, const Key& key, uint64_t world, int32_t peer, MsgHalf& other);
 
   Backend& backend_;
-  mutable std::mutex mu_;
+  std::mutex mu_;
   std::map<Key, Parked> sends_, recvs_;
   std::map<std::pair<uint64_t, int32_t>, uint32_t> rank_client_;  // (world, rank) -> client, as posted
   std::set<std::pair<uint64_t, int32_t>> gone_;                  // ranks whose client left

@@ -80,9 +80,8 @@ Status Worker::msg_post(const ipc::CommandHeader& h, const ipc::MsgPostCmd& c) {
     case Mailbox::Outcome::Paired:
       break;
   }
-  const uint64_t my_address = c.address, my_bytes = c.bytes;
-  const uint64_t src = send ? my_address : other.address, dst = send ? other.address : my_address;
-  const uint64_t sent = send ? my_bytes : other.bytes, capacity = send ? other.bytes : my_bytes;
+  const uint64_t src = send ? c.address : other.address, dst = send ? other.address : c.address;
+  const uint64_t sent = send ? c.bytes : other.bytes, capacity = send ? other.bytes : c.bytes;
   ipc::MsgWord* recv_word = send ? other.word : word;
   const uint64_t n = std::min(sent, capacity);
   const uint32_t recv_state = sent > capacity ? ipc::kMsgTruncated : ipc::kMsgDone;

@@ -120,6 +120,9 @@ FUNNEL_API int funnel_msg_test(int handle, int* state, size_t* bytes) {
   if (w == nullptr) return cudaErrorInvalidValue;
   const uint32_t s = w->state.load(std::memory_order_acquire);
   if (s == ipc::kMsgPending) {
+    // The halves are posted quietly (a napping worker is not woken for each): the first test
+    // that finds one pending wakes it for all of them.
+    Runtime::get().nudge();
     // A server that went away answers nothing: asked at most every 10 ms (a system call).
     thread_local auto last = std::chrono::steady_clock::time_point{};
     const auto now = std::chrono::steady_clock::now();

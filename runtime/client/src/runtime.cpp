@@ -371,7 +371,9 @@ uint64_t Runtime::write_record_locked(Opcode op, int device, uint64_t stream, ui
   std::memcpy(at, &h, sizeof h);
   if (n != 0) std::memcpy(at + sizeof h, payload, n);
   if (!trailing.empty()) std::memcpy(at + sizeof h + n, trailing.data(), trailing.size());
-  writer_.publish(op == Opcode::Launch);
+  // A message's half is quiet too: its poster waits by polling a word, and nudge()s then.
+  writer_.publish(op == Opcode::Launch || op == Opcode::MsgPost);
+  if (op == Opcode::MsgPost) quiet_posted_.store(true, std::memory_order_release);
   // Work for the stream (or a change of it): it may be busy now.  Synchronize and query
   // only look.
   if (stream != 0 && op != Opcode::StreamSynchronize && op != Opcode::StreamQuery)
@@ -379,6 +381,12 @@ uint64_t Runtime::write_record_locked(Opcode op, int device, uint64_t stream, ui
   else if (stream == 0 && ipc::queues_on_stream(op))
     if (auto* posts = legacy_posts(device)) posts->fetch_add(1, std::memory_order_release);
   return h.seq;
+}
+
+void Runtime::nudge() noexcept {
+  if (!quiet_posted_.load(std::memory_order_acquire)) return;
+  std::lock_guard lk(ring_mu_);
+  if (quiet_posted_.exchange(false, std::memory_order_acq_rel)) writer_.wake();
 }
 
 std::atomic<uint64_t>* Runtime::legacy_posts(int device) noexcept {

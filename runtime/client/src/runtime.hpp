@@ -80,6 +80,9 @@ class Runtime {
   // A one-way command, optionally followed by trailing bytes (a launch's parameters).
   Status post(Opcode op, int device, uint64_t stream, const void* payload, uint32_t n,
               std::span<const std::byte> trailing = {}) noexcept;
+  // Wakes a napping server for the quiet records this process posted (GPU-local messages'
+  // halves: funnel_msg_test of a pending one calls it); nothing when none is pending.
+  void nudge() noexcept;
   // Takes the first error of earlier one-way work (a synchronising call's duty).
   Status take_deferred() noexcept;
   // The channel's sticky error (Success if none); a session ended by the server is
@@ -164,6 +167,7 @@ class Runtime {
   std::atomic<bool> server_stopped_{false};  // the watcher found the server stopped (SIGSTOP)
 
   std::mutex ring_mu_;
+  std::atomic<bool> quiet_posted_{false};  // a MsgPost since the last nudge()
   // Idle streams: a stream that a synchronize or query found idle, and that no record was
   // written for since, is idle still.  Records are counted per bucket of stream ids (bumped
   // under ring_mu_, after the record is published: a record for one stream makes every

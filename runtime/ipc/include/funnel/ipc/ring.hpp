@@ -44,17 +44,20 @@ class RingWriter {
   // every write to the doorbell's cache line would cost the round trip a line transfer.
   // Dekker pairing (all seq_cst): we store tail, then load consumer_sleeping; the server
   // stores consumer_sleeping, then loads tail before it sleeps.  One of us sees the other.
-  // `quiet`: a kernel launch, which a napping server (kConsumerNapping) finds when its nap
-  // ends; everything else wakes it (the client may wait for it by a reply, a staging slot,
-  // an event word).
+  // `quiet`: a kernel launch or a GPU-local message's half, which a napping server
+  // (kConsumerNapping) finds when its nap ends or at wake(); everything else wakes it (the
+  // client may wait for it by a reply, a staging slot, an event word).
   void publish(bool quiet = false) noexcept {
     stage();
     ctl_->tail.store(tail_, std::memory_order_seq_cst);
     const uint32_t sleeping = ctl_->consumer_sleeping.load(std::memory_order_seq_cst);
-    if (sleeping == kConsumerAsleep || (sleeping != kConsumerAwake && !quiet)) {
-      ctl_->doorbell.fetch_add(1, std::memory_order_seq_cst);
-      futex_wake_all(ctl_->doorbell);
-    }
+    if (sleeping == kConsumerAsleep || (sleeping != kConsumerAwake && !quiet)) ring();
+  }
+
+  // Wakes a napping server for the quiet records published before (a client that now waits
+  // for them); nothing when it is awake.  Safe beside publish() on another thread.
+  void wake() noexcept {
+    if (ctl_->consumer_sleeping.load(std::memory_order_seq_cst) != kConsumerAwake) ring();
   }
 
   // Adds the reserved record to what the next publish() makes visible, without showing it
@@ -65,6 +68,10 @@ class RingWriter {
   }
 
  private:
+  void ring() noexcept {
+    ctl_->doorbell.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake_all(ctl_->doorbell);
+  }
   // A full ring means the server is a whole ring of records behind: spinning for the
   // next free record would only take a core from the server (16 clients spinning beside
   // 16 workers halved launch throughput on the H100) and make the server wake us after

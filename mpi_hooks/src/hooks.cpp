@@ -1,10 +1,12 @@
 // MPI_Init, MPI_Init_thread and MPI_Finalize over PMPI (doc/mpi.md).
 //
-// Init: PMPI first; the node's ranks (MPI_COMM_TYPE_SHARED); node rank 0 finds or
-// starts the job's funnel-server; a broadcast from it is the readiness signal and
-// carries its outcome; then every rank attaches.
-// Finalize: drain and detach (funnel_detach), a barrier of the node, node rank 0
-// stops the server if its MPI_Init started it, then PMPI_Finalize.
+// Init: PMPI first; then the rank finds the job's funnel-server or starts it (under the run
+// directory's start lock: exactly one rank starts it), attaches, and joins the job's ranks on the
+// server (local::init).  No MPI collective: a rank of the job that is not under funnel (an MPMD
+// job's other program) calls none of this and keeps nobody waiting.
+// Finalize: drain and detach (funnel_detach); the rank whose MPI_Init started the server then asks
+// it to stop once every rank has detached (a graceful shutdown: it takes no new clients), after
+// the node's ranks of the job have all joined, then PMPI_Finalize.
 //
 // No exception leaves these functions.  A failure at Init aborts the job with a message
 // naming the problem (the program cannot do CUDA work without a server, and most
@@ -13,6 +15,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -31,8 +34,7 @@ namespace funnel::mpi {
 namespace {
 
 struct HookState {
-  MPI_Comm node = MPI_COMM_NULL;
-  int node_rank = -1;
+  bool attached = false;
   NodeServer server;
 };
 HookState g_state;
@@ -46,32 +48,16 @@ constexpr int kMessageBytes = 1024;
   ::_exit(1);
 }
 
-// Node rank 0's outcome as text ("" when the server runs), so that every rank of the
-// node reports the same reason.
-void start_on_node_rank0(char (&message)[kMessageBytes]) noexcept {
-  message[0] = '\0';
-  try {
-    g_state.server = find_or_start_node_server();
-  } catch (const std::exception& e) {
-    std::snprintf(message, sizeof message, "MPI_Init: node rank 0 cannot find or start funnel-server: %s", e.what());
-  } catch (...) {
-    std::snprintf(message, sizeof message, "MPI_Init: node rank 0 cannot find or start funnel-server");
-  }
-}
-
-// FUNNEL_PRINT_PLAN=1: node rank 0 prints the server's placement plan once every rank of
-// the node has attached (the barrier; the server has them all within milliseconds).
+// FUNNEL_PRINT_PLAN=1: the node's first rank (by the launcher) prints the server's placement plan
+// once the node's ranks of the job have joined.
 void print_plan_if_asked() noexcept {
   try {
     const funnel::Settings s = funnel::Settings::from_environment();
-    if (!s.print_plan) return;
-    int node_size = 1;
-    PMPI_Comm_size(g_state.node, &node_size);
-    PMPI_Barrier(g_state.node);
-    if (g_state.node_rank != 0) return;
-    std::string text = funnel::server_plan_text(s, static_cast<size_t>(node_size));
+    if (!s.print_plan || funnel::launcher_local_rank(&funnel::Settings::environment).rank != 0) return;
+    const int ranks = local::settled_ranks();
+    std::string text = funnel::server_plan_text(s, static_cast<size_t>(std::max(ranks, 1)));
     std::fprintf(stderr, "funnel (libfunnel_mpi): placement plan of funnel-server in %s, %d rank(s) on this node:\n%s",
-                 s.run_dir.c_str(), node_size, text.c_str());
+                 s.run_dir.c_str(), ranks, text.c_str());
     std::fflush(stderr);
   } catch (const std::exception& e) {
     warn((std::string("FUNNEL_PRINT_PLAN: ") + e.what()).c_str());
@@ -79,16 +65,15 @@ void print_plan_if_asked() noexcept {
 }
 
 void after_init() noexcept {
-  if (PMPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &g_state.node) != MPI_SUCCESS ||
-      PMPI_Comm_rank(g_state.node, &g_state.node_rank) != MPI_SUCCESS)
-    abort_job("MPI_Init: cannot find this node's ranks (MPI_Comm_split_type MPI_COMM_TYPE_SHARED failed)");
   char message[kMessageBytes];
-  if (g_state.node_rank == 0) start_on_node_rank0(message);
-  // The readiness signal: no rank attaches before node rank 0 has a server running.
-  if (PMPI_Bcast(message, kMessageBytes, MPI_CHAR, 0, g_state.node) != MPI_SUCCESS)
-    abort_job("MPI_Init: the node's readiness broadcast failed");
-  message[kMessageBytes - 1] = '\0';
-  if (message[0] != '\0') abort_job(message);
+  try {
+    g_state.server = find_or_start_node_server();
+  } catch (const std::exception& e) {
+    std::snprintf(message, sizeof message, "MPI_Init: cannot find or start funnel-server: %s", e.what());
+    abort_job(message);
+  } catch (...) {
+    abort_job("MPI_Init: cannot find or start funnel-server");
+  }
   // Attach now rather than at the first CUDA call: the attach (and any problem with it)
   // belongs to start-up, and the server's accounting shows every rank from the start.
   if (const int e = funnel_attach(); e != 0) {
@@ -96,7 +81,8 @@ void after_init() noexcept {
                   "MPI_Init: cannot attach to funnel-server (CUDA error %d; the message above says why)", e);
     abort_job(message);
   }
-  // GPU-local messages (FUNNEL_MPI_LOCAL): which ranks share this server (collective).
+  g_state.attached = true;
+  // The job's ranks on this server; GPU-local messages (FUNNEL_MPI_LOCAL).
   local::init();
   print_plan_if_asked();
 }
@@ -119,16 +105,18 @@ FUNNEL_MPI_API int MPI_Init_thread(int* argc, char*** argv, int required, int* p
 }
 
 FUNNEL_MPI_API int MPI_Finalize(void) {
-  if (g_state.node != MPI_COMM_NULL) {
+  if (g_state.attached) {
     funnel::mpi::local::finish();  // GPU-local messages whose requests the program freed
+    // The stop below takes no new clients: first every rank of the node that will attach has
+    // (the world settled: as many joined as the launcher put here, or 5 s passed).
+    if (g_state.server.started_here) funnel::mpi::local::settled_ranks();
     if (const int e = funnel_detach(); e != 0) {
       char m[160];
       std::snprintf(m, sizeof m, "MPI_Finalize: this rank's outstanding CUDA work ended with CUDA error %d", e);
       funnel::mpi::warn(m);
     }
-    // The server stops only after every rank of the node has left it.
-    PMPI_Barrier(g_state.node);
-    if (g_state.node_rank == 0 && g_state.server.started_here) {
+    g_state.attached = false;
+    if (g_state.server.started_here) {
       try {
         funnel::mpi::stop_node_server();
       } catch (const std::exception& e) {
@@ -140,7 +128,6 @@ FUNNEL_MPI_API int MPI_Finalize(void) {
         funnel::mpi::warn("MPI_Finalize: cannot stop funnel-server (it exits by itself once idle)");
       }
     }
-    PMPI_Comm_free(&g_state.node);
   }
   return PMPI_Finalize();
 }

@@ -7,11 +7,14 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -25,10 +28,14 @@ namespace funnel::mpi::local {
 namespace {
 
 bool g_enabled = false;
-uint64_t g_world = 0;            // the job's number (world rank 0's random draw)
-std::vector<char> g_same;        // by world rank: attached to this rank's server
+bool g_joined = false;  // this rank joined its world on the server (funnel_msg_world)
+uint64_t g_world = 0;   // the job's number (of its launcher's job id)
+// By world rank: FUNNEL_PEER_MEMBER (a GPU-local peer), FUNNEL_PEER_OUTSIDER, or NOT_YET (not
+// asked yet); the server's answer never changes once given, so it is kept.
+std::unique_ptr<std::atomic<int>[]> g_peers;
+size_t g_world_size = 0;
 int g_keyval = MPI_KEYVAL_INVALID;
-MPI_Comm g_probe = MPI_COMM_NULL;  // a private duplicate of MPI_COMM_WORLD: progress() probes it
+MPI_Comm g_probe = MPI_COMM_NULL;  // a private duplicate of MPI_COMM_SELF: progress() probes it
 
 // A numbered communicator: its number, how many communicators were made from it, its ranks in
 // MPI_COMM_WORLD, and the sequence numbers of its envelopes.
@@ -259,6 +266,46 @@ void reap_locked() {
   g_outstanding.store(g_requests.size(), std::memory_order_release);
 }
 
+// The job's number, the same in every rank of the job and different for another job that shares
+// the server (two mpiruns of one allocation): of the launcher's job id; a rank without one is a
+// job of its own.
+uint64_t world_number() {
+  for (const char* v : {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "SLURM_JOB_ID"}) {
+    const char* id = std::getenv(v);
+    if (id == nullptr || *id == '\0') continue;
+    std::string key = std::string(v) + '=' + id;
+    if (const char* step = std::getenv("SLURM_STEP_ID"); step != nullptr && std::string(v) == "SLURM_JOB_ID")
+      key += std::string(".") + step;
+    return mix(std::hash<std::string>{}(key), 0x66756e6e656cull);
+  }
+  uint64_t w = std::random_device{}();
+  return (w << 32) ^ std::random_device{}();
+}
+
+// Asks the server about world rank `peer` until the answer is final (the world settles within
+// ipc's window, 5 s after its first join, so this ends); FUNNEL_PEER_OUTSIDER if it cannot ask.
+int ask_peer(int peer) {
+  funnel_world_answer a{};
+  for (;;) {
+    if (funnel_msg_world(g_world, -1, 0, 0, peer, &a) != 0) return FUNNEL_PEER_OUTSIDER;
+    if (a.peer != FUNNEL_PEER_NOT_YET) return a.peer;
+    progress();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+// Whether world rank `peer` takes GPU-local messages from this rank (asked once).
+bool gpu_local_peer(int peer) {
+  if (peer < 0 || static_cast<size_t>(peer) >= g_world_size) return false;
+  std::atomic<int>& known = g_peers[static_cast<size_t>(peer)];
+  int state = known.load(std::memory_order_acquire);
+  if (state == FUNNEL_PEER_NOT_YET) {
+    state = ask_peer(peer);
+    known.store(state, std::memory_order_release);
+  }
+  return state == FUNNEL_PEER_MEMBER;
+}
+
 }  // namespace
 
 void init() noexcept {
@@ -268,40 +315,48 @@ void init() noexcept {
   } catch (const std::exception& e) {
     say(std::string("GPU-local messages stay off: ") + e.what());  // the attach said so already
   }
-  // Every rank takes part, so that ranks of different settings still agree on the outcome.
-  struct Me {
-    uint64_t host;
-    int server;
-    int want;
-  } me{std::hash<std::string>{}([] {
-         char h[256] = {};
-         ::gethostname(h, sizeof h - 1);
-         return std::string(h);
-       }()),
-       funnel_server_pid(), want ? 1 : 0};
-  int size = 1;
+  // Every rank joins (its local count settles the world), whatever its setting: the server, not
+  // an MPI collective, tells the ranks of this node apart, so a rank not under funnel in the same
+  // job (which makes no hooked call) keeps nobody waiting.
+  int rank = 0, size = 1;
+  PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
   PMPI_Comm_size(MPI_COMM_WORLD, &size);
-  std::vector<Me> all(static_cast<size_t>(size));
-  if (PMPI_Allgather(&me, sizeof me, MPI_BYTE, all.data(), sizeof me, MPI_BYTE, MPI_COMM_WORLD) != MPI_SUCCESS) return;
-  int agree = 1;
-  for (const Me& m : all) agree &= static_cast<int>(m.want == me.want);
-  if (!want) return;
-  if (agree == 0) {
-    say("FUNNEL_MPI_LOCAL=1 is not set in every rank: GPU-local messages stay off (export it to every rank: "
-        "mpirun -x FUNNEL_MPI_LOCAL)");
+  int local_size = 1;
+  try {
+    local_size = launcher_local_rank(&Settings::environment).size;
+  } catch (...) {
+  }
+  g_world = world_number();
+  funnel_world_answer a{};
+  if (const int e = funnel_msg_world(g_world, rank, local_size, want ? FUNNEL_WORLD_LOCAL : 0, -1, &a); e != 0) {
+    if (want) say("GPU-local messages stay off: the server did not take this rank (CUDA error " + std::to_string(e) + ")");
     return;
   }
-  uint64_t world = std::random_device{}();
-  world = (world << 32) ^ std::random_device{}();
-  PMPI_Bcast(&world, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-  g_world = world;
-  g_same.resize(all.size());
-  for (size_t i = 0; i < all.size(); ++i)
-    g_same[i] = static_cast<char>(me.server != 0 && all[i].server == me.server && all[i].host == me.host);
+  g_joined = true;
+  if (!want) return;
+  if (a.self != FUNNEL_PEER_MEMBER) {
+    say("GPU-local messages stay off for this rank: it reached MPI_Init more than 5 s after the first rank of its job "
+        "on this node, when the node's GPU-local ranks were settled (its messages go through MPI, staged)");
+    return;
+  }
+  g_world_size = static_cast<size_t>(size);
+  g_peers = std::make_unique<std::atomic<int>[]>(g_world_size);
+  for (size_t i = 0; i < g_world_size; ++i) g_peers[i].store(FUNNEL_PEER_NOT_YET, std::memory_order_relaxed);
+  g_peers[static_cast<size_t>(rank)].store(FUNNEL_PEER_MEMBER, std::memory_order_relaxed);
   PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_info, &g_keyval, nullptr);
-  number(MPI_COMM_WORLD, mix(world, 1));
-  PMPI_Comm_dup(MPI_COMM_WORLD, &g_probe);
+  number(MPI_COMM_WORLD, mix(g_world, 1));
+  PMPI_Comm_dup(MPI_COMM_SELF, &g_probe);
   g_enabled = true;
+}
+
+int settled_ranks() noexcept {
+  if (!g_joined) return -1;
+  funnel_world_answer a{};
+  for (;;) {
+    if (funnel_msg_world(g_world, -1, 0, 0, -1, &a) != 0) return -1;
+    if (a.settled != 0) return a.joined;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
 }
 
 bool enabled() noexcept { return g_enabled; }
@@ -336,8 +391,7 @@ Route route(bool send, const void* buf, int count, MPI_Datatype type, int peer, 
   }
   if (peer < 0 || static_cast<size_t>(peer) >= info->world.size()) return Route::Mpi;  // MPI reports it
   const int peer_world = info->world[static_cast<size_t>(peer)];
-  if (peer_world < 0 || static_cast<size_t>(peer_world) >= g_same.size() || g_same[static_cast<size_t>(peer_world)] == 0)
-    return Route::Mpi;
+  if (!gpu_local_peer(peer_world)) return Route::Mpi;
   if (!e.dense) {
     say(std::string(call) + " of a device buffer with a datatype that is not contiguous, to a rank of this node, "
                             "under FUNNEL_MPI_LOCAL=1: refused (MPI_ERR_TYPE).  GPU-local messages are contiguous "

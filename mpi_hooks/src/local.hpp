@@ -17,9 +17,15 @@
 
 namespace funnel::mpi::local {
 
-// At MPI_Init, after the attach (collective over MPI_COMM_WORLD whatever the setting): reads
-// FUNNEL_MPI_LOCAL, finds which ranks share this rank's server, numbers MPI_COMM_WORLD.
+// At MPI_Init, after the attach (no MPI collective: a rank of the job not under funnel calls none
+// of this): joins the job's world on the server (funnel_msg_world) whatever the setting, reads
+// FUNNEL_MPI_LOCAL and numbers MPI_COMM_WORLD.  The ranks a message may go GPU-local to are learnt
+// from the server at the first message to each (those of the world that joined with the setting
+// before it settled).
 void init() noexcept;
+// Waits until this node's ranks of the job have joined (as many as the launcher put here, or
+// 5 s after the first joined) and returns how many did; -1 when this rank did not join.
+int settled_ranks() noexcept;
 bool enabled() noexcept;
 
 // A communicator made by a collective call over `parent` (MPI_Comm_dup, split, create, the

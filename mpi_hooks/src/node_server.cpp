@@ -15,13 +15,17 @@ NodeServer find_or_start_node_server() {
   // A server that answers already was started by someone else (the Slurm prolog, a
   // user, or a rank of this job that made a CUDA call before MPI_Init): not ours to stop.
   if (connect_server(s)) return NodeServer{false};
-  connect_or_start_server(s);
-  return NodeServer{true};
+  // The node's ranks race here: one starts it, the others find it under the start lock.
+  bool started = false;
+  connect_or_start_server(s, &started);
+  return NodeServer{started};
 }
 
 void stop_node_server() {
   const Settings s = Settings::from_environment();
-  control_request(s, "shutdown");
+  // The other ranks may still be working: the server stops once the last one detached (a week
+  // is the longest wait the verb takes).
+  control_request(s, "shutdown", "timeout_s=604800");
   // The server answers first and then stops; waiting for its run directory to go makes
   // "mpirun returned" mean "nothing of funnel is left on the node".
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);

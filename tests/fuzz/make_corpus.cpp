@@ -112,8 +112,9 @@ void write_all(const std::filesystem::path& dir) {
       .cmd(Opcode::Copy, copy({MemSpace::Pinned, 0, 1, 4096}, device(0, 0), 4096), true)
       .cmd(Opcode::PinnedFree, ipc::PinnedFreeCmd{1}, true)
       .write(dir, "pinned");
-  // GPU-local messages: a receive parked, its send (the same client: a message to itself) paired
-  // and copied, completion words in a pinned page; a duplicate envelope.
+  // GPU-local messages: the rank joins its world and asks about a peer; a receive parked, its send
+  // (the same client: a message to itself) paired and copied, completion words in a pinned page;
+  // a duplicate envelope.
   {
     auto msg = [](uint32_t role, uint64_t seq, uint32_t offset, uint64_t bytes, uint64_t word) {
       ipc::MsgPostCmd c{};
@@ -131,6 +132,8 @@ void write_all(const std::filesystem::path& dir) {
       return c;
     };
     Seed()
+        .cmd(Opcode::MsgWorld, ipc::MsgWorldCmd{1, 0, 2, -1, ipc::kWorldLocal}, true)
+        .cmd(Opcode::MsgWorld, ipc::MsgWorldCmd{1, -1, 0, 1, 0}, true)
         .cmd(Opcode::PinnedAlloc, ipc::PinnedAllocCmd{4096, 0, 0}, true)
         .cmd(Opcode::MemAlloc, ipc::MemAllocCmd{8192}, true)
         .cmd(Opcode::MsgPost, msg(ipc::kMsgRecv, 0, 4096, 4096, 0))

@@ -5,7 +5,7 @@
 # every thread of the cuda funnel-server (read from /proc/<pid>/task/*/status) is on the CPUs
 # the server's plan gives it (funnelctl plan --json; a worker alone on the core the plan gives
 # it, worker_own_core, where it has one) and on none of the CPUs a rank is bound to
-# (/proc/<rank pid>/status); node rank 0 printed the plan with the 4 ranks; and a server started
+# (/proc/<rank pid>/status); the first rank printed the plan with the 4 ranks; and a server started
 # by hand on the last CPU moves its main thread to the plan's server CPUs at once.
 # Prints one "RESULT placement name PASS|FAIL|SKIP detail" line per check; exit 1 if any failed.
 set -u -o pipefail
@@ -125,7 +125,7 @@ wait "$mpirun_pid"
 rc=$?
 if [[ $rc == 0 ]] && [[ $(grep -c 'placement plan of funnel-server' "$OUT_DIR/mpi.out") == 1 ]] &&
   [[ $(grep -cE '^rank [0-3] \(client' "$OUT_DIR/mpi.out") == 4 ]]; then
-  result print-plan PASS "FUNNEL_PRINT_PLAN=1: node rank 0 printed the plan once with the 4 ranks; mpirun exit 0"
+  result print-plan PASS "FUNNEL_PRINT_PLAN=1: the first rank printed the plan once with the 4 ranks; mpirun exit 0"
 else
   result print-plan FAIL "mpirun exit $rc or no plan with 4 ranks in mpi.out"
 fi

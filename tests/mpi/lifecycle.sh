@@ -105,7 +105,7 @@ case $scenario in
     [ "$(count ' attached: pid')" -eq "$np" ] || fail "expected $np attaches"
     [ "$(count 'detached: pid')" -eq "$np" ] || fail "expected $np clean detaches"
     [ "$(count ' died: pid')" -eq 0 ] || fail "a client died"
-    # FUNNEL_PRINT_PLAN=1 (test mpi.print_plan): node rank 0 prints the plan once, with every rank.
+    # FUNNEL_PRINT_PLAN=1 (test mpi.print_plan): the first rank prints the plan once, with every rank.
     plans=$(grep -c 'placement plan of funnel-server in ' "$tmp/out")
     if [ "${FUNNEL_PRINT_PLAN:-0}" = 1 ]; then
       [ "$plans" -eq 1 ] || fail "FUNNEL_PRINT_PLAN=1: expected the plan printed once, found $plans"

@@ -382,6 +382,52 @@ TEST_F(ServerTest, GpuLocalMessagesArePairedCopiedAndAnswered) {
   EXPECT_EQ(wa.end(4), ipc::kMsgPeerGone);
 }
 
+// The job's ranks on the server (MsgWorld): joins, members and outsiders, the world settled by
+// its local count (a rank joining after that is an outsider), a peer's answer final once given,
+// and a member that left answered PeerGone.  (The 5 s window is mpi.mixed_job's.)
+TEST_F(ServerTest, JobRanksJoinSettleAndAnswerThePeersTheSame) {
+  start_server();
+  TestClient a(run_dir_), b(run_dir_), c(run_dir_), d(run_dir_);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok() && d.ok());
+  const auto world = [](TestClient& t, int32_t rank, int32_t peer, uint32_t flags = ipc::kWorldLocal) {
+    return t.call(Opcode::MsgWorld, ipc::MsgWorldCmd{42, rank, 3, peer, flags});
+  };
+  Reply r = world(a, 0, -1);
+  ASSERT_EQ(r.status, Status::Success);
+  EXPECT_EQ(r.value[0], ipc::kMsgMember);
+  EXPECT_EQ(r.value[2], 0u) << "1 of the node's 3 ranks joined";
+  EXPECT_EQ(r.value[3], 1u);
+  EXPECT_EQ(world(b, -1, 1).value[1], ipc::kMsgNotYet) << "rank 1 has not joined, the world is not settled";
+  r = world(b, 1, -1, 0);  // without FUNNEL_MPI_LOCAL: counted, not a GPU-local peer
+  EXPECT_EQ(r.value[0], ipc::kMsgOutsider);
+  EXPECT_EQ(world(a, -1, 1).value[1], ipc::kMsgOutsider);
+  EXPECT_EQ(world(a, -1, 2).value[1], ipc::kMsgNotYet);
+  r = world(c, 2, 0);
+  EXPECT_EQ(r.value[0], ipc::kMsgMember);
+  EXPECT_EQ(r.value[1], ipc::kMsgMember) << "rank 0 as c sees it";
+  EXPECT_EQ(r.value[2], 1u) << "3 of 3 joined: settled";
+  EXPECT_EQ(world(a, -1, 2).value[1], ipc::kMsgMember);
+  EXPECT_EQ(world(a, -1, 7).value[1], ipc::kMsgOutsider) << "never joined, and the world settled";
+  EXPECT_EQ(world(d, 7, 0).value[0], ipc::kMsgOutsider) << "joined after the world settled";
+  EXPECT_EQ(world(a, -1, 7).value[1], ipc::kMsgOutsider) << "the answer given before stays";
+  EXPECT_EQ(world(a, 0, -1).value[0], ipc::kMsgMember) << "a second join keeps the first answer";
+  // Another world is counted apart.
+  EXPECT_EQ(world(d, -1, 0).value[1], ipc::kMsgMember);
+  EXPECT_EQ(d.call(Opcode::MsgWorld, ipc::MsgWorldCmd{43, -1, 0, 0, 0}).value[1], ipc::kMsgNotYet);
+  // Refused: a rank below -1, an unknown flag, a one-way post.
+  EXPECT_EQ(d.call(Opcode::MsgWorld, ipc::MsgWorldCmd{42, -2, 3, -1, 0}).status, Status::InvalidValue);
+  EXPECT_EQ(d.call(Opcode::MsgWorld, ipc::MsgWorldCmd{42, 3, 3, -1, 2}).status, Status::InvalidValue);
+  d.post(Opcode::MsgWorld, ipc::MsgWorldCmd{42, 3, 3, -1, 0});
+  ASSERT_EQ(d.call(Opcode::Fence).status, Status::Success);
+  EXPECT_EQ(d.take_deferred(), static_cast<int32_t>(Status::InvalidValue));
+  // c (rank 2) leaves: a send to rank 2 is answered PeerGone.
+  Words wa(a, run_dir_);
+  const uint64_t x = a.alloc(64);
+  c.detach();
+  a.post(Opcode::MsgPost, half(ipc::kMsgSend, 0, 2, 5, 0, x, 64, wa, wa.arm(0)));
+  EXPECT_EQ(wa.end(0), ipc::kMsgPeerGone);
+}
+
 // A graph tree (conditional nodes): handles and conditional nodes made as the client makes them,
 // builds into the tree's parts, bodies chosen by the handles' values at every launch (the
 // defaults here: the sim runs no kernels), and what the worker refuses.

@@ -114,6 +114,26 @@ FUNNEL_API int funnel_msg_post(int role, const funnel_envelope* e, const void* b
   }));
 }
 
+static_assert(FUNNEL_WORLD_LOCAL == ipc::kWorldLocal && FUNNEL_PEER_NOT_YET == ipc::kMsgNotYet &&
+              FUNNEL_PEER_MEMBER == ipc::kMsgMember && FUNNEL_PEER_OUTSIDER == ipc::kMsgOutsider);
+
+FUNNEL_API int funnel_msg_world(unsigned long long world, int rank, int local_size, int flags, int peer,
+                                funnel_world_answer* a) {
+  return static_cast<int>(guarded(__func__, [&]() -> cudaError_t {
+    if (a == nullptr || rank < -1 || peer < -1 || local_size < 0 || (flags & ~FUNNEL_WORLD_LOCAL) != 0)
+      return cudaErrorInvalidValue;
+    const ipc::MsgWorldCmd cmd{world, rank, local_size, peer, static_cast<uint32_t>(flags)};
+    Reply r;
+    if (cudaError_t e = to_cuda(Runtime::get().call(Opcode::MsgWorld, 0, 0, &cmd, sizeof cmd, &r)); e != cudaSuccess)
+      return e;
+    a->self = static_cast<int>(r.value[0]);
+    a->peer = static_cast<int>(r.value[1]);
+    a->settled = static_cast<int>(r.value[2]);
+    a->joined = static_cast<int>(r.value[3]);
+    return cudaSuccess;
+  }));
+}
+
 FUNNEL_API int funnel_msg_test(int handle, int* state, size_t* bytes) {
   if (state == nullptr) return cudaErrorInvalidValue;
   ipc::MsgWord* w = words().word(handle);

@@ -404,15 +404,16 @@ const std::vector<SettingInfo>& setting_table() {
       {{"FUNNEL_PRINT_PLAN", "0", "0 | 1",
         "1: print the server's placement plan (GPUs and their cores, where the server and each GPU's workers "
         "run, which rank uses which GPU with what fraction and binding) to stderr once this process attached; "
-        "under the MPI hooks node rank 0 prints it once every rank of its node attached. The server logs every "
-        "plan it applies either way"},
+        "under the MPI hooks the node's first rank (by the launcher's local rank) prints it once the node's "
+        "ranks of the job attached. The server logs every plan it applies either way"},
        OneOfWords{}, [](auto& s, auto& v) { s.print_plan = v == "1"; }, [](auto& s) { return std::string(s.print_plan ? "1" : "0"); }},
       {{"FUNNEL_MPI_LOCAL", "0", "0 | 1",
         "under the MPI hooks, in every rank: 1 sends device-buffer messages between ranks of one node as one "
         "device-to-device copy inside the server's context (GPU-local messages), under a contract the program "
         "keeps (device buffers on both sides, named sources and tags, contiguous data, no reliance on eager "
-        "buffering; breaks that can be seen are refused by name): doc/mpi.md, \"GPU-local messages\". 0: device "
-        "buffers are staged through pinned host memory"},
+        "buffering; breaks that can be seen are refused by name): doc/mpi.md, \"GPU-local messages\". Messages "
+        "with a rank without it, or not under funnel, are staged. 0: device buffers are staged through pinned "
+        "host memory"},
        OneOfWords{}, [](auto& s, auto& v) { s.mpi_local = v == "1"; }, [](auto& s) { return std::string(s.mpi_local ? "1" : "0"); }},
       {{"FUNNEL_GPU_REPLIES", "auto", "auto | 1 | 0",
         "for a server that a client starts: 1 makes the GPU answer a synchronous copy between pinned and "

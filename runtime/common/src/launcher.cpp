@@ -206,7 +206,8 @@ ipc::UniqueFd connect_server(const Settings& s) noexcept {
   return ipc::connect_seqpacket(socket_path(s.run_dir), err);
 }
 
-ipc::UniqueFd connect_or_start_server(const Settings& s) {
+ipc::UniqueFd connect_or_start_server(const Settings& s, bool* started) {
+  if (started != nullptr) *started = false;
   try {
     ensure_run_dir(s.run_dir);
   } catch (const std::exception& e) {
@@ -230,6 +231,7 @@ ipc::UniqueFd connect_or_start_server(const Settings& s) {
     if (no_server_listens(s.run_dir)) remove_run_dir_files(s.run_dir, true);
     throw;
   }
+  if (started != nullptr) *started = true;
   int err = 0;
   auto fd = ipc::connect_seqpacket(socket_path(s.run_dir), err);
   if (!fd)

@@ -173,7 +173,7 @@ int main(int argc, char** argv) {
                    launcher.c_str(), hooks.problem.c_str());
   }
 
-  // With the hooks, node rank 0's MPI_Init starts the server (under the run directory's
+  // With the hooks, the node's first MPI_Init starts the server (under the run directory's
   // start lock) and its MPI_Finalize stops it -- but only one that it started: a server
   // started here would outlive the job until its idle timer.
   if (hooks.library.empty()) {

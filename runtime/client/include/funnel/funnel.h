@@ -76,6 +76,22 @@ int funnel_msg_post(int role, const funnel_envelope* e, const void* buf, size_t 
 #define FUNNEL_MSG_PEER_GONE 3
 #define FUNNEL_MSG_FAILED 4
 int funnel_msg_test(int handle, int* state, size_t* bytes);
+/* The job's ranks on this server, learnt without MPI collectives (a rank not under funnel takes
+ * part in none).  Joins `world` (a number every rank of the job agrees on) as world rank `rank`
+ * (>= 0; -1: asks only), saying how many of the world's ranks the launcher put on this node
+ * (`local_size`, 0 if unknown) and whether it takes GPU-local messages (FUNNEL_WORLD_LOCAL), and
+ * asks about world rank `peer` (-1: none).  The world settles once local_size ranks joined, or
+ * 5 s after its first join; a rank joining after that is an outsider.  a->self is this rank's
+ * membership, a->peer the peer's (FUNNEL_PEER_NOT_YET: ask again), a->settled 1 once settled,
+ * a->joined the ranks joined so far.  0, or a cudaError_t. */
+#define FUNNEL_WORLD_LOCAL 1
+#define FUNNEL_PEER_NOT_YET 0
+#define FUNNEL_PEER_MEMBER 1
+#define FUNNEL_PEER_OUTSIDER 2
+typedef struct funnel_world_answer {
+  int self, peer, settled, joined;
+} funnel_world_answer;
+int funnel_msg_world(unsigned long long world, int rank, int local_size, int flags, int peer, funnel_world_answer* a);
 /* The process id of the funnel-server this process is attached to (attaching if need be); 0 if
  * there is none.  Processes of one node with the same one share a context. */
 int funnel_server_pid(void);

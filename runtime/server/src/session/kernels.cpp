@@ -22,8 +22,6 @@
 namespace funnel::server {
 namespace {
 
-bool one_way(const ipc::CommandHeader& h) noexcept { return h.reply_slot == ipc::kNoReply; }
-
 ModuleKey key_of(const ipc::ModuleCmd& c) noexcept {
   ModuleKey k{};
   std::memcpy(k.digest.data(), c.digest, sizeof c.digest);

@@ -21,7 +21,7 @@ Mailbox::Outcome Mailbox::take(bool send, const Key& key, uint64_t world, int32_
                                MsgHalf& other) {
   const std::lock_guard lock(mu_);
   rank_client_[{world, self}] = client;
-  worlds_.insert(world);
+  worlds_.try_emplace(world);
   return pair_locked(send, key, world, peer, other);
 }
 
@@ -40,6 +40,37 @@ Mailbox::Outcome Mailbox::park(bool send, const Key& key, uint64_t world, int32_
     unused = std::move(half.ready);
   }
   return o;
+}
+
+Mailbox::WorldAnswer Mailbox::world(uint32_t client, const ipc::MsgWorldCmd& c,
+                                    std::chrono::steady_clock::time_point now) {
+  const std::lock_guard lock(mu_);
+  World& w = worlds_[c.world];
+  if (w.first == std::chrono::steady_clock::time_point{}) w.first = now;
+  if (w.local_size == 0) w.local_size = c.local_size;
+  const auto settle = [&] {
+    if (!w.settled && now - w.first >= std::chrono::milliseconds(ipc::kWorldWindowMs)) w.settled = true;
+  };
+  WorldAnswer a;
+  if (c.rank >= 0) {
+    // A rank joins once (a later join keeps its first answer); its client is the one to answer
+    // for it when it leaves.
+    settle();
+    const auto [it, fresh] = w.joined.try_emplace(c.rank, !w.settled && (c.flags & ipc::kWorldLocal) != 0);
+    rank_client_[{c.world, c.rank}] = client;
+    if (fresh && !w.settled && w.local_size > 0 && w.joined.size() >= static_cast<size_t>(w.local_size))
+      w.settled = true;
+    a.self = it->second ? ipc::kMsgMember : ipc::kMsgOutsider;
+  }
+  settle();
+  if (c.peer >= 0) {
+    const auto it = w.joined.find(c.peer);
+    a.peer = it != w.joined.end() ? (it->second ? ipc::kMsgMember : ipc::kMsgOutsider)
+                                  : (w.settled ? ipc::kMsgOutsider : ipc::kMsgNotYet);
+  }
+  a.settled = w.settled;
+  a.joined = static_cast<uint32_t>(w.joined.size());
+  return a;
 }
 
 std::shared_ptr<BackendEvent> Mailbox::event(int device) {
@@ -112,7 +143,7 @@ bool Mailbox::leave(uint32_t client, int mpi_rank, std::chrono::steady_clock::ti
     for (const auto& [rank, c] : rank_client_)
       if (c == client) gone_.insert(rank);
     if (mpi_rank >= 0)
-      for (uint64_t w : worlds_)
+      for (const auto& [w, unused] : worlds_)
         if (auto it = rank_client_.find({w, mpi_rank}); it == rank_client_.end() || it->second == client)
           gone_.insert({w, mpi_rank});
     for (auto* box : {&sends_, &recvs_}) {

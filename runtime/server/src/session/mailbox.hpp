@@ -60,6 +60,17 @@ class Mailbox {
   // recorded again then).  nullptr when none can be made.
   std::shared_ptr<BackendEvent> event(int device);
 
+  // MsgWorld (commands.hpp): `client` joins world `c.world` as `c.rank` (>= 0), and asks about
+  // `c.peer` (>= 0).  A world settles once `local_size` ranks joined, or when asked
+  // kWorldWindowMs after its first join; a rank joining after that is an outsider.
+  struct WorldAnswer {
+    uint32_t self = ipc::kMsgOutsider;  // c.rank's membership (kMsgOutsider when it did not join)
+    uint32_t peer = ipc::kMsgOutsider;  // c.peer's
+    bool settled = false;
+    uint32_t joined = 0;  // ranks joined so far
+  };
+  WorldAnswer world(uint32_t client, const ipc::MsgWorldCmd& c, std::chrono::steady_clock::time_point now);
+
   // A paired message's copy and word stores were queued: it has ended once both words left
   // kMsgPending (the GPU, or the worker that saw the stream get there, stores them after the
   // copy) or were armed again by their clients (a new ticket: a client arms a word again only
@@ -101,7 +112,13 @@ class Mailbox {
   std::map<Key, Parked> sends_, recvs_;
   std::map<std::pair<uint64_t, int32_t>, uint32_t> rank_client_;  // (world, rank) -> client, as posted
   std::set<std::pair<uint64_t, int32_t>> gone_;                  // ranks whose client left
-  std::set<uint64_t> worlds_;
+  struct World {
+    std::map<int32_t, bool> joined;  // rank -> a member (else an outsider)
+    int32_t local_size = 0;          // by the first joiner's launcher (0: unknown)
+    std::chrono::steady_clock::time_point first{};  // the first join
+    bool settled = false;
+  };
+  std::map<uint64_t, World> worlds_;  // by world; also those only posted to
   std::vector<Flight> flights_;
   void recycle(BackendEvent* e);
   void forget_device_locked(int device, std::vector<std::shared_ptr<BackendEvent>>& parked_events,

@@ -21,8 +21,6 @@ namespace {
 
 constexpr uint64_t kPage = 4096;
 
-bool one_way(const ipc::CommandHeader& h) noexcept { return h.reply_slot == ipc::kNoReply; }
-
 }  // namespace
 
 // ---- memory ----------------------------------------------------------------

@@ -121,4 +121,15 @@ Status Worker::msg_post(const ipc::CommandHeader& h, const ipc::MsgPostCmd& c) {
   return Status::Success;
 }
 
+Status Worker::msg_world(const ipc::CommandHeader& h, const ipc::MsgWorldCmd& c) {
+  if (one_way(h) || shared_.mailbox == nullptr) return Status::InvalidValue;
+  constexpr int32_t kMaxRank = 1 << 24;
+  if (c.rank < -1 || c.rank >= kMaxRank || c.peer < -1 || c.peer >= kMaxRank || c.local_size < 0 ||
+      c.local_size > kMaxRank || (c.flags & ~ipc::kWorldLocal) != 0)
+    return Status::InvalidValue;
+  const Mailbox::WorldAnswer a = shared_.mailbox->world(shared_.id, c, std::chrono::steady_clock::now());
+  answers_.answer(h, {a.self, a.peer, a.settled ? 1u : 0u, a.joined});
+  return Status::Success;
+}
+
 }  // namespace funnel::server

@@ -26,6 +26,9 @@ Status memset_shape(const ipc::MemsetCmd& c, MemsetShape& out) noexcept;
 // A launch record as the backend takes it (the priority still the client's).
 LaunchDesc launch_desc(const ipc::LaunchCmd& c) noexcept;
 
+// A command sent without a reply slot (a one-way post of a command that must be waited for).
+inline bool one_way(const ipc::CommandHeader& h) noexcept { return h.reply_slot == ipc::kNoReply; }
+
 // Whether [offset, offset+extent) lies inside [0, size).
 bool within(uint64_t offset, uint64_t extent, uint64_t size) noexcept;
 

@@ -97,7 +97,7 @@ struct Settings {
   // gpu (false): it shares every core near its GPU.
   bool worker_follows_rank = true;
   // FUNNEL_PRINT_PLAN=1: the placement plan is printed to stderr once the process attached
-  // (under the MPI hooks: by node rank 0, once every rank of the node attached).
+  // (under the MPI hooks: by the node's first rank, once the node's ranks of the job attached).
   bool print_plan = false;
   bool mpi_local = false;  // FUNNEL_MPI_LOCAL: GPU-local messages under the MPI hooks
   // FUNNEL_GPU_REPLIES: whether the GPU answers a waiting client itself (a stream memory

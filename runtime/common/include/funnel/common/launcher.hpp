@@ -22,8 +22,9 @@ class LaunchError : public std::runtime_error {
 // A connected socket to <run_dir>/server.sock.  If no server answers, takes the run
 // directory's start lock and starts one (exactly one, however many processes race),
 // waiting at most settings.attach_timeout.  Throws LaunchError whose message names
-// the run directory (FUNNEL_RUN_DIR) and the fix.
-ipc::UniqueFd connect_or_start_server(const Settings& settings);
+// the run directory (FUNNEL_RUN_DIR) and the fix.  *started (if given): whether this call
+// started it.
+ipc::UniqueFd connect_or_start_server(const Settings& settings, bool* started = nullptr);
 
 // The environment a started server gets (`ours`: NAME=value strings): ours without funnel's
 // libcudart and MPI hooks in LD_PRELOAD and without funnel's client driver folder

@@ -135,6 +135,9 @@ namespace funnel::ipc {
   /* A GPU-local message's half (doc/design/mpi-device-buffers.md): one-way, on the legacy stream of   */    \
   /* header.device; the server pairs the halves and the GPU stores each side's MsgWord when done.   */    \
   X(MsgPost, 95, MsgPostCmd, NoBytes, Queues, msg_post)                                                     \
+  /* The job's ranks on this server (GPU-local messages' peers; doc/mpi.md): joins as `rank` (>= 0)  */   \
+  /* -> value[0] = this rank's MsgMembership, value[1] = `peer`'s (>= 0), value[2] = 1 once settled */   \
+  X(MsgWorld, 96, MsgWorldCmd, NoBytes, NoQueue, msg_world)                                                 \
   X(Detach, 100, DetachCmd, NoBytes, NoQueue, detach) /* the client leaves; the server frees what it held */ \
   /* Arrays, textures and surfaces (doc/design/arrays.md); ids are chosen by the client.  Waited. */      \
   X(ArrayCreate, 101, ArrayCreateCmd, NoBytes, NoQueue, array_create) /* an array or mipmapped array */     \
@@ -581,6 +584,27 @@ struct MsgWord {
   std::atomic<uint64_t> bytes;
 };
 static_assert(sizeof(MsgWord) == 16);
+// The ranks of one world (job) attached to this server, learnt without any MPI collective (a rank
+// not under funnel takes part in none): each rank joins at MPI_Init, saying how many ranks of the
+// world its launcher put on this node (`local_size`, 0: unknown) and whether it takes GPU-local
+// messages (kWorldLocal).  The world settles once `local_size` ranks joined, or kWorldWindowMs
+// after its first join when someone asks then; a rank that joins after that is an outsider, so
+// every rank gets the same answer for a peer from first to last.
+struct MsgWorldCmd {
+  uint64_t world;
+  int32_t rank;        // joins as this world rank (-1: asks only)
+  int32_t local_size;  // the world's ranks on this node by the launcher (0: unknown)
+  int32_t peer;        // asks about this world rank (-1: nothing)
+  uint32_t flags;      // kWorldLocal
+};
+static_assert(sizeof(MsgWorldCmd) == 24);
+inline constexpr uint32_t kWorldLocal = 1;
+inline constexpr uint32_t kWorldWindowMs = 5000;
+enum MsgMembership : uint32_t {
+  kMsgNotYet = 0,    // not joined, and the world has not settled (ask again)
+  kMsgMember = 1,    // joined before the world settled, taking GPU-local messages
+  kMsgOutsider = 2,  // not a GPU-local peer: joined without kWorldLocal or too late, or never joined
+};
 // Event flags: an interprocess event (cudaEventInterprocess; with kEventDisableTiming).
 inline constexpr uint32_t kEventInterprocess = 0x4;
 

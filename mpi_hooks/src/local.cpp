@@ -413,6 +413,36 @@ Route route(bool send, const void* buf, int count, MPI_Datatype type, int peer, 
   return Route::Local;
 }
 
+bool probe(int source, int tag, MPI_Comm comm, MPI_Status* status) noexcept {
+  if (!g_enabled || source == MPI_PROC_NULL) return false;
+  CommInfo* info = info_of(comm);
+  if (info == nullptr) return false;
+  int me = 0;
+  PMPI_Comm_rank(comm, &me);
+  funnel_envelope e{g_world, info->id, -1, info->world[static_cast<size_t>(me)], tag == MPI_ANY_TAG ? -1 : tag, 0, 0};
+  if (source != MPI_ANY_SOURCE) {
+    if (source < 0 || static_cast<size_t>(source) >= info->world.size()) return false;  // MPI's probe said so
+    e.source = info->world[static_cast<size_t>(source)];
+    if (!gpu_local_peer(e.source)) return false;
+  }
+  int found = 0;
+  funnel_envelope got{};
+  size_t bytes = 0;
+  if (funnel_msg_probe(&e, &found, &got, &bytes) != 0 || found == 0) return false;
+  int from = -1;
+  for (size_t i = 0; i < info->world.size() && from < 0; ++i)
+    if (info->world[i] == got.source) from = static_cast<int>(i);
+  if (from < 0) return false;
+  {
+    // The message this rank's next receive of that (source, tag) takes, not a later one.
+    const std::lock_guard lock(info->mu);
+    const auto it = info->received.find({from, got.tag});
+    if (got.seq != (it == info->received.end() ? 0 : it->second)) return false;
+  }
+  fill_status(status, from, got.tag, bytes);
+  return true;
+}
+
 int blocking(bool send, const Half& h, int peer, int tag, MPI_Comm comm, MPI_Status* status, const char* call) {
   int handle = -1;
   if (funnel_msg_post(send ? FUNNEL_MSG_SEND : FUNNEL_MSG_RECV, &h.env, h.start, h.bytes, &handle) != 0)
@@ -670,9 +700,27 @@ void progress() noexcept {
 
 }  // namespace funnel::mpi::local
 
-// ---- communicators made by collective calls: numbered after their parent ------------------------
+// ---- probes: MPI's, then the server's mailbox (GPU-local sends waiting for their receive) ---------
 #define FUNNEL_MPI_API extern "C" __attribute__((visibility("default")))
 
+FUNNEL_MPI_API int MPI_Iprobe(int source, int tag, MPI_Comm comm, int* flag, MPI_Status* status) {
+  const int rc = PMPI_Iprobe(source, tag, comm, flag, status);
+  if (rc == MPI_SUCCESS && *flag == 0 && funnel::mpi::local::probe(source, tag, comm, status)) *flag = 1;
+  return rc;
+}
+
+FUNNEL_MPI_API int MPI_Probe(int source, int tag, MPI_Comm comm, MPI_Status* status) {
+  if (!funnel::mpi::local::enabled()) return PMPI_Probe(source, tag, comm, status);
+  for (unsigned spin = 0;; ++spin) {
+    int flag = 0;
+    if (const int rc = PMPI_Iprobe(source, tag, comm, &flag, status); rc != MPI_SUCCESS || flag != 0) return rc;
+    if (funnel::mpi::local::probe(source, tag, comm, status)) return MPI_SUCCESS;
+    // Each look at the mailbox is a round trip to the server: after the first ones, every 20 us.
+    if (spin >= 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+// ---- communicators made by collective calls: numbered after their parent ------------------------
 namespace {
 template <class Make>
 int made_from(MPI_Comm parent, MPI_Comm* out, Make&& make) {

@@ -46,6 +46,10 @@ struct Half {
 Route route(bool send, const void* buf, int count, MPI_Datatype type, int peer, int tag, MPI_Comm comm,
             const char* call, Half& h, bool take_seq = true);
 
+// MPI_Probe / MPI_Iprobe after MPI's own probe found nothing: whether a GPU-local send from
+// `source` with `tag` (either may be a wildcard) waits for this rank's next receive of it on
+// `comm`; then `status` says its source, tag and count.
+bool probe(int source, int tag, MPI_Comm comm, MPI_Status* status) noexcept;
 // Blocking: posts and waits (MPI progress meanwhile).  A receive fills `status` (source `peer`, tag,
 // count); `peer` and `tag` also name the half on stderr if it fails.
 int blocking(bool send, const Half& h, int peer, int tag, MPI_Comm comm, MPI_Status* status, const char* call);

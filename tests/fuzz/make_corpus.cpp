@@ -112,9 +112,9 @@ void write_all(const std::filesystem::path& dir) {
       .cmd(Opcode::Copy, copy({MemSpace::Pinned, 0, 1, 4096}, device(0, 0), 4096), true)
       .cmd(Opcode::PinnedFree, ipc::PinnedFreeCmd{1}, true)
       .write(dir, "pinned");
-  // GPU-local messages: the rank joins its world and asks about a peer; a receive parked, its send
-  // (the same client: a message to itself) paired and copied, completion words in a pinned page;
-  // a duplicate envelope.
+  // GPU-local messages: the rank joins its world and asks about a peer; a receive parked, a probe,
+  // its send (the same client: a message to itself) paired and copied, completion words in a
+  // pinned page; a duplicate envelope.
   {
     auto msg = [](uint32_t role, uint64_t seq, uint32_t offset, uint64_t bytes, uint64_t word) {
       ipc::MsgPostCmd c{};
@@ -137,6 +137,7 @@ void write_all(const std::filesystem::path& dir) {
         .cmd(Opcode::PinnedAlloc, ipc::PinnedAllocCmd{4096, 0, 0}, true)
         .cmd(Opcode::MemAlloc, ipc::MemAllocCmd{8192}, true)
         .cmd(Opcode::MsgPost, msg(ipc::kMsgRecv, 0, 4096, 4096, 0))
+        .cmd(Opcode::MsgProbe, ipc::MsgProbeCmd{1, 2, -1, 0, -1, 0}, true)
         .cmd(Opcode::MsgPost, msg(ipc::kMsgSend, 0, 0, 4096, 16))
         .cmd(Opcode::MsgPost, msg(ipc::kMsgRecv, 1, 0, 100, 32))
         .cmd(Opcode::MsgPost, msg(ipc::kMsgRecv, 1, 0, 100, 48))

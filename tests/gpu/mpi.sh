@@ -10,7 +10,8 @@
 #    The same with --halo device (the ranks hand device buffers to MPI; funnel's hooks stage them
 #    for Open MPI, which is not CUDA-aware here): the same checksum.
 # 2b. device buffers: tests/mpi/device_buffers.cu (point to point, collectives, a freed buffer)
-#    at 4 ranks on the cuda backend (tests/mpi/device_buffers.sh).
+#    at 4 ranks on the cuda backend (tests/mpi/device_buffers.sh); GPU-local messages
+#    (tests/mpi/local_messages.sh); a rank not under funnel in the job (tests/mpi/mixed.sh).
 # 3. fraction: tests/gpu/fraction.cu through funnel-run with FUNNEL_GPU_FRACTION (and MPS's
 #    CUDA_MPS_ACTIVE_THREAD_PERCENTAGE): the SM count the client sees and the SMs its kernel
 #    blocks actually ran on (%smid) stay within the share; with FUNNEL_GPU_PLACEMENT=disjoint two
@@ -118,6 +119,22 @@ for t in "device_buffers device-buffers-np4 point to point, collectives and a fr
     result mpi "$name" FAIL "$(grep -m1 FAIL "$OUT_DIR/$prog.log") ($prog.log)"
   fi
 done
+
+# A rank not under funnel in the same job (mpirun -np 2 mixed : -np 1 plain_peer): GPU-local
+# between the funnel ranks, staged with the plain one (tests/mpi/mixed.sh).
+if ! command -v mpicxx >/dev/null || [[ ! -f $BUILD/lib/libfunnel_mpi.so ]]; then
+  result mpi mixed-job SKIP "no mpicxx or no $BUILD/lib/libfunnel_mpi.so"
+elif ! /usr/local/cuda/bin/nvcc -ccbin mpicxx -arch=sm_90 -cudart shared -O1 -I"$ROOT/tests/programs" \
+  -o "$BUILD/mixed" "$ROOT/tests/mpi/mixed.cu" -L"$BUILD/lib" -lfunnel_mpi -Xlinker -rpath="$BUILD/lib" \
+  >"$OUT_DIR/mixed.nvcc.log" 2>&1 || ! mpicxx -std=c++17 -O1 -o "$BUILD/plain_peer" "$ROOT/tests/mpi/plain_peer.cpp" \
+  >>"$OUT_DIR/mixed.nvcc.log" 2>&1; then
+  result mpi mixed-job FAIL "does not compile: mixed.nvcc.log"
+elif env -u LD_LIBRARY_PATH FUNNEL_TEST_BACKEND=cuda timeout 300 "$ROOT/tests/mpi/mixed.sh" "$BIN" "$BUILD/mixed" \
+  "$BUILD/plain_peer" >"$OUT_DIR/mixed.log" 2>&1; then
+  result mpi mixed-job PASS "$(grep -o '(2 funnel ranks.*)' "$OUT_DIR/mixed.log")"
+else
+  result mpi mixed-job FAIL "$(grep -m1 FAIL "$OUT_DIR/mixed.log") (mixed.log)"
+fi
 
 # ---- 3. GPU fraction -------------------------------------------------------------------------
 if [[ -f $ROOT/tests/gpu/fraction.cu ]]; then

@@ -5,7 +5,7 @@
 // MPI_Waitsome, blocking MPI_Send/MPI_Recv and MPI_Ssend in turn, MPI_Sendrecv_replace, persistent requests, two messages of one envelope
 // in order, a GPU-local and a host message in one MPI_Waitall, a message to itself, the receive's
 // status (source, tag, count), a receive larger than the message, a receive smaller than it
-// (MPI_ERR_TRUNCATE), a receive from a rank that left the server, sub-communicators (MPI_Comm_split, MPI_Comm_dup, MPI_Cart_create), the
+// (MPI_ERR_TRUNCATE), MPI_Probe and MPI_Iprobe, a receive from a rank that left the server, sub-communicators (MPI_Comm_split, MPI_Comm_dup, MPI_Cart_create), the
 // buffered sends and a freed send, the refusals (MPI_ANY_SOURCE into a device buffer, a strided datatype, MPI_Bsend_init), and a staged
 // collective on device buffers next to them.  Every check compares what a device buffer holds
 // afterwards with what the ranks' values make it.  Prints "rank R: all ok" or FAIL lines.
@@ -254,6 +254,33 @@ int main(int argc, char** argv) {
     MPI_Comm_free(&halves);
     MPI_Comm_free(&dup);
     MPI_Comm_free(&cart);
+  }
+
+  // MPI_Probe and MPI_Iprobe see a GPU-local send waiting for its receive (the size learnt from the
+  // status, the buffer made to fit), by name and with wildcards; the message is then received.
+  {
+    const size_t n = 777;
+    int* s = device_ints(values(g_rank, n, 30));
+    MPI_Request req;
+    MPI_Isend(s, int(n), MPI_INT, right, 30, MPI_COMM_WORLD, &req);
+    MPI_Status st;
+    MPI_Probe(left, 30, MPI_COMM_WORLD, &st);
+    int count = -1;
+    MPI_Get_count(&st, MPI_INT, &count);
+    expect(st.MPI_SOURCE == left && st.MPI_TAG == 30 && count == int(n), "MPI_Probe of a GPU-local message");
+    int flag = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &st);
+    MPI_Get_count(&st, MPI_INT, &count);
+    expect(flag == 1 && st.MPI_SOURCE == left && st.MPI_TAG == 30 && count == int(n),
+           "MPI_Iprobe with wildcards of a GPU-local message");
+    int* r = device_ints(std::vector<int>(size_t(count), -1));
+    MPI_Recv(r, count, MPI_INT, st.MPI_SOURCE, st.MPI_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+    expect(host_of(r, n) == values(left, n, 30), "the probed GPU-local message received");
+    MPI_Iprobe(left, 30, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+    expect(flag == 0, "MPI_Iprobe finds nothing once the message was received");
+    CHECK(cudaFree(s));
+    CHECK(cudaFree(r));
   }
 
   // Errors through the communicator's handler (MPI_ERRORS_RETURN): a receive smaller than its

@@ -382,6 +382,39 @@ TEST_F(ServerTest, GpuLocalMessagesArePairedCopiedAndAnswered) {
   EXPECT_EQ(wa.end(4), ipc::kMsgPeerGone);
 }
 
+// MsgProbe: a parked send is seen by its destination's probe (by name and with wildcards: its
+// source, tag, seq and size), not by another destination's or another tag's, and no more once
+// its receive took it.
+TEST_F(ServerTest, AParkedGpuLocalSendIsProbed) {
+  start_server();
+  TestClient a(run_dir_), b(run_dir_);
+  ASSERT_TRUE(a.ok() && b.ok());
+  Words wa(a, run_dir_), wb(b, run_dir_);
+  const uint64_t x = a.alloc(4096), y = b.alloc(4096);
+  a.post(Opcode::MsgPost, half(ipc::kMsgSend, 0, 1, 5, 0, x, 300, wa, wa.arm(0)));
+  ASSERT_EQ(a.call(Opcode::Fence).status, Status::Success);
+  const auto probe = [&](int32_t source, int32_t dest, int32_t tag) {
+    return b.call(Opcode::MsgProbe, ipc::MsgProbeCmd{42, 7, source, dest, tag, 0});
+  };
+  for (const auto& [source, tag] : {std::pair{0, 5}, std::pair{-1, -1}, std::pair{-1, 5}, std::pair{0, -1}}) {
+    const Reply r = probe(source, 1, tag);
+    ASSERT_EQ(r.status, Status::Success);
+    EXPECT_EQ(r.value[0], 1u) << source << " " << tag;
+    EXPECT_EQ(r.value[1], 0u);
+    EXPECT_EQ(r.value[2], 5u);
+    EXPECT_EQ(r.value[3], 0u);
+    EXPECT_EQ(r.value[4], 300u);
+  }
+  EXPECT_EQ(probe(0, 1, 6).value[0], 0u) << "another tag";
+  EXPECT_EQ(probe(0, 0, -1).value[0], 0u) << "another destination";
+  EXPECT_EQ(b.call(Opcode::MsgProbe, ipc::MsgProbeCmd{42, 8, -1, 1, -1, 0}).value[0], 0u) << "another communicator";
+  EXPECT_EQ(probe(-2, 1, 5).status, Status::InvalidValue);
+  EXPECT_EQ(probe(0, -1, 5).status, Status::InvalidValue);
+  b.post(Opcode::MsgPost, half(ipc::kMsgRecv, 0, 1, 5, 0, y, 4096, wb, wb.arm(0)));
+  EXPECT_EQ(wb.end(0), ipc::kMsgDone);
+  EXPECT_EQ(probe(-1, 1, -1).value[0], 0u) << "received";
+}
+
 // The job's ranks on the server (MsgWorld): joins, members and outsiders, the world settled by
 // its local count (a rank joining after that is an outsider), a peer's answer final once given,
 // and a member that left answered PeerGone.  (The 5 s window is mpi.mixed_job's.)

@@ -134,6 +134,27 @@ FUNNEL_API int funnel_msg_world(unsigned long long world, int rank, int local_si
   }));
 }
 
+FUNNEL_API int funnel_msg_probe(const funnel_envelope* e, int* found, funnel_envelope* out, size_t* bytes) {
+  return static_cast<int>(guarded(__func__, [&]() -> cudaError_t {
+    if (e == nullptr || found == nullptr || out == nullptr || bytes == nullptr || e->source < -1 || e->dest < 0 ||
+        e->tag < -1)
+      return cudaErrorInvalidValue;
+    const ipc::MsgProbeCmd cmd{e->world, e->comm, e->source, e->dest, e->tag, 0};
+    Reply r;
+    if (cudaError_t err = to_cuda(Runtime::get().call(Opcode::MsgProbe, 0, 0, &cmd, sizeof cmd, &r)); err != cudaSuccess)
+      return err;
+    *found = r.value[0] != 0 ? 1 : 0;
+    if (*found != 0) {
+      *out = *e;
+      out->source = static_cast<int>(static_cast<uint32_t>(r.value[1]));
+      out->tag = static_cast<int>(static_cast<uint32_t>(r.value[2]));
+      out->seq = r.value[3];
+      *bytes = static_cast<size_t>(r.value[4]);
+    }
+    return cudaSuccess;
+  }));
+}
+
 FUNNEL_API int funnel_msg_test(int handle, int* state, size_t* bytes) {
   if (state == nullptr) return cudaErrorInvalidValue;
   ipc::MsgWord* w = words().word(handle);

@@ -76,6 +76,11 @@ int funnel_msg_post(int role, const funnel_envelope* e, const void* buf, size_t 
 #define FUNNEL_MSG_PEER_GONE 3
 #define FUNNEL_MSG_FAILED 4
 int funnel_msg_test(int handle, int* state, size_t* bytes);
+/* Whether a send to e->dest on (e->world, e->comm) from e->source with e->tag (-1: any source, any
+ * tag) is posted and waits for its receive (MPI_Probe): *found 1 and, for the first such (source,
+ * tag) and its lowest seq, *out (source, tag, seq) and *bytes; *found 0 if none.  0, or a
+ * cudaError_t. */
+int funnel_msg_probe(const funnel_envelope* e, int* found, funnel_envelope* out, size_t* bytes);
 /* The job's ranks on this server, learnt without MPI collectives (a rank not under funnel takes
  * part in none).  Joins `world` (a number every rank of the job agrees on) as world rank `rank`
  * (>= 0; -1: asks only), saying how many of the world's ranks the launcher put on this node

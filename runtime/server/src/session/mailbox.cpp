@@ -1,6 +1,7 @@
 #include "session/mailbox.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <thread>
 
 #include <spdlog/spdlog.h>
@@ -71,6 +72,20 @@ Mailbox::WorldAnswer Mailbox::world(uint32_t client, const ipc::MsgWorldCmd& c,
   a.settled = w.settled;
   a.joined = static_cast<uint32_t>(w.joined.size());
   return a;
+}
+
+bool Mailbox::probe(const ipc::MsgProbeCmd& c, Probed& out) {
+  const std::lock_guard lock(mu_);
+  // Keys are ordered (world, comm, source, dest, tag, seq): the comm's sends are one range.
+  constexpr int32_t kLow = std::numeric_limits<int32_t>::min();
+  for (auto it = sends_.lower_bound({c.world, c.comm, kLow, kLow, kLow, 0});
+       it != sends_.end() && std::get<0>(it->first) == c.world && std::get<1>(it->first) == c.comm; ++it) {
+    const auto& [world, comm, source, dest, tag, seq] = it->first;
+    if (dest != c.dest || (c.source >= 0 && source != c.source) || (c.tag >= 0 && tag != c.tag)) continue;
+    out = {source, tag, seq, it->second.half.bytes};
+    return true;
+  }
+  return false;
 }
 
 std::shared_ptr<BackendEvent> Mailbox::event(int device) {

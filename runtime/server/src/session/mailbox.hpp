@@ -71,6 +71,14 @@ class Mailbox {
   };
   WorldAnswer world(uint32_t client, const ipc::MsgWorldCmd& c, std::chrono::steady_clock::time_point now);
 
+  // MsgProbe: the parked send to `dest` on (world, comm) from `source` with `tag` (-1: any) of the
+  // lowest (source, tag, seq); false when none is parked.
+  struct Probed {
+    int32_t source = 0, tag = 0;
+    uint64_t seq = 0, bytes = 0;
+  };
+  bool probe(const ipc::MsgProbeCmd& c, Probed& out);
+
   // A paired message's copy and word stores were queued: it has ended once both words left
   // kMsgPending (the GPU, or the worker that saw the stream get there, stores them after the
   // copy) or were armed again by their clients (a new ticket: a client arms a word again only

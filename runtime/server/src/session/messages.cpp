@@ -132,4 +132,16 @@ Status Worker::msg_world(const ipc::CommandHeader& h, const ipc::MsgWorldCmd& c)
   return Status::Success;
 }
 
+Status Worker::msg_probe(const ipc::CommandHeader& h, const ipc::MsgProbeCmd& c) {
+  if (one_way(h) || shared_.mailbox == nullptr) return Status::InvalidValue;
+  if (c.source < -1 || c.dest < 0 || c.tag < -1 || c.reserved != 0) return Status::InvalidValue;
+  Mailbox::Probed p;
+  if (!shared_.mailbox->probe(c, p)) {
+    answers_.answer(h, {0});
+    return Status::Success;
+  }
+  answers_.answer(h, {1, static_cast<uint32_t>(p.source), static_cast<uint32_t>(p.tag), p.seq, p.bytes});
+  return Status::Success;
+}
+
 }  // namespace funnel::server

@@ -192,6 +192,7 @@ class Worker {
   Status ipc_open_event(const ipc::CommandHeader& h, const ipc::IpcOpenEventCmd& c);
   Status msg_post(const ipc::CommandHeader& h, const ipc::MsgPostCmd& c);
   Status msg_world(const ipc::CommandHeader& h, const ipc::MsgWorldCmd& c);
+  Status msg_probe(const ipc::CommandHeader& h, const ipc::MsgProbeCmd& c);
   // arrays.cpp: arrays, mipmapped arrays, texture and surface objects
   Status array_create(const ipc::CommandHeader& h, const ipc::ArrayCreateCmd& c);
   Status array_destroy(const ipc::CommandHeader& h, const ipc::ArrayCmd& c);

@@ -138,6 +138,9 @@ namespace funnel::ipc {
   /* The job's ranks on this server (GPU-local messages' peers; doc/mpi.md): joins as `rank` (>= 0)  */   \
   /* -> value[0] = this rank's MsgMembership, value[1] = `peer`'s (>= 0), value[2] = 1 once settled */   \
   X(MsgWorld, 96, MsgWorldCmd, NoBytes, NoQueue, msg_world)                                                 \
+  /* A parked send for `dest` (MPI_Probe) -> value[0] = 1 if one, [1] = its source, [2] = its tag,   */   \
+  /* [3] = its seq, [4] = its bytes                                                                     */   \
+  X(MsgProbe, 97, MsgProbeCmd, NoBytes, NoQueue, msg_probe)                                                 \
   X(Detach, 100, DetachCmd, NoBytes, NoQueue, detach) /* the client leaves; the server frees what it held */ \
   /* Arrays, textures and surfaces (doc/design/arrays.md); ids are chosen by the client.  Waited. */      \
   X(ArrayCreate, 101, ArrayCreateCmd, NoBytes, NoQueue, array_create) /* an array or mipmapped array */     \
@@ -605,6 +608,17 @@ enum MsgMembership : uint32_t {
   kMsgMember = 1,    // joined before the world settled, taking GPU-local messages
   kMsgOutsider = 2,  // not a GPU-local peer: joined without kWorldLocal or too late, or never joined
 };
+// A probe for a GPU-local message to `dest` on (world, comm) from `source` with `tag` (-1: any):
+// the parked send of the lowest sequence number among the first matching (source, tag).
+struct MsgProbeCmd {
+  uint64_t world;
+  uint64_t comm;
+  int32_t source;
+  int32_t dest;
+  int32_t tag;
+  uint32_t reserved;
+};
+static_assert(sizeof(MsgProbeCmd) == 32);
 // Event flags: an interprocess event (cudaEventInterprocess; with kEventDisableTiming).
 inline constexpr uint32_t kEventInterprocess = 0x4;
 

@@ -27,6 +27,7 @@ Status Worker::msg_post(const ipc::CommandHeader& h, const ipc::MsgPostCmd& c) {
   if (shared_.mailbox == nullptr || h.stream != 0) return Status::InvalidValue;
   if (c.role != ipc::kMsgSend && c.role != ipc::kMsgRecv) return Status::InvalidValue;
   if (c.source < 0 || c.dest < 0 || c.bytes > (uint64_t{1} << 46)) return Status::InvalidValue;
+  last_message_ = std::chrono::steady_clock::now();
   // The completion word: 16 bytes, aligned, inside one of this client's pinned buffers.
   auto pinned = res_.pinned.find(c.word_pinned);
   if (pinned == res_.pinned.end() || c.word_offset % sizeof(ipc::MsgWord) != 0 ||

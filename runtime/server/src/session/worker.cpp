@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <type_traits>
@@ -36,6 +37,11 @@ constexpr auto kWantedCore = std::chrono::microseconds(200);
 // go out together at the client's next other record, or when the nap ends.
 constexpr auto kQuietNap = std::chrono::microseconds(200);
 constexpr auto kNapWindow = std::chrono::milliseconds(20);
+// A client in a GPU-local exchange (a message half posted within kExchangeWindow) sends its next
+// commands once its partners' halves came (the launches after the exchange, the next step's
+// posts): its worker polls at least kExchangeSpin idle before it sleeps, so they find it awake.
+constexpr auto kExchangeSpin = std::chrono::microseconds(200);
+constexpr auto kExchangeWindow = std::chrono::milliseconds(2);
 // The longest an idle worker sleeps while one of its streams has an open busy span
 // (doc/accounting.md: the bound on how late such a span closes).
 constexpr auto kBusySweep = std::chrono::milliseconds(1);
@@ -200,8 +206,10 @@ std::chrono::nanoseconds Worker::spin_window() const noexcept {
   // exchange (a few hundred microseconds) finds it awake rather than waking it (16-32 us on
   // the H100 machine).
   const bool own_core = shared_.own_core.load(std::memory_order_relaxed);
-  return urgent || own_core ? std::chrono::nanoseconds(shared_.tuning.pending_spin)
-                            : std::chrono::nanoseconds(shared_.tuning.idle_spin);
+  if (urgent || own_core) return shared_.tuning.pending_spin;
+  if (last_message_ != Clock::time_point{} && Clock::now() - last_message_ < kExchangeWindow)
+    return std::max<std::chrono::nanoseconds>(shared_.tuning.idle_spin, kExchangeSpin);
+  return shared_.tuning.idle_spin;
 }
 
 bool Worker::poll_pause(std::chrono::nanoseconds idle) noexcept {

@@ -234,6 +234,7 @@ class Worker {
   StreamWaits waits_{backend_};       // cuStreamWaitValue*: released as the host functions are
   std::chrono::steady_clock::time_point idle_since_{};  // the last work done (turn)
   std::chrono::steady_clock::time_point no_spin_until_{};  // back_off()
+  std::chrono::steady_clock::time_point last_message_{};   // the last GPU-local message half (spin_window)
   std::chrono::steady_clock::time_point last_sweep_{};  // the last GPU busy sweep (worker.cpp)
   bool stream_limit_logged_ = false;  // the backend's stream limit was reported once
   std::vector<std::byte> record_;

@@ -235,9 +235,17 @@ uintptr_t each_function(CUcontext ctx, CUmodule module, void (*callback)(void*, 
 
 // The tools' tables funnel serves in part: each as long as the driver's (libraries call slots
 // past the ones known without reading the size), the slots not served loud stubs.
-enum class Tools { Context, Module };
+// 69a28e9f... (PyTorch, JAX; 34 words) and 1734dc26... (PyTorch; 17 words) are not known yet
+// (doc/design/driver-surface.md: what the tracer saw called): every slot a loud stub.
+enum class Tools { Context, Module, Pytorch34, Pytorch17 };
 constexpr const char* tools_table_id(Tools t) {
-  return t == Tools::Context ? "21318c60971432488ca641ff7324c8f2" : "6e163fbeb958444d835ce182aff1991e";
+  switch (t) {
+    case Tools::Context: return "21318c60971432488ca641ff7324c8f2";
+    case Tools::Module: return "6e163fbeb958444d835ce182aff1991e";
+    case Tools::Pytorch34: return "69a28e9f24498b47b030c5da330ea4e9";
+    case Tools::Pytorch17: return "1734dc26800d47458726c0f1e7dd8bca";
+  }
+  return "";
 }
 template <Tools T, size_t Slot>
 CUresult slot_not_served() {
@@ -295,6 +303,8 @@ std::array<const void*, Words> tools_table(std::index_sequence<I...>) {
 }
 const auto kToolsContext = tools_table<Tools::Context, 95>(std::make_index_sequence<94>{});
 const auto kToolsModule = tools_table<Tools::Module, 99>(std::make_index_sequence<98>{});
+const auto kPytorch34 = tools_table<Tools::Pytorch34, 34>(std::make_index_sequence<33>{});
+const auto kPytorch17 = tools_table<Tools::Pytorch17, 17>(std::make_index_sequence<16>{});
 const void* const kToolsHooks[] = {size_word(7),  word(zero2), word(hook_buffer<1024>), word(zero2),
                                    word(zero2),   word(zero2), word(hook_buffer<14>)};
 
@@ -315,6 +325,8 @@ const Table kTables[] = {
     {hex16("21318c60971432488ca641ff7324c8f2"), kToolsContext.data()},     // the tools' context table
     {hex16("6e163fbeb958444d835ce182aff1991e"), kToolsModule.data()},      // the tools' module table
     {hex16("a094798c2e742e7493f20800200c0a66"), kToolsHooks},              // TOOLS_RUNTIME_CALLBACK_HOOKS
+    {hex16("69a28e9f24498b47b030c5da330ea4e9"), kPytorch34.data()},        // not known yet: loud stubs
+    {hex16("1734dc26800d47458726c0f1e7dd8bca"), kPytorch17.data()},        // not known yet: loud stubs
 };
 
 // Tables the runtimes ask for and cope without, measured (doc/design/driver-client.md): refused

@@ -22,6 +22,8 @@ install(TARGETS funnel-server funnel-run funnelctl RUNTIME DESTINATION ${CMAKE_I
 set_target_properties(funnel_driver PROPERTIES EXPORT_NAME driver)
 install(TARGETS funnel_driver EXPORT funnelTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/funnel-driver NAMELINK_SKIP)
+# Beside it, funnel's libnvidia-ml.so.1 (the NVML calls of Python frameworks, answered from it).
+install(TARGETS funnel_nvml LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/funnel-driver NAMELINK_SKIP)
 install(FILES ${PROJECT_SOURCE_DIR}/runtime/client/include/funnel/funnel.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/funnel)
 

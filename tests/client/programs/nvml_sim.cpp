@@ -1,0 +1,102 @@
+// funnel's libnvidia-ml.so.1 through funnel-run (tests/client/CMakeLists.txt, client.nvml.sim):
+// the library found by dlopen("libnvidia-ml.so.1") is funnel's (lib/funnel-driver/), and its
+// answers agree with funnel's driver: the device count, each device's name, UUID (NVML's
+// "GPU-8-4-4-4-12" form), index and memory; a bad handle, a call before nvmlInit and after the
+// last nvmlShutdown fail as NVML's do; a function funnel does not serve is not found.
+#include <cuda.h>
+#include <dlfcn.h>
+#include <link.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+namespace {
+
+int g_failed = 0;
+void expect(bool ok, const char* what) {
+  if (!ok) {
+    std::printf("FAIL: %s\n", what);
+    ++g_failed;
+  }
+}
+
+struct Memory {
+  unsigned long long total, free, used;
+};
+
+}  // namespace
+
+int main() {
+  void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+  if (nvml == nullptr) {
+    std::printf("FAIL: dlopen libnvidia-ml.so.1: %s\n", dlerror());
+    return 1;
+  }
+  link_map* map = nullptr;
+  dlinfo(nvml, RTLD_DI_LINKMAP, &map);
+  expect(map != nullptr && std::strstr(map->l_name, "funnel-driver/libnvidia-ml.so.1") != nullptr,
+         "libnvidia-ml.so.1 is funnel's");
+  auto fn = [&](const char* name) { return dlsym(nvml, name); };
+  auto init = reinterpret_cast<int (*)()>(fn("nvmlInit"));
+  auto init2 = reinterpret_cast<int (*)()>(fn("nvmlInit_v2"));
+  auto shutdown = reinterpret_cast<int (*)()>(fn("nvmlShutdown"));
+  auto count = reinterpret_cast<int (*)(unsigned*)>(fn("nvmlDeviceGetCount_v2"));
+  auto by_index = reinterpret_cast<int (*)(unsigned, void**)>(fn("nvmlDeviceGetHandleByIndex_v2"));
+  auto index_of = reinterpret_cast<int (*)(void*, unsigned*)>(fn("nvmlDeviceGetIndex"));
+  auto name_of = reinterpret_cast<int (*)(void*, char*, unsigned)>(fn("nvmlDeviceGetName"));
+  auto uuid_of = reinterpret_cast<int (*)(void*, char*, unsigned)>(fn("nvmlDeviceGetUUID"));
+  auto memory_of = reinterpret_cast<int (*)(void*, Memory*)>(fn("nvmlDeviceGetMemoryInfo"));
+  auto version = reinterpret_cast<int (*)(int*)>(fn("nvmlSystemGetCudaDriverVersion_v2"));
+  auto error_string = reinterpret_cast<const char* (*)(int)>(fn("nvmlErrorString"));
+  if (!init || !init2 || !shutdown || !count || !by_index || !index_of || !name_of || !uuid_of || !memory_of ||
+      !version || !error_string) {
+    std::printf("FAIL: a served NVML function is missing\n");
+    return 1;
+  }
+  expect(fn("nvmlDeviceGetPowerUsage") == nullptr, "a function funnel does not serve is not found");
+  unsigned n = 0;
+  expect(count(&n) == 1, "nvmlDeviceGetCount_v2 before nvmlInit: NVML_ERROR_UNINITIALIZED");
+  expect(init() == 0 && init2() == 0, "nvmlInit, nvmlInit_v2");
+  expect(count(&n) == 0, "nvmlDeviceGetCount_v2");
+  int driver_count = 0;
+  expect(cuDeviceGetCount(&driver_count) == CUDA_SUCCESS && static_cast<int>(n) == driver_count,
+         "NVML's device count is the driver's");
+  for (unsigned i = 0; i < n; ++i) {
+    void* h = nullptr;
+    expect(by_index(i, &h) == 0 && h != nullptr, "nvmlDeviceGetHandleByIndex_v2");
+    unsigned idx = 99;
+    expect(index_of(h, &idx) == 0 && idx == i, "nvmlDeviceGetIndex");
+    CUdevice d = 0;
+    cuDeviceGet(&d, static_cast<int>(i));
+    char name[96] = {}, driver_name[96] = {};
+    cuDeviceGetName(driver_name, sizeof driver_name, d);
+    expect(name_of(h, name, sizeof name) == 0 && std::string(name) == driver_name, "nvmlDeviceGetName");
+    expect(name_of(h, name, 2) == 7, "nvmlDeviceGetName into 2 bytes: NVML_ERROR_INSUFFICIENT_SIZE");
+    CUuuid u{};
+    cuDeviceGetUuid(&u, d);
+    const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
+    char want[48];
+    std::snprintf(want, sizeof want, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                  b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+    char uuid[96] = {};
+    expect(uuid_of(h, uuid, sizeof uuid) == 0 && std::string(uuid) == want, "nvmlDeviceGetUUID");
+    Memory m{};
+    size_t total = 0;
+    cuDeviceTotalMem(&total, d);
+    expect(memory_of(h, &m) == 0 && m.total == total && m.free <= m.total && m.used == m.total - m.free,
+           "nvmlDeviceGetMemoryInfo");
+  }
+  void* none = nullptr;
+  expect(by_index(n, &none) == 2, "a handle past the count: NVML_ERROR_INVALID_ARGUMENT");
+  unsigned idx = 0;
+  expect(index_of(reinterpret_cast<void*>(uintptr_t{1000}), &idx) == 2, "a bad handle: NVML_ERROR_INVALID_ARGUMENT");
+  int v = 0, dv = 0;
+  cuDriverGetVersion(&dv);
+  expect(version(&v) == 0 && v == dv, "nvmlSystemGetCudaDriverVersion_v2");
+  expect(std::string(error_string(1)) == "Uninitialized", "nvmlErrorString");
+  expect(shutdown() == 0 && shutdown() == 0 && shutdown() == 1, "two inits, two shutdowns, a third fails");
+  expect(count(&n) == 1, "nvmlDeviceGetCount_v2 after the last nvmlShutdown: NVML_ERROR_UNINITIALIZED");
+  if (g_failed == 0) std::printf("nvml: %d device(s); count, names, UUIDs, indices and memory as the driver's\nnvml: all ok\n", driver_count);
+  return g_failed == 0 ? 0 : 1;
+}

@@ -491,6 +491,10 @@ Status Runtime::wait_reply(uint32_t slot, uint64_t seq, Reply* reply, Opcode op)
   std::memcpy(r.value, rs.value, sizeof r.value);
   release_reply_slot(slot);
   if (reply != nullptr) *reply = r;
+  // A server that stops (or terminates this client) answers the calls waiting then with
+  // DevicesUnavailable: say why now, before the program acts on the error (the watcher thread
+  // may see the stop only after the program has exited on it).
+  if (r.status == Status::DevicesUnavailable) gone();
   return r.status;
 }
 

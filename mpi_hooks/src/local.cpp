@@ -282,16 +282,25 @@ uint64_t world_number() {
   return (w << 32) ^ std::random_device{}();
 }
 
-// Asks the server about world rank `peer` until the answer is final (the world settles within
-// ipc's window, 5 s after its first join, so this ends); FUNNEL_PEER_OUTSIDER if it cannot ask.
-int ask_peer(int peer) {
-  funnel_world_answer a{};
+// Asks the server about this rank's world (and world rank `peer`; -1: none) until `done` holds
+// for its answer `a` (the world settles 5 s after its first join at the latest, so this ends);
+// false if it cannot ask.
+template <class Done>
+bool ask_world(int peer, funnel_world_answer& a, Done&& done) {
   for (;;) {
-    if (funnel_msg_world(g_world, -1, 0, 0, peer, &a) != 0) return FUNNEL_PEER_OUTSIDER;
-    if (a.peer != FUNNEL_PEER_NOT_YET) return a.peer;
+    if (funnel_msg_world(g_world, -1, 0, 0, peer, &a) != 0) return false;
+    if (done(a)) return true;
     progress();
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+}
+
+// World rank `peer`'s final answer; FUNNEL_PEER_OUTSIDER if the server cannot be asked.
+int ask_peer(int peer) {
+  funnel_world_answer a{};
+  return ask_world(peer, a, [](const funnel_world_answer& x) { return x.peer != FUNNEL_PEER_NOT_YET; })
+             ? a.peer
+             : FUNNEL_PEER_OUTSIDER;
 }
 
 // Whether world rank `peer` takes GPU-local messages from this rank (asked once).
@@ -350,13 +359,8 @@ void init() noexcept {
 }
 
 int settled_ranks() noexcept {
-  if (!g_joined) return -1;
   funnel_world_answer a{};
-  for (;;) {
-    if (funnel_msg_world(g_world, -1, 0, 0, -1, &a) != 0) return -1;
-    if (a.settled != 0) return a.joined;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  return g_joined && ask_world(-1, a, [](const funnel_world_answer& x) { return x.settled != 0; }) ? a.joined : -1;
 }
 
 bool enabled() noexcept { return g_enabled; }

@@ -117,39 +117,30 @@ void Mailbox::in_flight(uint32_t a, uint32_t b, int device, ipc::MsgWord* wa, ip
 }
 
 void Mailbox::forget_device(int device) {
-  std::vector<std::shared_ptr<BackendEvent>> parked_events;  // let go after the lock (they go back to the pool)
-  std::vector<std::unique_ptr<BackendEvent>> pooled;
+  std::vector<std::shared_ptr<BackendEvent>> parked_events;  // let go after the lock (back to the pool)
   {
     const std::lock_guard lock(mu_);
-    forget_device_locked(device, parked_events, pooled);
+    for (auto* box : {&sends_, &recvs_})
+      for (auto it = box->begin(); it != box->end();) {
+        if (it->second.half.device != device) {
+          ++it;
+          continue;
+        }
+        it->second.half.word->state.store(ipc::kMsgFailed, std::memory_order_release);
+        parked_events.push_back(std::move(it->second.half.ready));
+        it = box->erase(it);
+      }
+    std::erase_if(flights_, [device](const Flight& f) { return f.device == device; });
   }
   parked_events.clear();
-  // Those just recycled too.
+  // The device's pooled events, those just recycled included, destroyed after the lock (no
+  // driver call under it).
+  std::vector<std::unique_ptr<BackendEvent>> pooled;
   const std::lock_guard lock(mu_);
-  std::erase_if(pool_, [device](const std::unique_ptr<BackendEvent>& e) { return e->device() == device; });
-}
-
-void Mailbox::forget_device_locked(int device, std::vector<std::shared_ptr<BackendEvent>>& parked_events,
-                                   std::vector<std::unique_ptr<BackendEvent>>& pooled) {
-  for (auto* box : {&sends_, &recvs_})
-    for (auto it = box->begin(); it != box->end();) {
-      if (it->second.half.device != device) {
-        ++it;
-        continue;
-      }
-      it->second.half.word->state.store(ipc::kMsgFailed, std::memory_order_release);
-      parked_events.push_back(std::move(it->second.half.ready));
-      it = box->erase(it);
-    }
-  for (auto it = pool_.begin(); it != pool_.end();) {
-    if ((*it)->device() == device) {
-      pooled.push_back(std::move(*it));
-      it = pool_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  std::erase_if(flights_, [device](const Flight& f) { return f.device == device; });
+  const auto mine = std::stable_partition(pool_.begin(), pool_.end(),
+                                          [device](const std::unique_ptr<BackendEvent>& e) { return e->device() != device; });
+  pooled.assign(std::make_move_iterator(mine), std::make_move_iterator(pool_.end()));
+  pool_.erase(mine, pool_.end());
 }
 
 bool Mailbox::leave(uint32_t client, int mpi_rank, std::chrono::steady_clock::time_point deadline) {

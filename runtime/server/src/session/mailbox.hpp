@@ -129,8 +129,6 @@ class Mailbox {
   std::map<uint64_t, World> worlds_;  // by world; also those only posted to
   std::vector<Flight> flights_;
   void recycle(BackendEvent* e);
-  void forget_device_locked(int device, std::vector<std::shared_ptr<BackendEvent>>& parked_events,
-                            std::vector<std::unique_ptr<BackendEvent>>& pooled);
   std::vector<std::unique_ptr<BackendEvent>> pool_;  // free events, any device
 };
 

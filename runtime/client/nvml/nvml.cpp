@@ -5,8 +5,8 @@
 // torch.cuda.device_count() calls nvmlInit and nvmlDeviceGetCount_v2 (or the UUIDs, where
 // CUDA_VISIBLE_DEVICES names GPUs by UUID).  What is served: init and shutdown, the device count,
 // handles by index, a device's index, name, UUID and memory, the CUDA driver version, and the
-// error strings; a program that looks up any other NVML function does not find it (pynvml then
-// raises NVMLError_FunctionNotFound naming it).  doc/design/driver-client.md, "NVML".
+// error strings; every other function NVIDIA's NVML exports is a loud stub (stubs.cpp):
+// NVML_ERROR_NOT_SUPPORTED, and its name once on stderr.  doc/design/driver-client.md, "NVML".
 #include <cuda.h>
 
 #include <array>
@@ -20,7 +20,7 @@ namespace {
 
 // The ABI of NVML's header (nvml.h, not in the toolkit here): a return code, an opaque device.
 using nvmlReturn_t = int;
-constexpr nvmlReturn_t kSuccess = 0, kUninitialized = 1, kInvalidArgument = 2, kNotFound = 6,
+constexpr nvmlReturn_t kSuccess = 0, kUninitialized = 1, kInvalidArgument = 2, kNotSupported = 3, kNotFound = 6,
                        kInsufficientSize = 7, kDriverNotLoaded = 9, kUnknown = 999;
 struct nvmlDevice_st;
 using nvmlDevice_t = nvmlDevice_st*;
@@ -146,7 +146,7 @@ FUNNEL_NVML_API const char* nvmlErrorString(nvmlReturn_t r) {
     case kSuccess: return "Success";
     case kUninitialized: return "Uninitialized";
     case kInvalidArgument: return "Invalid Argument";
-    case 3: return "Not Supported";
+    case kNotSupported: return "Not Supported";
     case kNotFound: return "Not Found";
     case kInsufficientSize: return "Insufficient Size";
     case kDriverNotLoaded: return "Driver Not Loaded";

@@ -2,7 +2,9 @@
 // the library found by dlopen("libnvidia-ml.so.1") is funnel's (lib/funnel-driver/), and its
 // answers agree with funnel's driver: the device count, each device's name, UUID (NVML's
 // "GPU-8-4-4-4-12" form), index and memory; a bad handle, a call before nvmlInit and after the
-// last nvmlShutdown fail as NVML's do; a function funnel does not serve is not found.
+// last nvmlShutdown fail as NVML's do; a function funnel does not serve is a loud stub (its name
+// once on stderr however often it is called: nvml_sim.expected.stderr), a name NVML lacks is not
+// found.
 #include <cuda.h>
 #include <dlfcn.h>
 #include <link.h>
@@ -54,7 +56,13 @@ int main() {
     std::printf("FAIL: a served NVML function is missing\n");
     return 1;
   }
-  expect(fn("nvmlDeviceGetPowerUsage") == nullptr, "a function funnel does not serve is not found");
+  auto temperature = reinterpret_cast<int (*)(void*, int, unsigned*)>(fn("nvmlDeviceGetTemperature"));
+  auto utilization = reinterpret_cast<int (*)(void*, unsigned[2])>(fn("nvmlDeviceGetUtilizationRates"));
+  if (!temperature || !utilization) {
+    std::printf("FAIL: an NVML function funnel does not serve is missing (no stub)\n");
+    return 1;
+  }
+  expect(fn("nvmlNoSuchFunction") == nullptr, "a name NVML does not export is not found");
   unsigned n = 0;
   expect(count(&n) == 1, "nvmlDeviceGetCount_v2 before nvmlInit: NVML_ERROR_UNINITIALIZED");
   expect(init() == 0 && init2() == 0, "nvmlInit, nvmlInit_v2");
@@ -95,8 +103,21 @@ int main() {
   cuDriverGetVersion(&dv);
   expect(version(&v) == 0 && v == dv, "nvmlSystemGetCudaDriverVersion_v2");
   expect(std::string(error_string(1)) == "Uninitialized", "nvmlErrorString");
+  // Not served: NVML_ERROR_NOT_SUPPORTED each time, the name on stderr once.
+  void* h0 = nullptr;
+  by_index(0, &h0);
+  unsigned degrees = 0, rates[2] = {};
+  for (int i = 0; i < 2; ++i) {
+    expect(temperature(h0, 0, &degrees) == 3, "nvmlDeviceGetTemperature: NVML_ERROR_NOT_SUPPORTED");
+    expect(utilization(h0, rates) == 3, "nvmlDeviceGetUtilizationRates: NVML_ERROR_NOT_SUPPORTED");
+  }
+  expect(std::string(error_string(3)) == "Not Supported", "nvmlErrorString(NVML_ERROR_NOT_SUPPORTED)");
   expect(shutdown() == 0 && shutdown() == 0 && shutdown() == 1, "two inits, two shutdowns, a third fails");
   expect(count(&n) == 1, "nvmlDeviceGetCount_v2 after the last nvmlShutdown: NVML_ERROR_UNINITIALIZED");
-  if (g_failed == 0) std::printf("nvml: %d device(s); count, names, UUIDs, indices and memory as the driver's\nnvml: all ok\n", driver_count);
+  if (g_failed == 0)
+    std::printf(
+        "nvml: %d device(s); count, names, UUIDs, indices and memory as the driver's\n"
+        "nvml: functions not served answer NVML_ERROR_NOT_SUPPORTED\nnvml: all ok\n",
+        driver_count);
   return g_failed == 0 ? 0 : 1;
 }

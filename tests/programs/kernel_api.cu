@@ -50,6 +50,23 @@ int main() {
   int clusters = 0;
   CHECK(cudaOccupancyMaxActiveClusters(&clusters, reinterpret_cast<const void*>(scale), &cfg));
   std::printf("active clusters: %s\n", clusters > 0 ? "ok" : "IMPLAUSIBLE");
+  // A launch that allows programmatic dependent launch (JAX's): it may start before the kernel
+  // before it ends, or in stream order (funnel's way).
+  {
+    float* p = nullptr;
+    CHECK(cudaMalloc(&p, 256 * sizeof(float)));
+    cudaLaunchAttribute pdl[1];
+    pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    pdl[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t pc = {};
+    pc.gridDim = dim3(2);
+    pc.blockDim = dim3(128);
+    pc.attrs = pdl;
+    pc.numAttrs = 1;
+    std::printf("programmatic stream serialization: %s\n", cudaGetErrorName(cudaLaunchKernelEx(&pc, scale, p, 2.0f, 256)));
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaFree(p));
+  }
 
   // Launch errors CUDA reports at the launch.
   float* d = nullptr;

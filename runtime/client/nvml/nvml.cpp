@@ -4,14 +4,15 @@
 // files, which funnel's rule counts as a context of one's own).  PyTorch's
 // torch.cuda.device_count() calls nvmlInit and nvmlDeviceGetCount_v2 (or the UUIDs, where
 // CUDA_VISIBLE_DEVICES names GPUs by UUID).  What is served: init and shutdown, the device count,
-// handles by index, a device's index, name, UUID and memory, the CUDA driver version, and the
-// error strings; every other function NVIDIA's NVML exports is a loud stub (stubs.cpp):
+// handles by index or PCI bus id, a device's index, name, UUID and memory, the CUDA driver version, the kernel
+// module's version, and the error strings; every other function NVIDIA's NVML exports is a loud stub (stubs.cpp):
 // NVML_ERROR_NOT_SUPPORTED, and its name once on stderr.  doc/design/driver-client.md, "NVML".
 #include <cuda.h>
 
 #include <array>
 #include <atomic>
 #include <cstdio>
+#include <cctype>
 #include <cstring>
 
 #define FUNNEL_NVML_API extern "C" __attribute__((visibility("default")))
@@ -83,6 +84,38 @@ FUNNEL_NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned index, nvmlD
 FUNNEL_NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned index, nvmlDevice_t* device) {
   return nvmlDeviceGetHandleByIndex_v2(index, device);
 }
+// A PCI bus id, "domain:bus:device.function" in hex (NVML writes the domain with 8 digits, the
+// driver with 4) or without the domain, as four numbers; false when it is neither.
+bool parse_bus_id(const char* text, std::array<unsigned, 4>& out) {
+  char tail = 0;
+  if (std::sscanf(text, "%x:%x:%x.%x%c", &out[0], &out[1], &out[2], &out[3], &tail) == 4) return true;
+  out[0] = 0;
+  return std::sscanf(text, "%x:%x.%x%c", &out[1], &out[2], &out[3], &tail) == 3;
+}
+
+// The device at a PCI bus id (JAX asks), by the driver's bus ids.
+FUNNEL_NVML_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char* bus_id, nvmlDevice_t* device) {
+  if (g_inits.load() <= 0) return kUninitialized;
+  std::array<unsigned, 4> want{};
+  if (bus_id == nullptr || device == nullptr || !parse_bus_id(bus_id, want)) return kInvalidArgument;
+  int n = 0;
+  if (cuDeviceGetCount(&n) != CUDA_SUCCESS) return kUnknown;
+  for (int i = 0; i < n; ++i) {
+    CUdevice d = 0;
+    std::array<char, 32> text{};
+    std::array<unsigned, 4> got{};
+    if (cuDeviceGet(&d, i) == CUDA_SUCCESS && cuDeviceGetPCIBusId(text.data(), text.size(), d) == CUDA_SUCCESS &&
+        parse_bus_id(text.data(), got) && got == want) {
+      *device = handle_of(i);
+      return kSuccess;
+    }
+  }
+  return kNotFound;
+}
+FUNNEL_NVML_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char* bus_id, nvmlDevice_t* device) {
+  return nvmlDeviceGetHandleByPciBusId_v2(bus_id, device);
+}
+
 FUNNEL_NVML_API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned* index) {
   CUdevice d = 0;
   if (nvmlReturn_t r = ordinal_of(device, d); r != kSuccess) return r;
@@ -139,6 +172,26 @@ FUNNEL_NVML_API nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int* version) {
 }
 FUNNEL_NVML_API nvmlReturn_t nvmlSystemGetCudaDriverVersion(int* version) {
   return nvmlSystemGetCudaDriverVersion_v2(version);
+}
+
+// The kernel module's version ("580.159.04"), from /proc/driver/nvidia/version as NVIDIA's NVML
+// reads it (a proc file: no GPU device file opened); JAX asks.  No module: driver not loaded.
+FUNNEL_NVML_API nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned length) {
+  if (version == nullptr) return kInvalidArgument;
+  std::FILE* f = std::fopen("/proc/driver/nvidia/version", "r");
+  if (f == nullptr) return kDriverNotLoaded;
+  std::array<char, 512> line{};
+  const bool read = std::fgets(line.data(), line.size(), f) != nullptr;
+  std::fclose(f);
+  // "NVRM version: NVIDIA UNIX ... Kernel Module ...  580.159.04  Release Build ...": the first
+  // word of digits and dots with a dot in it.
+  for (char* word = read ? std::strtok(line.data(), " \t\n") : nullptr; word != nullptr;
+       word = std::strtok(nullptr, " \t\n")) {
+    if (std::strspn(word, "0123456789.") == std::strlen(word) && std::strchr(word, '.') != nullptr &&
+        std::isdigit(static_cast<unsigned char>(word[0])))
+      return copy_text(word, version, length);
+  }
+  return kUnknown;
 }
 
 FUNNEL_NVML_API const char* nvmlErrorString(nvmlReturn_t r) {

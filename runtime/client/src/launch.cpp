@@ -225,6 +225,11 @@ cudaError_t apply_launch_attributes(const cudaLaunchAttribute* attrs, unsigned n
       case cudaLaunchAttributePriority:
         l.priority = a.val.priority;
         break;
+      case cudaLaunchAttributeProgrammaticStreamSerialization:
+        // Allows the kernel to start before the one before it in the stream ends (programmatic
+        // dependent launch); stream order is one of the orders allowed (its
+        // cudaGridDependencySynchronize then returns at once).
+        break;
       default: {
         const char* name = attribute_name(a.id);
         const std::string what =

@@ -203,6 +203,9 @@ int main() {
   CHECK(cuPointerGetAttribute(&start_addr, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, a + 100), CUDA_SUCCESS);
   CHECK(cuPointerGetAttribute(&range, CU_POINTER_ATTRIBUTE_RANGE_SIZE, a + 100), CUDA_SUCCESS);
   CHECK(cuMemGetAddressRange(&base, &range2, a + 100), CUDA_SUCCESS);
+  unsigned long long handle_types = 99;  // funnel exports no allocation (JAX asks)
+  CHECK(cuPointerGetAttribute(&handle_types, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, a + 100), CUDA_SUCCESS);
+  CHECK(static_cast<int>(handle_types), static_cast<int>(CU_MEM_HANDLE_TYPE_NONE));
   std::printf("pointer attributes: device %s, pinned %s, context %s, range %s\n",
               type == CU_MEMORYTYPE_DEVICE ? "ok" : "FAIL", ptype == CU_MEMORYTYPE_HOST ? "ok" : "FAIL",
               pctx == ctx ? "ok" : "FAIL", start_addr == a && range == n && base == a && range2 == n ? "ok" : "FAIL");
@@ -477,6 +480,18 @@ int main() {
     CHECK(cuMemFree(base), CUDA_ERROR_INVALID_VALUE);                             // a mapping, not an allocation
     CHECK(cuMemAddressFree(base, 3 * gran), CUDA_ERROR_INVALID_VALUE);            // mapped still
     CHECK(cuMemCreate(&h1, gran + 1, &prop, 0), CUDA_ERROR_INVALID_VALUE);        // not in granules
+    // Exportable as a file descriptor (PyTorch's expandable segments ask so): made, never
+    // exported; a fabric handle is refused (expected.stderr), and the callers ask without it.
+    CUmemAllocationProp fd_prop = prop;
+    fd_prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    CUmemGenericAllocationHandle h3 = 0;
+    CHECK(cuMemCreate(&h3, gran, &fd_prop, 0), CUDA_SUCCESS);
+    CUmemAllocationProp fd_got{};
+    CHECK(cuMemGetAllocationPropertiesFromHandle(&fd_got, h3), CUDA_SUCCESS);
+    CHECK(static_cast<int>(fd_got.requestedHandleTypes), static_cast<int>(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    CHECK(cuMemRelease(h3), CUDA_SUCCESS);
+    fd_prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_FABRIC;
+    CHECK(cuMemCreate(&h3, gran, &fd_prop, 0), CUDA_ERROR_NOT_SUPPORTED);
     CHECK(cuMemUnmap(base, gran), CUDA_SUCCESS);
     CHECK(cuMemUnmap(base + gran, gran), CUDA_SUCCESS);
     CHECK(cuMemUnmap(base, gran), CUDA_ERROR_INVALID_VALUE);

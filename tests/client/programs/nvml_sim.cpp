@@ -95,6 +95,25 @@ int main() {
     expect(memory_of(h, &m) == 0 && m.total == total && m.free <= m.total && m.used == m.total - m.free,
            "nvmlDeviceGetMemoryInfo");
   }
+  // By PCI bus id: the driver's (4-digit domain) and NVML's form (8 digits) find device 0.
+  auto by_bus = reinterpret_cast<int (*)(const char*, void**)>(fn("nvmlDeviceGetHandleByPciBusId_v2"));
+  if (n > 0) {
+    CUdevice d0 = 0;
+    char bus[32] = {}, nvml_bus[40] = {};
+    cuDeviceGet(&d0, 0);
+    cuDeviceGetPCIBusId(bus, sizeof bus, d0);
+    unsigned dom = 0, b = 0, dv = 0, f = 0;
+    std::sscanf(bus, "%x:%x:%x.%x", &dom, &b, &dv, &f);
+    std::snprintf(nvml_bus, sizeof nvml_bus, "%08X:%02X:%02X.%X", dom, b, dv, f);
+    void* h1 = nullptr;
+    void* h2 = nullptr;
+    void* h0 = nullptr;
+    by_index(0, &h0);
+    expect(by_bus(bus, &h1) == 0 && h1 == h0 && by_bus(nvml_bus, &h2) == 0 && h2 == h0,
+           "nvmlDeviceGetHandleByPciBusId_v2 finds device 0 by its bus id");
+    expect(by_bus("0000:ff:1f.7", &h1) == 6 || n > 1, "nvmlDeviceGetHandleByPciBusId_v2 of no GPU: NVML_ERROR_NOT_FOUND");
+    expect(by_bus("no bus", &h1) == 2, "nvmlDeviceGetHandleByPciBusId_v2 of a bad id: NVML_ERROR_INVALID_ARGUMENT");
+  }
   void* none = nullptr;
   expect(by_index(n, &none) == 2, "a handle past the count: NVML_ERROR_INVALID_ARGUMENT");
   unsigned idx = 0;
@@ -103,6 +122,21 @@ int main() {
   cuDriverGetVersion(&dv);
   expect(version(&v) == 0 && v == dv, "nvmlSystemGetCudaDriverVersion_v2");
   expect(std::string(error_string(1)) == "Uninitialized", "nvmlErrorString");
+  // The kernel module's version: /proc's where there is a module (the GPU machine), else
+  // NVML_ERROR_DRIVER_NOT_LOADED (CI).
+  auto kmd = reinterpret_cast<int (*)(char*, unsigned)>(fn("nvmlSystemGetDriverVersion"));
+  char kv[80] = {};
+  if (std::FILE* f = std::fopen("/proc/driver/nvidia/version", "r")) {
+    char line[512] = {};
+    const bool read = std::fgets(line, sizeof line, f) != nullptr;
+    std::fclose(f);
+    expect(read && kmd(kv, sizeof kv) == 0 && kv[0] >= '0' && kv[0] <= '9' && std::strchr(kv, '.') != nullptr &&
+               std::strstr(line, kv) != nullptr,
+           "nvmlSystemGetDriverVersion: the module's version in /proc/driver/nvidia/version");
+    expect(kmd(kv, 2) == 7, "nvmlSystemGetDriverVersion into 2 bytes: NVML_ERROR_INSUFFICIENT_SIZE");
+  } else {
+    expect(kmd(kv, sizeof kv) == 9, "nvmlSystemGetDriverVersion without a module: NVML_ERROR_DRIVER_NOT_LOADED");
+  }
   // Not served: NVML_ERROR_NOT_SUPPORTED each time, the name on stderr once.
   void* h0 = nullptr;
   by_index(0, &h0);

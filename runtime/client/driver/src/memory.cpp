@@ -522,6 +522,9 @@ CUresult pointer_attribute(void* data, CUpointer_attribute a, CUdeviceptr ptr) {
     case CU_POINTER_ATTRIBUTE_MAPPED:
       *static_cast<unsigned*>(data) = 1;
       return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:  // funnel exports no allocation to a shareable handle
+      *static_cast<unsigned long long*>(data) = CU_MEM_HANDLE_TYPE_NONE;
+      return CUDA_SUCCESS;
     default:
       break;
   }

@@ -3,7 +3,8 @@
 // address_reserve, map_memory; doc/design/driver-client.md), the physical-memory handles are
 // records here.  A handle's memory is made on the server when it is mapped, and given back when
 // it is unmapped: a handle maps once, whole, at offset 0 (what PyTorch does); mapping one handle
-// twice (aliasing), part of one, exporting one (IPC) are refused by name.
+// twice (aliasing), part of one, exporting one (IPC) are refused by name; a handle may be asked
+// for with the POSIX file descriptor type (it is never exported).
 #include <map>
 #include <memory>
 #include <mutex>
@@ -22,6 +23,7 @@ struct Handle {
   int device = 0;
   CUdeviceptr mapped_at = 0;  // 0: not mapped
   int refs = 1;               // cuMemCreate's, plus cuMemRetainAllocationHandle's
+  CUmemAllocationHandleType types = CU_MEM_HANDLE_TYPE_NONE;  // as asked (never exported)
 };
 
 struct Handles {
@@ -51,7 +53,12 @@ CUresult check_prop(const CUmemAllocationProp* prop, const char* call) {
   if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
     return funnel::driver::not_supported_detail(call, static_cast<int>(prop->location.type));
   if (prop->location.id < 0 || prop->location.id >= Runtime::get().device_count()) return CUDA_ERROR_INVALID_DEVICE;
-  if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE)
+  // A handle that may be exported as a file descriptor (PyTorch's expandable segments and JAX
+  // ask for one, in case they share it): made as any other; an export is what is refused
+  // (cuMemExportToShareableHandle, a stub).  Fabric handles (multi-node NVLink) are refused, and
+  // the callers then ask without them.
+  if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE &&
+      prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
     return funnel::driver::not_supported_detail("cuMemCreate with a shareable handle type",
                                                 static_cast<int>(prop->requestedHandleTypes));
   if (prop->allocFlags.compressionType != 0)
@@ -98,7 +105,7 @@ FUNNEL_DRIVER_API CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, siz
   Handles& h = handles();
   std::lock_guard lk(h.mu);
   const CUmemGenericAllocationHandle id = h.next++;
-  h.handles[id] = std::make_unique<Handle>(Handle{size, prop->location.id, 0, 1});
+  h.handles[id] = std::make_unique<Handle>(Handle{size, prop->location.id, 0, 1, prop->requestedHandleTypes});
   *handle = id;
   return CUDA_SUCCESS;
 }
@@ -211,6 +218,7 @@ FUNNEL_DRIVER_API CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocatio
   prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop->location.id = it->second->device;
+  prop->requestedHandleTypes = it->second->types;
   return CUDA_SUCCESS;
 }
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # idle_sync.sh BIN_DIR PROGRAMS_DIR [PRELOAD]
+# Calls answered in the client:
 # cudaStreamSynchronize and cudaStreamQuery of a stream found idle, with nothing queued on it
 # since, are answered in the client (doc/design/channel.md, "Idle streams"):
 #   - 20000 of each on an idle stream add (almost) no command at the server (funnelctl
@@ -7,6 +8,9 @@
 #     nor do 40000 records of an event without timing on that stream, with 20000
 #     synchronizes and 20000 queries of it, and 20000 records and synchronizes of one on an
 #     idle blocking stream while the legacy stream has nothing ("Records on idle streams");
+#   - 2000 sets of a kernel's dynamic shared memory limit to the value it has, each with a
+#     launch, send neither sets nor questions about the kernel (at most a command a launch);
+#     a set that lowers it refuses a launch above it at once;
 #   - work queued afterwards, on that stream or on one sharing its bucket, is waited for
 #     (tests/client/programs/idle_sync.cu checks the data).
 set -u
@@ -49,7 +53,14 @@ after=$(commands $pid)
 echo "commands before the idle calls: $before, after 20000 synchronizes and 20000 queries, 60000 event records, 40000 event synchronizes and 20000 event queries: $after"
 [ $((after - before)) -le 20 ] || fail "the idle stream's calls went to the server ($before -> $after commands)"
 echo >&3
+wait_for "$dir/prog.out" '^sets done$'
+sets=$(commands $pid)
+echo "commands after 2000 sets of a kernel's dynamic shared memory limit to its value, each with a launch: $sets"
+# The launches may take a command each; a set or a question about the kernel's limits each
+# time would add 4000.
+[ $((sets - after)) -le 2040 ] || fail "sets that change nothing went to the server ($after -> $sets commands)"
+echo >&3
 exec 3>&-
 wait $pid || fail "idle_sync exited $?"
 grep -q '^ok$' "$dir/prog.out" || fail "idle_sync did not print ok"
-echo "PASS: idle synchronizes and queries, and event records on an idle stream, answered in the client; later work waited for"
+echo "PASS: idle synchronizes and queries, event records on an idle stream and attribute sets that change nothing answered in the client; later work waited for"

@@ -258,7 +258,17 @@ cudaError_t set_kernel_attribute(Kernel& k, int dev, int attr, int value) {
       ipc::FuncAttributes a;
       if (cudaError_t e = kernel_attributes(k, dev, a); e != cudaSuccess) return e;
       if (uint64_t(value) + a.shared_size_bytes > uint64_t(optin)) return cudaErrorInvalidValue;
-      break;
+      // Libraries set it before each launch of the kernel: a set to the value it has is not
+      // sent, and a set that changes it keeps the rest of the kernel's attributes known.
+      if (static_cast<uint32_t>(value) == a.max_dynamic_shared_size_bytes) return cudaSuccess;
+      const cudaError_t e = post_attribute(k, dev, static_cast<uint32_t>(attr), value);
+      if (e == cudaSuccess) {
+        a.max_dynamic_shared_size_bytes = static_cast<uint32_t>(value);
+        std::lock_guard lk(k.mu);
+        limits_for_locked(k, rt);
+        k.attributes[dev] = a;
+      }
+      return e;
     }
     case cudaFuncAttributePreferredSharedMemoryCarveout:
       if (value < -1 || value > 100) return cudaErrorInvalidValue;

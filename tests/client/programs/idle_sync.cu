@@ -3,7 +3,9 @@
 // queries an idle stream IDLE_CALLS times each, and records an event without timing on it
 // and synchronizes or queries that event as often, and the same on an idle blocking stream (doc/design/channel.md, "Records on idle
 // streams"; the script counts the server's commands around it: they must be neither round
-// trips nor records), prints "idle done", waits for a line again, then checks that work
+// trips nor records), prints "idle done", waits for a line again, sets a kernel's dynamic
+// shared memory limit to the value it has, SET_CALLS times with a launch each (the script
+// counts the commands: neither sets nor questions; "sets done", a line again), then checks that work
 // queued after a stream was found idle is waited for:
 //   1. a 64 MiB device-to-host copy queued on the idle stream, then synchronize: the data
 //      is there (the copy made the stream busy again);
@@ -27,6 +29,13 @@
 #include <vector>
 
 #include "check.h"
+
+__global__ void with_dynamic(int* out) {
+  extern __shared__ int shared[];
+  shared[threadIdx.x] = static_cast<int>(threadIdx.x);
+  __syncthreads();
+  if (threadIdx.x == 0) out[0] = shared[31];
+}
 
 static void wait_line() {
   std::string line;
@@ -82,6 +91,37 @@ int main() {
   std::printf("idle done\n");
   std::fflush(stdout);
   wait_line();
+
+  // Attribute sets that change nothing (libraries set a kernel's dynamic shared memory limit
+  // before each of its launches): SET_CALLS sets and launches after the first, counted by the
+  // script, must not reach the server as sets or as questions about the kernel's limits; a set
+  // that changes the limit holds for the launches' checks at once.
+  {
+    int* out = nullptr;
+    CHECK(cudaMalloc(&out, sizeof(int)));
+    const int sets = std::getenv("SET_CALLS") ? std::atoi(std::getenv("SET_CALLS")) : 2000;
+    for (int i = 0; i < sets; ++i) {
+      CHECK(cudaFuncSetAttribute(with_dynamic, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024));
+      with_dynamic<<<1, 32, 64 * 1024>>>(out);
+      CHECK(cudaGetLastError());
+    }
+    std::printf("sets done\n");
+    std::fflush(stdout);
+    wait_line();
+    CHECK(cudaFuncSetAttribute(with_dynamic, cudaFuncAttributeMaxDynamicSharedMemorySize, 32 * 1024));
+    with_dynamic<<<1, 32, 40 * 1024>>>(out);
+    if (cudaGetLastError() != cudaErrorInvalidValue) {
+      std::printf("FAIL a launch above the lowered dynamic shared memory limit was not refused\n");
+      return 1;
+    }
+    with_dynamic<<<1, 32, 32 * 1024>>>(out);
+    CHECK(cudaGetLastError());
+    CHECK(cudaFuncSetAttribute(with_dynamic, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024));
+    with_dynamic<<<1, 32, 64 * 1024>>>(out);
+    CHECK(cudaGetLastError());
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaFree(out));
+  }
 
   // 1. Work after the idle answers.
   std::memset(h, 0, n);

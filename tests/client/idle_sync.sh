@@ -59,6 +59,16 @@ echo "commands after 2000 sets of a kernel's dynamic shared memory limit to its 
 # The launches may take a command each; a set or a question about the kernel's limits each
 # time would add 4000.
 [ $((sets - after)) -le 2040 ] || fail "sets that change nothing went to the server ($after -> $sets commands)"
+# and the server's count of waited calls by command (funnelctl clients --json, waited_calls):
+# the kernel's attributes asked for once, not before each launch
+asked=$("$ctl" clients --json | python3 -c '
+import json, sys
+for c in json.load(sys.stdin):
+    if c["pid"] == int(sys.argv[1]):
+        print(c["waited_calls"].get("FuncGetAttributes", 0))
+' $pid)
+echo "waited FuncGetAttributes calls: $asked"
+[ -n "$asked" ] && [ "$asked" -le 2 ] || fail "the kernel's attributes were asked for $asked times"
 echo >&3
 exec 3>&-
 wait $pid || fail "idle_sync exited $?"

@@ -2,6 +2,7 @@
 // ledger of departed clients, the ordering and the table of the text, the JSON, and a report
 // that cannot be written.  tests/client/job_report.sh runs the whole of it on a sim server.
 #include "control/job_report.hpp"
+#include "funnel/ipc/commands.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -81,6 +82,20 @@ TEST(ClientRecord, PickupDelaysAsBucketBoundsOfTheirQuantiles) {
   EXPECT_EQ(to_json(r).at("call_submit_us").at("calls"), 0);
   r.submit = b;
   EXPECT_EQ(to_json(r).at("call_submit_us"), j);
+}
+
+TEST(ClientRecord, WaitedCallsByCommandName) {
+  ClientRecord r = record(6, 0, "./d");
+  EXPECT_TRUE(to_json(r).at("waited_calls").is_object());
+  EXPECT_TRUE(to_json(r).at("waited_calls").empty());
+  r.waited[static_cast<size_t>(ipc::Opcode::FuncGetAttributes)] = 2035;
+  r.waited[static_cast<size_t>(ipc::Opcode::MemAlloc)] = 3;
+  r.waited[kOpcodeSlots - 1] = 1;  // no command has that number
+  const auto j = to_json(r).at("waited_calls");
+  EXPECT_EQ(j.size(), 3u);
+  EXPECT_EQ(j.at("FuncGetAttributes"), 2035);
+  EXPECT_EQ(j.at("MemAlloc"), 3);
+  EXPECT_EQ(j.at("opcode 127"), 1);
 }
 
 TEST(ClientRecord, CpuTimesFromSchedstat) {

@@ -245,6 +245,7 @@ ClientRecord record_of(const ClientSession& s) {
     r.pickup[b] = load(c.pickup[b]);
     r.submit[b] = load(c.submit[b]);
   }
+  for (size_t op = 0; op < kOpcodeSlots; ++op) r.waited[op] = load(c.waited[op]);
   r.spin_backoffs = load(c.spin_backoffs);
   r.worker_cpu = s.worker_cpu();
   r.client_cpu = s.client_cpu();
@@ -285,6 +286,16 @@ nlohmann::json cpu_json(const std::optional<CpuTimes>& worker, const std::option
           {"client_runqueue", s(client, true)}};
 }
 
+nlohmann::json waited_json(const std::array<uint64_t, kOpcodeSlots>& waited) {
+  nlohmann::json j = nlohmann::json::object();
+  for (size_t op = 0; op < kOpcodeSlots; ++op) {
+    if (waited[op] == 0) continue;
+    const char* name = ipc::command_name(static_cast<ipc::Opcode>(op));
+    j[name != nullptr ? std::string(name) : fmt::format("opcode {}", op)] = waited[op];
+  }
+  return j;
+}
+
 nlohmann::json to_json(const ClientRecord& r) {
   using nlohmann::json;
   return {{"id", r.id},
@@ -305,6 +316,7 @@ nlohmann::json to_json(const ClientRecord& r) {
           {"errors", r.errors},
           {"call_pickup_us", pickup_json(r.pickup)},
           {"call_submit_us", pickup_json(r.submit)},
+          {"waited_calls", waited_json(r.waited)},
           {"cpu_s", cpu_json(r.worker_cpu, r.client_cpu)},
           {"spin_backoffs", r.spin_backoffs}};
 }

@@ -40,6 +40,7 @@ struct ClientRecord {
   uint64_t local_messages = 0, local_bytes = 0;  // GPU-local messages copied on its stream (ClientCounters)
   std::array<uint64_t, kPickupBuckets> pickup{};  // waited calls by pick-up delay (counter_ops.hpp)
   std::array<uint64_t, kPickupBuckets> submit{};  // and by the worker's time on them
+  std::array<uint64_t, kOpcodeSlots> waited{};     // and by opcode
   std::optional<CpuTimes> worker_cpu, client_cpu;  // ClientSession::worker_cpu, client_cpu
   uint64_t spin_backoffs = 0;                      // ClientCounters::spin_backoffs
 };
@@ -49,13 +50,16 @@ ClientRecord record_of(const ClientSession& s);
 // Its fields under funnelctl's names: id, pid, command, mpi_rank, home_device, gpu_fraction,
 // attached_s, device_memory_peak_bytes, gpu_busy_s, commands, bytes_h2d, bytes_d2h, local_messages,
 // local_bytes, launches, errors,
-// call_pickup_us and call_submit_us (see pickup_json), cpu_s (see cpu_json), spin_backoffs.
+// call_pickup_us and call_submit_us (see pickup_json), waited_calls ({"FuncGetAttributes": n, ...}:
+// the waited calls by command, those made), cpu_s (see cpu_json), spin_backoffs.
 nlohmann::json to_json(const ClientRecord& r);
 // The pick-up delays (or the worker's times) of the waited calls:
 // {"calls": n, "p50": .., "p90": .., "p99": .., "max": ..},
 // each the upper bound in microseconds of the log2 bucket that holds that quantile (null
 // without calls).
 nlohmann::json pickup_json(const std::array<uint64_t, kPickupBuckets>& buckets);
+// The waited calls by command name, those with a count (an object; empty without any).
+nlohmann::json waited_json(const std::array<uint64_t, kOpcodeSlots>& waited);
 // That bound for quantile q in [0, 1] (1: the largest delay); nullopt without calls.
 std::optional<uint64_t> pickup_quantile_us(const std::array<uint64_t, kPickupBuckets>& buckets, double q);
 // CPU time in seconds: {"worker": .., "worker_runqueue": .., "client": .., "client_runqueue": ..},

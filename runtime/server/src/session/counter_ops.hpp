@@ -19,6 +19,10 @@ inline size_t time_bucket(uint64_t us) noexcept {
   return pickup_bucket(static_cast<uint16_t>(us < 0xffff ? us : 0xffff));
 }
 
+// Waited calls by opcode (ClientCounters::waited): every opcode number is below this
+// (worker.cpp checks it against the command table).
+inline constexpr size_t kOpcodeSlots = 128;
+
 inline void add(std::atomic<uint64_t>& c, uint64_t v) noexcept { c.fetch_add(v, std::memory_order_relaxed); }
 inline void sub(std::atomic<uint64_t>& c, uint64_t v) noexcept { c.fetch_sub(v, std::memory_order_relaxed); }
 // For the ClientCounters every command bumps: the session's worker is their only writer,

@@ -57,6 +57,7 @@ struct ClientCounters {
   std::atomic<uint64_t> gpu_busy_ns{0};  // GPU time of the client's work (doc/accounting.md says how it is measured)
   std::array<std::atomic<uint64_t>, kPickupBuckets> pickup{};  // waited calls by pick-up delay
   std::array<std::atomic<uint64_t>, kPickupBuckets> submit{};  // and by the worker's time on them
+  std::array<std::atomic<uint64_t>, kOpcodeSlots> waited{};     // and by opcode
   std::atomic<uint64_t> spin_backoffs{0};  // Worker::back_off: its polling found the core wanted
   // The first command that failed (Answers::fail): opcode << 32 | status; 0: none.  The
   // detach line of the log names it, so that a client's errors can be told apart afterwards.

@@ -16,6 +16,12 @@
 #include "session/worker.hpp"
 #include "loop/worker_group.hpp"
 
+// Every opcode has a slot in ClientCounters::waited.
+#define FUNNEL_OPCODE_HAS_A_SLOT(name, number, ...) \
+  static_assert((number) < funnel::server::kOpcodeSlots, #name ": raise kOpcodeSlots (counter_ops.hpp)");
+FUNNEL_IPC_COMMANDS(FUNNEL_OPCODE_HAS_A_SLOT)
+#undef FUNNEL_OPCODE_HAS_A_SLOT
+
 namespace funnel::server {
 namespace {
 
@@ -172,6 +178,7 @@ Worker::Turn Worker::turn(unsigned max_records) {
     Clock::time_point picked_up{};
     if (waited) {
       bump(counters_.pickup[pickup_bucket(static_cast<uint16_t>(ipc::monotonic_us16() - h.posted_us))], 1);
+      if (const auto op = static_cast<size_t>(h.opcode); op < kOpcodeSlots) bump(counters_.waited[op], 1);
       picked_up = Clock::now();
     }
     {

@@ -944,6 +944,7 @@ FUNNEL_MPI_API int MPI_Iexscan(const void* sendbuf, void* recvbuf, int count, MP
 // ---- matched receives, local reductions, packing ------------------------------------------------
 
 FUNNEL_MPI_API int MPI_Mrecv(void* buf, int count, MPI_Datatype type, MPI_Message* message, MPI_Status* status) {
+  if (const auto rc = local::mrecv(buf, count, type, message, status, nullptr)) return *rc;  // matched GPU-local
   std::vector<Staged> b;
   b.emplace_back(buf, extent_of(count, type), false, true, "MPI_Mrecv");
   if (!any_staged(b)) return PMPI_Mrecv(buf, count, type, message, status);
@@ -951,6 +952,7 @@ FUNNEL_MPI_API int MPI_Mrecv(void* buf, int count, MPI_Datatype type, MPI_Messag
 }
 
 FUNNEL_MPI_API int MPI_Imrecv(void* buf, int count, MPI_Datatype type, MPI_Message* message, MPI_Request* request) {
+  if (const auto rc = local::mrecv(buf, count, type, message, MPI_STATUS_IGNORE, request)) return *rc;
   std::vector<Staged> b;
   b.emplace_back(buf, extent_of(count, type), false, true, "MPI_Imrecv");
   if (!any_staged(b)) return PMPI_Imrecv(buf, count, type, message, request);

@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -13,8 +14,10 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -417,7 +420,12 @@ Route route(bool send, const void* buf, int count, MPI_Datatype type, int peer, 
   return Route::Local;
 }
 
-bool probe(int source, int tag, MPI_Comm comm, MPI_Status* status) noexcept {
+namespace {
+// The GPU-local send waiting for this rank's next receive of (source, tag) on comm (either a
+// wildcard), as `from` (comm's rank), its envelope and count; `take`: that receive's sequence
+// number taken too (a matched probe).
+bool find_parked(int source, int tag, MPI_Comm comm, bool take, int& from, funnel_envelope& got,
+                 size_t& bytes) noexcept {
   if (!g_enabled || source == MPI_PROC_NULL) return false;
   CommInfo* info = info_of(comm);
   if (info == nullptr) return false;
@@ -430,21 +438,143 @@ bool probe(int source, int tag, MPI_Comm comm, MPI_Status* status) noexcept {
     if (!gpu_local_peer(e.source)) return false;
   }
   int found = 0;
-  funnel_envelope got{};
-  size_t bytes = 0;
   if (funnel_msg_probe(&e, &found, &got, &bytes) != 0 || found == 0) return false;
-  int from = -1;
+  from = -1;
   for (size_t i = 0; i < info->world.size() && from < 0; ++i)
     if (info->world[i] == got.source) from = static_cast<int>(i);
   if (from < 0) return false;
-  {
-    // The message this rank's next receive of that (source, tag) takes, not a later one.
-    const std::lock_guard lock(info->mu);
-    const auto it = info->received.find({from, got.tag});
-    if (got.seq != (it == info->received.end() ? 0 : it->second)) return false;
+  // The message this rank's next receive of that (source, tag) takes, not a later one.
+  const std::lock_guard lock(info->mu);
+  uint64_t& next = info->received[{from, got.tag}];
+  if (got.seq != next) return false;
+  if (take) ++next;
+  return true;
+}
+
+// A message matched by MPI_Mprobe/MPI_Improbe, until its MPI_Mrecv/MPI_Imrecv.
+struct Matched {
+  MPI_Comm comm;
+  int source, tag;
+  uint64_t seq;
+  size_t bytes;
+};
+std::mutex g_matched_mu;
+std::set<Matched*> g_matched;
+
+// A request complete from the start whose status says a received message's source, tag and count.
+struct Received {
+  int source, tag;
+  size_t bytes;
+};
+int received_query(void* extra, MPI_Status* status) {
+  const auto* r = static_cast<const Received*>(extra);
+  fill_status(status, r->source, r->tag, r->bytes);
+  return MPI_SUCCESS;
+}
+int received_free(void* extra) {
+  delete static_cast<Received*>(extra);
+  return MPI_SUCCESS;
+}
+
+// A matched message whose receive buffer is not dense device memory (host memory, or a datatype
+// with gaps): received GPU-local into a device buffer of its own (its send waits already, so it
+// pairs at once), then unpacked into `buf` on the host; `refused` (a non-contiguous device
+// buffer, said on stderr already): received and dropped, and that error raised.  MPI_Imrecv's
+// request is complete when it returns.
+int bounced(const Matched& m, void* buf, int count, MPI_Datatype type, MPI_Status* status, MPI_Request* request,
+            const char* call, int refused) {
+  void* bounce = nullptr;
+  if (m.bytes != 0 && cudaMalloc(&bounce, m.bytes) != cudaSuccess) return buffer_error(m.comm);
+  const std::unique_ptr<void, void (*)(void*)> freed(bounce, [](void* p) {
+    if (p != nullptr) cudaFree(p);
+  });
+  Half b;
+  if (route(false, bounce, static_cast<int>(m.bytes), MPI_BYTE, m.source, m.tag, m.comm, call, b, false) !=
+      Route::Local)
+    return buffer_error(m.comm);
+  b.env.seq = m.seq;
+  if (const int rc = blocking(false, b, m.source, m.tag, m.comm, MPI_STATUS_IGNORE, call); rc != MPI_SUCCESS) return rc;
+  int rc = refused;
+  int type_size = 0;
+  PMPI_Type_size(type, &type_size);
+  if (rc == MPI_SUCCESS && m.bytes > static_cast<size_t>(type_size) * static_cast<size_t>(std::max(count, 0)))
+    rc = MPI_ERR_TRUNCATE;
+  if (rc == MPI_SUCCESS && m.bytes != 0) {
+    std::vector<char> host(m.bytes);
+    int position = 0;
+    if (cudaMemcpy(host.data(), bounce, m.bytes, cudaMemcpyDeviceToHost) != cudaSuccess ||
+        PMPI_Unpack(host.data(), static_cast<int>(m.bytes), &position, buf,
+                    type_size == 0 ? 0 : static_cast<int>(m.bytes / static_cast<size_t>(type_size)), type,
+                    m.comm) != MPI_SUCCESS)
+      rc = MPI_ERR_OTHER;
   }
+  if (rc != MPI_SUCCESS) {
+    if (rc != refused) say(std::string(call) + " of a GPU-local message from rank " + std::to_string(m.source) + ", tag " +
+                           std::to_string(m.tag) + ": " + (rc == MPI_ERR_TRUNCATE ? "larger than its receive" : "its copy failed"));
+    PMPI_Comm_call_errhandler(m.comm, rc);
+    return rc;
+  }
+  fill_status(status, m.source, m.tag, m.bytes);
+  if (request == nullptr) return MPI_SUCCESS;
+  auto* done = new Received{m.source, m.tag, m.bytes};
+  if (const int st = PMPI_Grequest_start(received_query, received_free, cancel_fn, done, request); st != MPI_SUCCESS) {
+    delete done;
+    return st;
+  }
+  return PMPI_Grequest_complete(*request);
+}
+}  // namespace
+
+bool probe(int source, int tag, MPI_Comm comm, MPI_Status* status) noexcept {
+  int from = -1;
+  funnel_envelope got{};
+  size_t bytes = 0;
+  if (!find_parked(source, tag, comm, false, from, got, bytes)) return false;
   fill_status(status, from, got.tag, bytes);
   return true;
+}
+
+bool matched_probe(int source, int tag, MPI_Comm comm, MPI_Message* message, MPI_Status* status) noexcept {
+  if constexpr (!std::is_pointer_v<MPI_Message>) {
+    return false;
+  } else {
+    int from = -1;
+    funnel_envelope got{};
+    size_t bytes = 0;
+    if (!find_parked(source, tag, comm, true, from, got, bytes)) return false;
+    auto* m = new Matched{comm, from, got.tag, got.seq, bytes};
+    {
+      const std::lock_guard lock(g_matched_mu);
+      g_matched.insert(m);
+    }
+    *message = reinterpret_cast<MPI_Message>(m);
+    fill_status(status, from, got.tag, bytes);
+    return true;
+  }
+}
+
+std::optional<int> mrecv(void* buf, int count, MPI_Datatype type, MPI_Message* message, MPI_Status* status,
+                         MPI_Request* request) noexcept {
+  if constexpr (!std::is_pointer_v<MPI_Message>) {
+    return std::nullopt;
+  } else {
+    if (message == nullptr) return std::nullopt;
+    auto* m = reinterpret_cast<Matched*>(*message);
+    {
+      const std::lock_guard lock(g_matched_mu);
+      if (g_matched.erase(m) == 0) return std::nullopt;
+    }
+    const std::unique_ptr<Matched> owned(m);
+    *message = MPI_MESSAGE_NULL;
+    const char* call = request != nullptr ? "MPI_Imrecv" : "MPI_Mrecv";
+    Half h;
+    const Route r = route(false, buf, count, type, m->source, m->tag, m->comm, call, h, false);
+    if (r != Route::Local)
+      return bounced(*m, buf, count, type, status, request, call, r == Route::Refuse ? h.error : MPI_SUCCESS);
+    h.env.seq = m->seq;
+    if (request != nullptr) return start(false, h, m->source, m->tag, m->comm, request, call);
+    return blocking(false, h, m->source, m->tag, m->comm, status, call);
+  }
 }
 
 int blocking(bool send, const Half& h, int peer, int tag, MPI_Comm comm, MPI_Status* status, const char* call) {
@@ -711,6 +841,25 @@ FUNNEL_MPI_API int MPI_Iprobe(int source, int tag, MPI_Comm comm, int* flag, MPI
   const int rc = PMPI_Iprobe(source, tag, comm, flag, status);
   if (rc == MPI_SUCCESS && *flag == 0 && funnel::mpi::local::probe(source, tag, comm, status)) *flag = 1;
   return rc;
+}
+
+FUNNEL_MPI_API int MPI_Improbe(int source, int tag, MPI_Comm comm, int* flag, MPI_Message* message,
+                               MPI_Status* status) {
+  const int rc = PMPI_Improbe(source, tag, comm, flag, message, status);
+  if (rc == MPI_SUCCESS && *flag == 0 && funnel::mpi::local::matched_probe(source, tag, comm, message, status))
+    *flag = 1;
+  return rc;
+}
+
+FUNNEL_MPI_API int MPI_Mprobe(int source, int tag, MPI_Comm comm, MPI_Message* message, MPI_Status* status) {
+  if (!funnel::mpi::local::enabled()) return PMPI_Mprobe(source, tag, comm, message, status);
+  for (unsigned spin = 0;; ++spin) {
+    int flag = 0;
+    if (const int rc = PMPI_Improbe(source, tag, comm, &flag, message, status); rc != MPI_SUCCESS || flag != 0)
+      return rc;
+    if (funnel::mpi::local::matched_probe(source, tag, comm, message, status)) return MPI_SUCCESS;
+    if (spin >= 64) std::this_thread::sleep_for(std::chrono::microseconds(20));  // as MPI_Probe
+  }
 }
 
 FUNNEL_MPI_API int MPI_Probe(int source, int tag, MPI_Comm comm, MPI_Status* status) {

@@ -11,6 +11,7 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <optional>
 #include <vector>
 
 #include "funnel/funnel.h"
@@ -50,6 +51,18 @@ Route route(bool send, const void* buf, int count, MPI_Datatype type, int peer, 
 // `source` with `tag` (either may be a wildcard) waits for this rank's next receive of it on
 // `comm`; then `status` says its source, tag and count.
 bool probe(int source, int tag, MPI_Comm comm, MPI_Status* status) noexcept;
+// MPI_Mprobe / MPI_Improbe after MPI's own matched probe found nothing: as probe(), and the
+// message is matched: its receive's sequence number taken now (a later receive of that source and
+// tag takes the next message), *message a handle of the hooks' own that only mrecv() takes.
+// Always false where MPI_Message is not a pointer (MPICH's is an int).
+bool matched_probe(int source, int tag, MPI_Comm comm, MPI_Message* message, MPI_Status* status) noexcept;
+// MPI_Mrecv / MPI_Imrecv (request non-null) of a message matched_probe() matched, *message set
+// to MPI_MESSAGE_NULL: received GPU-local, into a dense device buffer directly, else through a
+// device buffer of its own and then unpacked on the host (a non-contiguous device buffer: received
+// and dropped, refused by name; MPI_Imrecv's request is then complete at once); nullopt for any
+// other message (MPI's).
+std::optional<int> mrecv(void* buf, int count, MPI_Datatype type, MPI_Message* message, MPI_Status* status,
+                         MPI_Request* request) noexcept;
 // Blocking: posts and waits (MPI progress meanwhile).  A receive fills `status` (source `peer`, tag,
 // count); `peer` and `tag` also name the half on stderr if it fails.
 int blocking(bool send, const Half& h, int peer, int tag, MPI_Comm comm, MPI_Status* status, const char* call);

@@ -5,7 +5,8 @@
 // MPI_Waitsome, blocking MPI_Send/MPI_Recv and MPI_Ssend in turn, MPI_Sendrecv_replace, persistent requests, two messages of one envelope
 // in order, a GPU-local and a host message in one MPI_Waitall, a message to itself, the receive's
 // status (source, tag, count), a receive larger than the message, a receive smaller than it
-// (MPI_ERR_TRUNCATE), MPI_Probe and MPI_Iprobe, a receive from a rank that left the server, sub-communicators (MPI_Comm_split, MPI_Comm_dup, MPI_Cart_create), the
+// (MPI_ERR_TRUNCATE), MPI_Probe and MPI_Iprobe, MPI_Mprobe/MPI_Improbe with MPI_Mrecv/MPI_Imrecv
+// (into device and host memory), a receive from a rank that left the server, sub-communicators (MPI_Comm_split, MPI_Comm_dup, MPI_Cart_create), the
 // buffered sends and a freed send, the refusals (MPI_ANY_SOURCE into a device buffer, a strided datatype, MPI_Bsend_init), and a staged
 // collective on device buffers next to them.  Every check compares what a device buffer holds
 // afterwards with what the ranks' values make it.  Prints "rank R: all ok" or FAIL lines.
@@ -281,6 +282,51 @@ int main(int argc, char** argv) {
     expect(flag == 0, "MPI_Iprobe finds nothing once the message was received");
     CHECK(cudaFree(s));
     CHECK(cudaFree(r));
+  }
+
+  // MPI_Mprobe and MPI_Improbe match a GPU-local send: a receive of the same envelope after the
+  // matched probe takes the next message, MPI_Mrecv the matched one into a device buffer,
+  // MPI_Imrecv one matched with wildcards into host memory (through a device buffer of the hooks').
+  {
+    const size_t n = 513;
+    int* s1 = device_ints(values(g_rank, n, 31));
+    int* s2 = device_ints(values(g_rank + 100, n, 31));
+    MPI_Request reqs[2];
+    MPI_Isend(s1, int(n), MPI_INT, right, 31, MPI_COMM_WORLD, &reqs[0]);
+    MPI_Isend(s2, int(n), MPI_INT, right, 31, MPI_COMM_WORLD, &reqs[1]);
+    MPI_Message msg = MPI_MESSAGE_NULL;
+    MPI_Status st;
+    MPI_Mprobe(left, 31, MPI_COMM_WORLD, &msg, &st);
+    int count = -1;
+    MPI_Get_count(&st, MPI_INT, &count);
+    expect(st.MPI_SOURCE == left && st.MPI_TAG == 31 && count == int(n) && msg != MPI_MESSAGE_NULL,
+           "MPI_Mprobe of a GPU-local message");
+    int* r2 = device_ints(std::vector<int>(n, -1));
+    MPI_Recv(r2, int(n), MPI_INT, left, 31, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    expect(host_of(r2, n) == values(left + 100, n, 31), "a receive after MPI_Mprobe takes the next message");
+    int* r1 = device_ints(std::vector<int>(n, -1));
+    MPI_Mrecv(r1, count, MPI_INT, &msg, &st);
+    MPI_Get_count(&st, MPI_INT, &count);
+    expect(msg == MPI_MESSAGE_NULL && count == int(n) && st.MPI_SOURCE == left && host_of(r1, n) == values(left, n, 31),
+           "MPI_Mrecv of the matched GPU-local message");
+    MPI_Waitall(2, reqs, MPI_STATUSES_IGNORE);
+    MPI_Isend(s1, int(n), MPI_INT, right, 32, MPI_COMM_WORLD, &reqs[0]);
+    int flag = 0;
+    while (flag == 0) MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &msg, &st);
+    expect(st.MPI_SOURCE == left && st.MPI_TAG == 32, "MPI_Improbe with wildcards of a GPU-local message");
+    std::vector<int> host(n, -1);
+    MPI_Request rr;
+    MPI_Imrecv(host.data(), int(n), MPI_INT, &msg, &rr);
+    MPI_Wait(&rr, &st);
+    MPI_Get_count(&st, MPI_INT, &count);
+    expect(msg == MPI_MESSAGE_NULL && host == values(left, n, 31) && count == int(n) && st.MPI_SOURCE == left &&
+               st.MPI_TAG == 32,
+           "MPI_Imrecv of a matched GPU-local message into host memory");
+    MPI_Wait(&reqs[0], MPI_STATUS_IGNORE);
+    CHECK(cudaFree(s1));
+    CHECK(cudaFree(s2));
+    CHECK(cudaFree(r1));
+    CHECK(cudaFree(r2));
   }
 
   // Errors through the communicator's handler (MPI_ERRORS_RETURN): a receive smaller than its

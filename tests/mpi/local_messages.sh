@@ -23,12 +23,12 @@ grep -q "MPI_Irecv (GPU-local message, peer 1, tag 20): the other rank's process
 # The server wrote its job report when it stopped: its clients' GPU-local messages.  Per rank:
 # 3 ring + 5 non-blocking (2 by MPI_Waitall, 1 by MPI_Test, 2 by MPI_Waitany/MPI_Waitsome) + 1 to
 # itself + 1 MPI_Sendrecv_replace + 3 persistent + 3 buffered or freed + 3 on sub-communicators + 1
-# probed + 1 truncated = 21 received, and 4 more where ranks pair up
+# probed + 3 by matched probes + 1 truncated = 24 received, and 4 more where ranks pair up
 # (even NP), and 1 at rank 0 (from rank 1 before it left); the host message is not one.
 report=$(ls "$tmp"/log/*.json 2>/dev/null | head -1)
 for _ in $(seq 50); do [ -n "$report" ] && break; sleep 0.2; report=$(ls "$tmp"/log/*.json 2>/dev/null | head -1); done
 [ -n "$report" ] || { echo "FAIL: no job report in $tmp/log"; ls -l "$tmp/log"; exit 1; }
-want=$(( np * (21 + (np % 2 == 0 ? 4 : 0)) + 1 ))
+want=$(( np * (24 + (np % 2 == 0 ? 4 : 0)) + 1 ))
 got=$(python3 -c 'import json,sys; print(sum(c.get("local_messages",0) for c in json.load(open(sys.argv[1]))["clients"]))' "$report")
 [ "$got" -eq "$want" ] || { echo "FAIL: the job report counts $got GPU-local messages, want $want"; exit 1; }
 echo "PASS ($got GPU-local messages)"

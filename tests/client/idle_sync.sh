@@ -8,8 +8,10 @@
 #     nor do 40000 records of an event without timing on that stream, with 20000
 #     synchronizes and 20000 queries of it, and 20000 records and synchronizes of one on an
 #     idle blocking stream while the legacy stream has nothing ("Records on idle streams");
-#   - 2000 sets of a kernel's dynamic shared memory limit to the value it has, each with a
-#     launch, send neither sets nor questions about the kernel (at most a command a launch);
+#   - 2000 sets of a kernel's dynamic shared memory limit to the value it has, each with
+#     occupancy questions (cudaOccupancyMaxActiveBlocksPerMultiprocessor,
+#     cudaOccupancyMaxPotentialBlockSize) and a launch, send neither sets nor questions about the
+#     kernel after the first answers (at most a command a launch);
 #     a set that lowers it refuses a launch above it at once;
 #   - work queued afterwards, on that stream or on one sharing its bucket, is waited for
 #     (tests/client/programs/idle_sync.cu checks the data).
@@ -55,9 +57,9 @@ echo "commands before the idle calls: $before, after 20000 synchronizes and 2000
 echo >&3
 wait_for "$dir/prog.out" '^sets done$'
 sets=$(commands $pid)
-echo "commands after 2000 sets of a kernel's dynamic shared memory limit to its value, each with a launch: $sets"
-# The launches may take a command each; a set or a question about the kernel's limits each
-# time would add 4000.
+echo "commands after 2000 sets of a kernel's dynamic shared memory limit to its value, each with occupancy questions and a launch: $sets"
+# The launches may take a command each; a set, a question about the kernel's limits or an
+# occupancy question each time would add 2000 or more each.
 [ $((sets - after)) -le 2040 ] || fail "sets that change nothing went to the server ($after -> $sets commands)"
 # and the server's count of waited calls by command (funnelctl clients --json, waited_calls):
 # the kernel's attributes asked for once, not before each launch
@@ -65,10 +67,14 @@ asked=$("$ctl" clients --json | python3 -c '
 import json, sys
 for c in json.load(sys.stdin):
     if c["pid"] == int(sys.argv[1]):
-        print(c["waited_calls"].get("FuncGetAttributes", 0))
+        w = c["waited_calls"]
+        print(w.get("FuncGetAttributes", 0), w.get("Occupancy", 0))
 ' $pid)
-echo "waited FuncGetAttributes calls: $asked"
-[ -n "$asked" ] && [ "$asked" -le 2 ] || fail "the kernel's attributes were asked for $asked times"
+read -r attributes occupancy <<<"$asked"
+echo "waited FuncGetAttributes calls: $attributes, Occupancy calls: $occupancy"
+[ -n "$attributes" ] && [ "$attributes" -le 2 ] || fail "the kernel's attributes were asked for $attributes times"
+# cudaOccupancyMaxPotentialBlockSize asks once per block size (32 of them), then never again
+[ -n "$occupancy" ] && [ "$occupancy" -le 40 ] || fail "occupancy was asked for $occupancy times"
 echo >&3
 exec 3>&-
 wait $pid || fail "idle_sync exited $?"

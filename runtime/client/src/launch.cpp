@@ -59,16 +59,16 @@ cudaError_t kernel_attributes(Kernel& k, int device, ipc::FuncAttributes& out) {
 
 // Blocks of `threads` threads and `shared` bytes of dynamic shared memory that fit on one
 // multiprocessor of `device` (Occupancy), asked for once.
-cudaError_t kernel_blocks_per_sm(Kernel& k, int device, uint32_t threads, uint64_t shared, int& out) {
+cudaError_t kernel_blocks_per_sm(Kernel& k, int device, uint32_t threads, uint64_t shared, int& out, uint32_t flags) {
   Runtime& rt = Runtime::get();
   std::lock_guard lk(k.mu);
   limits_for_locked(k, rt);
-  const auto key = std::make_tuple(device, threads, shared);
+  const auto key = std::make_tuple(device, threads, shared, flags);
   if (auto it = k.blocks_per_sm.find(key); it != k.blocks_per_sm.end()) {
     out = it->second;
     return cudaSuccess;
   }
-  ipc::OccupancyCmd c{k.id, threads, 0, shared};
+  ipc::OccupancyCmd c{k.id, threads, flags, shared};
   Reply r;
   if (cudaError_t e = to_cuda(rt.ask(Opcode::Occupancy, device, &c, sizeof c, {}, &r)); e != cudaSuccess) return e;
   out = static_cast<int>(r.value[0]);
@@ -150,11 +150,7 @@ cudaError_t launch_kernel(Kernel& k, const LaunchSpec& l, void** args) {
 
 cudaError_t kernel_occupancy(Kernel& k, int device, int block_size, size_t dynamic_shared, unsigned flags,
                              int& blocks) {
-  ipc::OccupancyCmd c{k.id, static_cast<uint32_t>(block_size), flags, dynamic_shared};
-  Reply r;
-  const cudaError_t e = to_cuda(Runtime::get().ask(Opcode::Occupancy, device, &c, sizeof c, {}, &r));
-  if (e == cudaSuccess) blocks = static_cast<int>(r.value[0]);
-  return e;
+  return kernel_blocks_per_sm(k, device, static_cast<uint32_t>(block_size), dynamic_shared, blocks, flags);
 }
 
 // OccupancyCmd carries the block count.

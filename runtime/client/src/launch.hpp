@@ -25,14 +25,18 @@ cudaError_t check_shape(const LaunchSpec& l, const ipc::DeviceRecord& d);
 // The kernel's attributes on `device` (FuncGetAttributes), asked for once; the kernel must be
 // ready.
 cudaError_t kernel_attributes(Kernel& k, int device, ipc::FuncAttributes& out);
-// Blocks of `threads` threads and `shared` bytes of dynamic shared memory per multiprocessor.
-cudaError_t kernel_blocks_per_sm(Kernel& k, int device, uint32_t threads, uint64_t shared, int& out);
+// Blocks of `threads` threads and `shared` bytes of dynamic shared memory per multiprocessor
+// (Occupancy with `flags`), asked for once (until forget_limits).
+cudaError_t kernel_blocks_per_sm(Kernel& k, int device, uint32_t threads, uint64_t shared, int& out,
+                                 uint32_t flags = 0);
 // After cudaFuncSetAttribute / cudaFuncSetCacheConfig: ask again.
 void forget_limits(Kernel& k);
 // What CUDA refuses from the kernel's own limits (dynamic shared memory, cooperative size).
 cudaError_t check_kernel(Kernel& k, const LaunchSpec& l, int device, const ipc::DeviceRecord& d);
 // Occupancy of a ready kernel (checked arguments): resident blocks of `block_size` threads with
-// `dynamic_shared` bytes (cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags), and the
+// `dynamic_shared` bytes (cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags: kernel_blocks_per_sm's
+// answer, kept; libraries ask before each launch, cudaOccupancyMaxPotentialBlockSize once per
+// block size), and the
 // dynamic shared memory left per block at `blocks` blocks (cudaOccupancyAvailableDynamicSMemPerBlock).
 cudaError_t kernel_occupancy(Kernel& k, int device, int block_size, size_t dynamic_shared, unsigned flags, int& blocks);
 cudaError_t kernel_available_smem(Kernel& k, int device, int blocks, int block_size, size_t& bytes);

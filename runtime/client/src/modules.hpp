@@ -34,7 +34,8 @@ struct Kernel {
   // cudaFuncSetAttribute or cudaFuncSetCacheConfig; for the Runtime `limits_for` (mu).
   Runtime* limits_for = nullptr;
   std::map<int, ipc::FuncAttributes> attributes;                     // by device
-  std::map<std::tuple<int, uint32_t, uint64_t>, int> blocks_per_sm;  // (device, threads, dynamic smem)
+  // (device, threads, dynamic smem, occupancy flags)
+  std::map<std::tuple<int, uint32_t, uint64_t, uint32_t>, int> blocks_per_sm;
 };
 
 struct Variable {

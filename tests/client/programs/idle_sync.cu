@@ -4,7 +4,8 @@
 // and synchronizes or queries that event as often, and the same on an idle blocking stream (doc/design/channel.md, "Records on idle
 // streams"; the script counts the server's commands around it: they must be neither round
 // trips nor records), prints "idle done", waits for a line again, sets a kernel's dynamic
-// shared memory limit to the value it has, SET_CALLS times with a launch each (the script
+// shared memory limit to the value it has, SET_CALLS times with the occupancy questions and a
+// launch each (the script
 // counts the commands: neither sets nor questions; "sets done", a line again), then checks that work
 // queued after a stream was found idle is waited for:
 //   1. a 64 MiB device-to-host copy queued on the idle stream, then synchronize: the data
@@ -100,8 +101,19 @@ int main() {
     int* out = nullptr;
     CHECK(cudaMalloc(&out, sizeof(int)));
     const int sets = std::getenv("SET_CALLS") ? std::atoi(std::getenv("SET_CALLS")) : 2000;
+    int first_blocks = -1, first_min_grid = -1, first_block = -1;
     for (int i = 0; i < sets; ++i) {
       CHECK(cudaFuncSetAttribute(with_dynamic, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024));
+      // and the occupancy questions libraries ask before a launch to size its grid
+      int blocks = 0, min_grid = 0, block = 0;
+      CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, with_dynamic, 128, 0));
+      CHECK(cudaOccupancyMaxPotentialBlockSize(&min_grid, &block, with_dynamic, 0, 0));
+      if (i == 0) first_blocks = blocks, first_min_grid = min_grid, first_block = block;
+      if (blocks != first_blocks || blocks <= 0 || min_grid != first_min_grid || block != first_block) {
+        std::printf("FAIL occupancy answers changed: %d blocks, grid %d, block %d (first %d, %d, %d)\n", blocks, min_grid,
+                    block, first_blocks, first_min_grid, first_block);
+        return 1;
+      }
       with_dynamic<<<1, 32, 64 * 1024>>>(out);
       CHECK(cudaGetLastError());
     }

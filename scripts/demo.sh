@@ -86,7 +86,7 @@ MSG
 
     On the sim backend the server keeps "device" memory in host memory and does the copies,
     memsets, streams and events itself, so the demo's checksums are the same as on a GPU.
-    To run the tests (CPU-only; about 20 minutes on a fresh 2-core machine as CI measures it):   sudo scripts/test.sh
+    To run the tests (CPU-only; 20-30 minutes on a fresh 2-core machine as CI measures it):   sudo scripts/test.sh
     On a machine with a GPU, this script runs apps/stencil under mpirun natively and through funnel.
 MSG
 fi

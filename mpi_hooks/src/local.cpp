@@ -236,8 +236,23 @@ int free_fn(void* extra) {
   delete static_cast<LocalRequest*>(extra);
   return MPI_SUCCESS;
 }
-// A message the server may already be copying cannot be called back: the request completes.
+// A request complete from the start (a buffered send's, a received matched message's): nothing to cancel.
 int cancel_fn(void*, int) { return MPI_SUCCESS; }
+// MPI_Cancel of a GPU-local half: not done (doc/design/mpi-device-buffers.md, "Next": the
+// envelope's sequence numbers would have to be given back), said once; the request completes
+// when its message does, as MPI allows a cancel that does not succeed (MPI_Test_cancelled false).
+int local_cancel_fn(void* extra, int complete) {
+  static std::once_flag said;
+  if (complete == 0)
+    std::call_once(said, [extra] {
+      const auto* r = static_cast<const LocalRequest*>(extra);
+      say(std::string("MPI_Cancel of a GPU-local ") + r->call +
+          " is not supported yet: the request completes when its message does (MPI_Test_cancelled "
+          "says false), so a receive no send will meet still waits; unset FUNNEL_MPI_LOCAL for programs "
+          "that cancel device-buffer messages between ranks of a node");
+    });
+  return MPI_SUCCESS;
+}
 
 // Completes `r` if its message ended; true when it did (the caller erases it from g_requests).
 bool try_complete(LocalRequest* r) {
@@ -605,7 +620,7 @@ int start(bool send, const Half& h, int peer, int tag, MPI_Comm comm, MPI_Reques
     delete r;
     return buffer_error(comm);
   }
-  if (const int rc = PMPI_Grequest_start(query_fn, free_fn, cancel_fn, r, request); rc != MPI_SUCCESS) {
+  if (const int rc = PMPI_Grequest_start(query_fn, free_fn, local_cancel_fn, r, request); rc != MPI_SUCCESS) {
     // The half is posted: its end is waited for here, as nothing else will.
     size_t bytes = 0;
     (void)wait_half(r->handle, bytes, [&] { return std::string(call); });

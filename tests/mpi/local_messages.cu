@@ -6,7 +6,7 @@
 // in order, a GPU-local and a host message in one MPI_Waitall, a message to itself, the receive's
 // status (source, tag, count), a receive larger than the message, a receive smaller than it
 // (MPI_ERR_TRUNCATE), MPI_Probe and MPI_Iprobe, MPI_Mprobe/MPI_Improbe with MPI_Mrecv/MPI_Imrecv
-// (into device and host memory), a receive from a rank that left the server, sub-communicators (MPI_Comm_split, MPI_Comm_dup, MPI_Cart_create), the
+// (into device and host memory), MPI_Cancel (not done, said; the receive completes), a receive from a rank that left the server, sub-communicators (MPI_Comm_split, MPI_Comm_dup, MPI_Cart_create), the
 // buffered sends and a freed send, the refusals (MPI_ANY_SOURCE into a device buffer, a strided datatype, MPI_Bsend_init), and a staged
 // collective on device buffers next to them.  Every check compares what a device buffer holds
 // afterwards with what the ranks' values make it.  Prints "rank R: all ok" or FAIL lines.
@@ -327,6 +327,26 @@ int main(int argc, char** argv) {
     CHECK(cudaFree(s2));
     CHECK(cudaFree(r1));
     CHECK(cudaFree(r2));
+  }
+
+  // MPI_Cancel of a GPU-local receive is not done (said on stderr once): the request completes
+  // with its message, and MPI_Test_cancelled says false.
+  {
+    const size_t n = 64;
+    int* s = device_ints(values(g_rank, n, 41));
+    int* r = device_ints(std::vector<int>(n, -1));
+    MPI_Request req;
+    MPI_Irecv(r, int(n), MPI_INT, left, 41, MPI_COMM_WORLD, &req);
+    expect(MPI_Cancel(&req) == MPI_SUCCESS, "MPI_Cancel of a GPU-local receive returns");
+    MPI_Send(s, int(n), MPI_INT, right, 41, MPI_COMM_WORLD);
+    MPI_Status st;
+    MPI_Wait(&req, &st);
+    int cancelled = -1;
+    MPI_Test_cancelled(&st, &cancelled);
+    expect(cancelled == 0 && host_of(r, n) == values(left, n, 41),
+           "a GPU-local receive asked to cancel completes with its message");
+    CHECK(cudaFree(s));
+    CHECK(cudaFree(r));
   }
 
   // Errors through the communicator's handler (MPI_ERRORS_RETURN): a receive smaller than its

@@ -866,26 +866,27 @@ FUNNEL_MPI_API int MPI_Improbe(int source, int tag, MPI_Comm comm, int* flag, MP
   return rc;
 }
 
-FUNNEL_MPI_API int MPI_Mprobe(int source, int tag, MPI_Comm comm, MPI_Message* message, MPI_Status* status) {
-  if (!funnel::mpi::local::enabled()) return PMPI_Mprobe(source, tag, comm, message, status);
+namespace {
+// A blocking probe: its non-blocking wrapper (MPI's probe, then the mailbox) until it finds one.
+// Each look at the mailbox is a round trip to the server: after the first ones, every 20 us.
+template <class Once>
+int probe_until(Once&& once) {
   for (unsigned spin = 0;; ++spin) {
     int flag = 0;
-    if (const int rc = PMPI_Improbe(source, tag, comm, &flag, message, status); rc != MPI_SUCCESS || flag != 0)
-      return rc;
-    if (funnel::mpi::local::matched_probe(source, tag, comm, message, status)) return MPI_SUCCESS;
-    if (spin >= 64) std::this_thread::sleep_for(std::chrono::microseconds(20));  // as MPI_Probe
+    if (const int rc = once(&flag); rc != MPI_SUCCESS || flag != 0) return rc;
+    if (spin >= 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
+}
+}  // namespace
+
+FUNNEL_MPI_API int MPI_Mprobe(int source, int tag, MPI_Comm comm, MPI_Message* message, MPI_Status* status) {
+  if (!funnel::mpi::local::enabled()) return PMPI_Mprobe(source, tag, comm, message, status);
+  return probe_until([&](int* flag) { return MPI_Improbe(source, tag, comm, flag, message, status); });
 }
 
 FUNNEL_MPI_API int MPI_Probe(int source, int tag, MPI_Comm comm, MPI_Status* status) {
   if (!funnel::mpi::local::enabled()) return PMPI_Probe(source, tag, comm, status);
-  for (unsigned spin = 0;; ++spin) {
-    int flag = 0;
-    if (const int rc = PMPI_Iprobe(source, tag, comm, &flag, status); rc != MPI_SUCCESS || flag != 0) return rc;
-    if (funnel::mpi::local::probe(source, tag, comm, status)) return MPI_SUCCESS;
-    // Each look at the mailbox is a round trip to the server: after the first ones, every 20 us.
-    if (spin >= 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
+  return probe_until([&](int* flag) { return MPI_Iprobe(source, tag, comm, flag, status); });
 }
 
 // ---- communicators made by collective calls: numbered after their parent ------------------------

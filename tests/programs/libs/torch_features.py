@@ -29,6 +29,7 @@ import time
 os.environ.setdefault("USE_PYTORCH_KERNEL_CACHE", "0")
 
 import torch  # noqa: E402
+from torch_ops import disable_tf32  # noqa: E402  (beside this file: the same TF32 switch)
 
 CASE_ORDER = ["allocator", "pinned", "streams", "graphs", "graphed", "jiterator", "linear"]
 MiB = 1 << 20
@@ -67,16 +68,6 @@ class Checks:
         self.n += 1
         if not cond:
             raise CaseFailed(what)
-
-
-def disable_tf32():
-    # torch >= 2.9 has fp32_precision; older versions use allow_tf32.
-    try:
-        torch.backends.cuda.matmul.fp32_precision = "ieee"
-        torch.backends.cudnn.conv.fp32_precision = "ieee"
-    except AttributeError:
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
 
 
 def round512(nbytes):

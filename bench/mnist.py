@@ -21,7 +21,11 @@ Prints ONE JSON line at the end:
   {"pid", "seed", "epochs", "batch", "train_s" (the training loop, GPU synchronized at both
    ends), "setup_s" (from the process's start, /proc/self/stat, or the script's start where that
    cannot be read ("setup_from"), to the start of training: interpreter, import of torch, CUDA
-   context, data made and moved), "loss_epoch" (mean batch loss of each epoch), "final_loss"
+   context, data made and moved), "setup_phases" (seconds of the set-up's parts: "start" process
+   start to the script, "import" of torch, "cuda" torch.cuda.is_available() and the settings,
+   "data" made on the CPU and moved to the GPU (the first GPU work: the CUDA context,
+   or funnel's attach), "model" the model and optimizer made and the GPU
+   synchronized), "loss_epoch" (mean batch loss of each epoch), "final_loss"
    (the last batch's loss), "checksum" (the sum of the final weights, in float64)}
 """
 import time
@@ -67,9 +71,11 @@ def main():
     args = ap.parse_args()
     t_start, start_from = process_start()
 
+    marks = [("start", T_SCRIPT)]
     import torch
     import torch.nn.functional as F
 
+    marks.append(("import", time.time()))
     if not torch.cuda.is_available():
         print("mnist.py: torch.cuda.is_available() is False", file=sys.stderr)
         return 1
@@ -87,6 +93,7 @@ def main():
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     cuda = torch.device("cuda")
+    marks.append(("cuda", time.time()))
 
     # The data, the same in every process (its own generator, not --seed).
     gen = torch.Generator().manual_seed(DATA_SEED)
@@ -97,6 +104,8 @@ def main():
     x_all = x_cpu.to(cuda)
     onehot_all = onehot.to(cuda)
     del x_cpu, labels, means, onehot
+    torch.cuda.synchronize()
+    marks.append(("data", time.time()))
 
     torch.manual_seed(args.seed)
     model = torch.nn.Sequential(
@@ -112,6 +121,8 @@ def main():
 
     torch.cuda.synchronize()
     t_train = time.time()
+    marks.append(("model", t_train))
+    phases = {name: round(t - marks[i - 1][1] if i else t - t_start, 4) for i, (name, t) in enumerate(marks)}
     loss_epoch = []
     loss = None
     for _ in range(args.epochs):
@@ -135,6 +146,7 @@ def main():
     print(json.dumps({
         "pid": os.getpid(), "seed": args.seed, "epochs": args.epochs, "batch": args.batch,
         "train_s": round(train_s, 4), "setup_s": round(t_train - t_start, 4), "setup_from": start_from,
+        "setup_phases": phases,
         "loss_epoch": loss_epoch, "final_loss": float(loss.item()) if loss is not None else None,
         "checksum": checksum,
     }, separators=(",", ":")))

@@ -39,6 +39,19 @@ void atfork_child() noexcept {
   g_runtime.store(nullptr);
 }
 
+// funnel-run's background server start (launcher.hpp): a program that never attached (`funnel-run
+// true`, run to start a job's server) waits at its exit until the start is over.
+struct BackgroundStartWait {
+  ~BackgroundStartWait() {
+    const Runtime* r = g_runtime.load();
+    if (r != nullptr && r->attached()) return;
+    try {
+      funnel::wait_for_background_start(Settings::from_environment());
+    } catch (...) {  // a bad setting: the program was told at its first call, or never made one
+    }
+  }
+} g_background_start_wait;
+
 int mpi_rank_from_launcher() {
   for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"}) {
     if (const char* s = std::getenv(v)) return std::atoi(s);

@@ -10,9 +10,11 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -35,7 +37,9 @@ std::string where(const Settings& s) {
 // Holds the start lock; released (and closed) on scope exit.
 class StartLock {
  public:
-  StartLock(const Settings& s) {
+  // `busy` (if given) is called once when another process holds the lock (it is starting a
+  // server), before the wait for it.
+  explicit StartLock(const Settings& s, void (*busy)(void*) = nullptr, void* busy_arg = nullptr) {
     const auto path = start_lock_path(s.run_dir);
     fd_ = ipc::UniqueFd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
     if (!fd_) throw LaunchError(fmt::format("cannot open the start lock {}: {}. Check the {}", path.string(),
@@ -45,6 +49,7 @@ class StartLock {
     while (::flock(fd_.get(), LOCK_EX | LOCK_NB) != 0) {
       if (errno != EWOULDBLOCK && errno != EINTR)
         throw LaunchError(fmt::format("cannot lock {}: {}", path.string(), std::strerror(errno)));
+      if (busy != nullptr && errno == EWOULDBLOCK) std::exchange(busy, nullptr)(busy_arg);
       if (Clock::now() >= deadline)
         throw LaunchError(fmt::format("timed out after {} ms waiting for the server start lock {}: another process "
                                       "is starting funnel-server and did not finish. Check the {} and the server log "
@@ -206,15 +211,20 @@ ipc::UniqueFd connect_server(const Settings& s) noexcept {
   return ipc::connect_seqpacket(socket_path(s.run_dir), err);
 }
 
-ipc::UniqueFd connect_or_start_server(const Settings& s, bool* started) {
+ipc::UniqueFd connect_or_start_server(const Settings& s, bool* started, void (*locked)(void*), void* locked_arg) {
   if (started != nullptr) *started = false;
   try {
     ensure_run_dir(s.run_dir);
   } catch (const std::exception& e) {
     throw LaunchError(e.what());
   }
-  if (auto fd = connect_server(s)) return fd;
-  StartLock lock(s);
+  if (auto fd = connect_server(s)) {
+    if (locked != nullptr) locked(locked_arg);
+    return fd;
+  }
+  // `locked` runs at most once: when another process holds the lock, or once this one does.
+  StartLock lock(s, locked, locked_arg);
+  if (locked != nullptr) locked(locked_arg);
   // Someone may have started it while we waited for the lock.
   if (auto fd = connect_server(s)) return fd;
   try {
@@ -238,6 +248,102 @@ ipc::UniqueFd connect_or_start_server(const Settings& s, bool* started) {
     throw LaunchError(fmt::format("funnel-server reported ready but {} refuses connections: {} ({})",
                                   socket_path(s.run_dir).string(), std::strerror(err), where(s)));
   return fd;
+}
+
+namespace {
+
+// What the background starter tells funnel-run through its pipe: 'L' once a start is under
+// way (or a server answers); before that, the text of an error that stopped it.
+void tell_locked(void* fd) {
+  int& w = *static_cast<int*>(fd);
+  if (w < 0) return;
+  const char c = 'L';
+  while (::write(w, &c, 1) < 0 && errno == EINTR) {
+  }
+  ::close(std::exchange(w, -1));
+}
+
+[[noreturn]] void run_background_starter(const Settings& s, int w) {
+  // Its own session: a signal to the program's process group does not stop a start halfway.
+  ::setsid();
+  if (const int null = ::open("/dev/null", O_RDWR | O_CLOEXEC); null >= 0) {
+    ::dup2(null, STDIN_FILENO);
+    ::dup2(null, STDOUT_FILENO);  // stderr stays: a later failure is said there
+  }
+  int code = 0;
+  try {
+    (void)connect_or_start_server(s, nullptr, &tell_locked, &w);
+  } catch (const std::exception& e) {
+    code = 4;
+    if (w >= 0) {
+      const std::string text = e.what();
+      (void)!::write(w, text.data(), text.size());
+    } else {
+      std::fprintf(stderr, "funnel-run: %s\n", e.what());
+    }
+  }
+  ::_exit(code);
+}
+
+}  // namespace
+
+void start_server_in_background(const Settings& s) {
+  if (connect_server(s)) return;
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0)
+    throw LaunchError(fmt::format("cannot start funnel-server: pipe: {} ({})", std::strerror(errno), where(s)));
+  ipc::UniqueFd rd(fds[0]), wr(fds[1]);
+  const pid_t child = ::fork();
+  if (child < 0)
+    throw LaunchError(fmt::format("cannot start funnel-server: fork: {} ({})", std::strerror(errno), where(s)));
+  if (child == 0) {
+    // Forked twice: the starter is not the program's child (a program that waits for all its
+    // children, or reaps them, never meets it).
+    const pid_t starter = ::fork();
+    if (starter != 0) ::_exit(starter < 0 ? 1 : 0);
+    ::close(rd.release());
+    run_background_starter(s, wr.release());
+  }
+  wr.reset();
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    throw LaunchError(fmt::format("cannot start funnel-server: fork failed ({})", where(s)));
+  std::string said;
+  const auto deadline = Clock::now() + s.attach_timeout;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) break;  // the starter is still waiting for something: the program goes on
+    pollfd p{rd.get(), POLLIN, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(left));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) continue;
+    char buf[512];
+    const ssize_t got = ::read(rd.get(), buf, sizeof buf);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;  // EOF
+    said.append(buf, static_cast<size_t>(got));
+    if (said[0] == 'L' || said.size() > 4096) break;
+  }
+  if (!said.empty() && said[0] != 'L') throw LaunchError(said);
+  ::setenv("FUNNEL_RUN_STARTING", "1", 1);
+}
+
+void wait_for_background_start(const Settings& s) noexcept {
+  const char* v = std::getenv("FUNNEL_RUN_STARTING");
+  if (v == nullptr || std::strcmp(v, "1") != 0) return;
+  try {
+    // No O_CREAT: without the lock file no start is under way (and none is made here).
+    ipc::UniqueFd fd(::open(start_lock_path(s.run_dir).c_str(), O_RDWR | O_CLOEXEC));
+    if (!fd) return;
+    const auto deadline = Clock::now() + s.attach_timeout;
+    while (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+      if ((errno != EWOULDBLOCK && errno != EINTR) || Clock::now() >= deadline) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  } catch (...) {
+  }
 }
 
 char process_state(pid_t pid) noexcept {

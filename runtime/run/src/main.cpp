@@ -4,10 +4,12 @@
 // runtime in front of the real libcudart (LD_PRELOAD + LD_LIBRARY_PATH) and the client driver
 // in front of NVIDIA's libcuda.so.1 (FUNNEL_CLIENT_DRIVER) and execs the program.  Under an MPI launcher (FUNNEL_MPI_HOOKS) it preloads the MPI hooks as well,
 // so that the program's MPI_Init starts the node's funnel-server and its MPI_Finalize
-// stops it, as for a program linked with funnel::mpi (doc/mpi.md); otherwise it makes
-// sure the job's server runs first (so the program's first CUDA call is fast).
+// stops it, as for a program linked with funnel::mpi (doc/mpi.md); otherwise it starts the
+// job's server in the background if none answers (the program's start-up hides the server's).
 //
-// Exit codes: 2 bad settings or arguments, 3 program refused, 4 no server, 127 exec failed.
+// Exit codes: 2 bad settings or arguments, 3 program refused, 4 no server (a run directory
+// refused, no fork; a start that fails later fails the program's first CUDA call), 127 exec
+// failed.
 #include <sys/personality.h>
 #include <unistd.h>
 
@@ -175,11 +177,12 @@ int main(int argc, char** argv) {
 
   // With the hooks, the node's first MPI_Init starts the server (under the run directory's
   // start lock) and its MPI_Finalize stops it -- but only one that it started: a server
-  // started here would outlive the job until its idle timer.
+  // started here would outlive the job until its idle timer.  Without them a server that does
+  // not answer yet is started in the background while the program starts (its interpreter,
+  // imports, input): the program's first CUDA call waits for that start (launcher.hpp).
   if (hooks.library.empty()) {
     try {
-      // The connection only proves the server is up; the program attaches by itself.
-      (void)funnel::connect_or_start_server(settings);
+      funnel::start_server_in_background(settings);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "funnel-run: %s\n", e.what());
       return 4;

@@ -23,8 +23,25 @@ class LaunchError : public std::runtime_error {
 // directory's start lock and starts one (exactly one, however many processes race),
 // waiting at most settings.attach_timeout.  Throws LaunchError whose message names
 // the run directory (FUNNEL_RUN_DIR) and the fix.  *started (if given): whether this call
-// started it.
-ipc::UniqueFd connect_or_start_server(const Settings& settings, bool* started = nullptr);
+// started it.  `locked` (if given) is called once a server answered or this call holds the
+// start lock, before it starts one: funnel-run's background start (below) waits for it.
+ipc::UniqueFd connect_or_start_server(const Settings& settings, bool* started = nullptr,
+                                      void (*locked)(void*) = nullptr, void* locked_arg = nullptr);
+
+// funnel-run's start of a server that does not answer yet (doc/user-guide.md, "funnel-run"):
+// a detached process (not the program's child) takes the start lock and starts the server
+// while the program starts; this returns once that process holds the lock or found a server
+// (so a program's first CUDA call waits for that start rather than making its own), or
+// throws LaunchError when it failed before (run directory refused, no fork).  The error of a
+// start that fails later is printed by that process ("funnel-run: ...") and met again by the
+// program's first CUDA call.  Sets FUNNEL_RUN_STARTING=1 for the program
+// (wait_for_background_start).
+void start_server_in_background(const Settings& settings);
+
+// For a process that never attached, at its exit: when funnel-run started the server in the
+// background (FUNNEL_RUN_STARTING=1), waits (at most settings.attach_timeout) until that start
+// is over, so that `funnel-run true` still returns with the server up.  Never throws.
+void wait_for_background_start(const Settings& settings) noexcept;
 
 // The environment a started server gets (`ours`: NAME=value strings): ours without funnel's
 // libcudart and MPI hooks in LD_PRELOAD and without funnel's client driver folder

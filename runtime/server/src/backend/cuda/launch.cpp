@@ -115,7 +115,9 @@ Status CudaBackend::launch_graph(CudaStream& s, std::span<const BatchedLaunch> p
       if (!ok(FUNNEL_CU(s_->drv, cuGraphExecKernelNodeSetParams, g->exec, g->nodes[i], &p))) return Status::NotSupported;
     }
   }
-  return FUNNEL_CU(s_->drv, cuGraphLaunch, g->exec, s.handle());
+  const Status st = FUNNEL_CU(s_->drv, cuGraphLaunch, g->exec, s.handle());
+  if (ok(st)) s.graphs().launched(*g, part.size());
+  return st;
 }
 
 }  // namespace funnel::server::cuda

@@ -1,8 +1,13 @@
 #include "backend/cuda/launch_graphs.hpp"
 
+#include <spdlog/spdlog.h>
+
 namespace funnel::server::cuda {
 
 LaunchGraphs::~LaunchGraphs() {
+  if (stats_.built != 0)
+    spdlog::debug("device {}: a stream's launch graphs: {} built, {} dropped for newer ones, {} graph launches of {} kernels",
+                  device_, stats_.built, stats_.evicted, stats_.graph_launches, stats_.graph_nodes);
   if (graphs_.empty() || !ok(shared_->bind(device_))) return;
   for (auto& g : graphs_) destroy(g);
 }

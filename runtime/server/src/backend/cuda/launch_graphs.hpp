@@ -29,7 +29,8 @@ struct LaunchGraph {
   CUgraph graph = nullptr;  // kept: its node handles name the exec's nodes
   CUgraphExec exec = nullptr;
   std::vector<CUgraphNode> nodes;
-  uint64_t used = 0;  // LaunchGraphs::tick of its last launch
+  uint64_t used = 0;      // LaunchGraphs::tick of its last launch
+  uint64_t launches = 0;  // graph launches of it
 };
 
 // A stream's launch graphs, at most kMaxGraphs (the least recently launched goes).  A graph
@@ -70,15 +71,29 @@ class LaunchGraphs {
       seen_.erase(std::remove(seen_.begin(), seen_.end(), hash), seen_.end());
       return nullptr;
     }
+    ++stats_.built;
     if (graphs_.size() >= kMaxGraphs) {
       auto lru = std::min_element(graphs_.begin(), graphs_.end(),
                                   [](const LaunchGraph& a, const LaunchGraph& b) { return a.used < b.used; });
+      ++stats_.evicted;
       destroy(*lru);
       graphs_.erase(lru);
     }
     graphs_.push_back(std::move(g));
     return &graphs_.back();
   }
+
+  // A graph launch of `g` went out with `nodes` launches.
+  void launched(LaunchGraph& g, size_t nodes) noexcept {
+    ++g.launches;
+    ++stats_.graph_launches;
+    stats_.graph_nodes += nodes;
+  }
+
+  // What the stream's graphs did, for the server's debug log when the stream goes.
+  struct Stats {
+    uint64_t built = 0, evicted = 0, graph_launches = 0, graph_nodes = 0;
+  };
 
  private:
   void destroy(LaunchGraph& g) noexcept;
@@ -88,6 +103,7 @@ class LaunchGraphs {
   std::vector<LaunchGraph> graphs_;
   std::vector<uint64_t> seen_;
   uint64_t tick_ = 0;
+  Stats stats_;
 };
 
 }  // namespace funnel::server::cuda

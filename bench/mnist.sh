@@ -23,7 +23,9 @@
 #   KEEP_SERVER_LOGS  set: keep the funnel-server's log and job report of every funnel batch
 #              (default: of failed ones only), in OUT/rR/nN/funnel/server/
 # Each process runs under `timeout 600`.  Writes OUT/results.jsonl (one line per batch: mode, n,
-# round, wall_s, the processes' train_s and setup_s, their medians, exit codes, match) and
+# round, wall_s, the processes' train_s and setup_s, their medians, the medians of the set-up's
+# phases (mnist.py's setup_phases), exit codes, match, and for funnel the job report's figures,
+# "server": bench/server_figures.py) and
 # OUT/table.txt (printed last: per N and mode the median wall time over the rounds, its ratio to
 # native and to MPS, the median train_s and setup_s).  Exit 1 if a process failed or differs.
 set -u -o pipefail
@@ -94,6 +96,7 @@ batch_line() {
   python3 - "$@" <<'PY'
 import json, os, statistics, sys
 mode, n, rnd, wall, d, ref = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5], sys.argv[6]
+server = json.loads(sys.argv[7]) if len(sys.argv) > 7 and sys.argv[7] else None
 
 
 def load(dd, i):
@@ -131,12 +134,18 @@ else:
 train = [r["train_s"] if r else None for r in rows]
 setup = [r["setup_s"] if r else None for r in rows]
 med = lambda v: round(statistics.median([x for x in v if x is not None]), 4) if any(x is not None for x in v) else None
+phases = [r.get("setup_phases") or {} for r in rows if r]
+names = list(phases[0]) if phases else []
 line = {"mode": mode, "n": n, "round": rnd, "wall_s": wall, "train_s": train, "median_train_s": med(train),
-        "setup_s": setup, "median_setup_s": med(setup), "rc": rcs, "ok": ok, "match": match,
-        "differ_seeds": differ, "final_loss": [r["final_loss"] if r else None for r in rows]}
+        "setup_s": setup, "median_setup_s": med(setup),
+        "median_setup_phases": {k: med([p.get(k) for p in phases]) for k in names}, "rc": rcs, "ok": ok,
+        "match": match, "differ_seeds": differ, "final_loss": [r["final_loss"] if r else None for r in rows],
+        "server": server}
 print(json.dumps(line, separators=(",", ":")))
 print(f"round {rnd} n={n} {mode}: wall {wall:.2f} s, median train {med(train)} s, median setup {med(setup)} s, "
-      f"exit codes {rcs}, {match}" + (f" (seeds {differ})" if differ else ""), file=sys.stderr)
+      f"exit codes {rcs}, {match}" + (f" (seeds {differ})" if differ else "")
+      + (f"; server: {sum(server['waited_calls'].values())} waited calls, clients waited "
+         f"{server['cpu_s']['client_runqueue']} s for a CPU" if server else ""), file=sys.stderr)
 PY
 }
 
@@ -161,12 +170,14 @@ for ((r = 1; r <= ROUNDS; r++)); do
         export FUNNEL_JOB_ID=mnist-r$r-n$n-$$ FUNNEL_LOG_DIR=$dir/server
       fi
       wall=$(run_batch "$mode" "$n" "$dir")
+      figures=""
       if is_funnel "$mode"; then
         timeout 30 "$CTL" shutdown >"$dir/shutdown.log" 2>&1
         unset FUNNEL_JOB_ID FUNNEL_LOG_DIR
+        figures=$(python3 "$ROOT/bench/server_figures.py" "$dir/server")
       fi
       [[ $mode == mps ]] && mps_stop
-      line=$(batch_line "$mode" "$n" "$r" "$wall" "$dir" "$OUT_DIR/r$r/n$n/native")
+      line=$(batch_line "$mode" "$n" "$r" "$wall" "$dir" "$OUT_DIR/r$r/n$n/native" "$figures")
       echo "$line" >>"$RESULTS"
       if [[ $line != *'"ok":true'* || $line == *'"match":"DIFFER"'* ]]; then
         bad=1

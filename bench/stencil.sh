@@ -104,33 +104,8 @@ run_one() {
 }
 
 # server_figures DIR: the job report's figures of a funnel run as one JSON object (null when
-# there is none): the clients' waited-call pick-up and the workers' time on those calls (the
-# median of their p50s, the largest p99),
-# and the CPU seconds of the workers and of the ranks, on a core and waiting for one (summed
-# over the clients; doc/accounting.md).
-server_figures() {
-  python3 - "$1" <<'PY'
-import glob, json, statistics, sys
-files = glob.glob(sys.argv[1] + "/funnel-report-*.json")
-if not files:
-    print("null")
-    sys.exit()
-clients = json.load(open(files[0]))["clients"]
-p50 = [c["call_pickup_us"]["p50"] for c in clients if c["call_pickup_us"]["p50"] is not None]
-p99 = [c["call_pickup_us"]["p99"] for c in clients if c["call_pickup_us"]["p99"] is not None]
-s50 = [c["call_submit_us"]["p50"] for c in clients if c.get("call_submit_us", {}).get("p50") is not None]
-s99 = [c["call_submit_us"]["p99"] for c in clients if c.get("call_submit_us", {}).get("p99") is not None]
-cpu = {}
-for k in ("worker", "worker_runqueue", "client", "client_runqueue"):
-    v = [c["cpu_s"][k] for c in clients if c.get("cpu_s", {}).get(k) is not None]
-    cpu[k] = round(sum(v), 4) if v else None
-print(json.dumps({"clients": len(clients), "pickup_p50_us": statistics.median(p50) if p50 else None,
-                  "pickup_p99_us": max(p99) if p99 else None,
-                  "submit_p50_us": statistics.median(s50) if s50 else None,
-                  "submit_p99_us": max(s99) if s99 else None, "cpu_s": cpu,
-                  "spin_backoffs": sum(c.get("spin_backoffs", 0) for c in clients)}, separators=(",", ":")))
-PY
-}
+# there is none): bench/server_figures.py.
+server_figures() { python3 "$ROOT/bench/server_figures.py" "$1"; }
 
 # The reference: one rank, natively.  Every run below (the native 1-rank one included) is
 # compared with it by the app itself.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# ctest bench.report: bench/report.py, bench/collect.py, bench/membench_pool.py and bench/run.sh's
-# argument handling, without a GPU.   tests/bench/report.sh REPO_ROOT
+# ctest bench.report: bench/report.py, bench/collect.py, bench/membench_pool.py, bench/run.sh's
+# argument handling and bench/server_figures.py, without a GPU.   tests/bench/report.sh REPO_ROOT
 set -u -o pipefail
 ROOT=${1:?usage: report.sh REPO_ROOT}
 cd "$ROOT" || exit 2
@@ -139,6 +139,22 @@ rc=$?
 if [[ $rc != 1 ]] || ! grep -q 'native.jsonl not found' "$TMP/pool.txt"; then
   fail "a folder without jsonl files must exit 1"
 fi
+
+# 5. bench/server_figures.py (bench/stencil.sh, bench/mnist.sh): the report with clients, not an
+# empty one beside it; sums over the clients; null without a report
+S=$TMP/server
+mkdir -p "$S"
+echo '{"clients":[]}' >"$S/funnel-report-vm-1.json"
+cat >"$S/funnel-report-vm-2.json" <<'JSON'
+{"clients":[{"call_pickup_us":{"p50":8,"p99":4096},"call_submit_us":{"p50":16,"p99":32768},"spin_backoffs":20,
+ "cpu_s":{"worker":1.0,"worker_runqueue":0.25,"client":15,"client_runqueue":1.5},"waited_calls":{"KernelGet":46,"Occupancy":6}},
+ {"call_pickup_us":{"p50":16,"p99":8192},"spin_backoffs":30,
+ "cpu_s":{"worker":1.25,"worker_runqueue":0.5,"client":16,"client_runqueue":2.0},"waited_calls":{"KernelGet":46,"MemAlloc":13}}]}
+JSON
+got=$(python3 bench/server_figures.py "$S")
+want='{"clients":2,"pickup_p50_us":12.0,"pickup_p99_us":8192,"submit_p50_us":16,"submit_p99_us":32768,"cpu_s":{"worker":2.25,"worker_runqueue":0.75,"client":31,"client_runqueue":3.5},"spin_backoffs":50,"waited_calls":{"KernelGet":92,"MemAlloc":13,"Occupancy":6}}'
+[[ $got == "$want" ]] || fail "server_figures.py: $got"
+[[ $(python3 bench/server_figures.py "$TMP/none") == null ]] || fail "server_figures.py without a report is not null"
 
 if ((fails > 0)); then
   echo "$fails check(s) failed; table:"

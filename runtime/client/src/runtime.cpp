@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <string_view>
 #include <thread>
 #include <utility>
@@ -40,15 +41,24 @@ void atfork_child() noexcept {
 }
 
 // funnel-run's background server start (launcher.hpp): a program that never attached (`funnel-run
-// true`, run to start a job's server) waits at its exit until the start is over.
+// true`, run to start a job's server) waits at its exit until the start is over.  The settings
+// are read when the library loads, only under funnel-run's FUNNEL_RUN_STARTING: at exit the
+// tables they are read with may be destroyed already.
 struct BackgroundStartWait {
+  std::optional<Settings> settings;
+  BackgroundStartWait() {
+    const char* v = std::getenv("FUNNEL_RUN_STARTING");
+    if (v == nullptr || std::strcmp(v, "1") != 0) return;
+    try {
+      settings = Settings::from_environment();
+    } catch (...) {  // a bad setting: the program is told at its first call
+    }
+  }
   ~BackgroundStartWait() {
+    if (!settings) return;
     const Runtime* r = g_runtime.load();
     if (r != nullptr && r->attached()) return;
-    try {
-      funnel::wait_for_background_start(Settings::from_environment());
-    } catch (...) {  // a bad setting: the program was told at its first call, or never made one
-    }
+    funnel::wait_for_background_start(*settings);
   }
 } g_background_start_wait;
 

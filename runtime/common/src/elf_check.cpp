@@ -1,63 +1,102 @@
 #include "funnel/common/elf_check.hpp"
 
 #include <elf.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstdint>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 
 #include <fmt/format.h>
 
 namespace funnel {
 namespace {
 
-// Bounds-checked view of the whole file: a truncated or hostile ELF yields nullopt,
-// never an out-of-range read.
-struct Bytes {
-  std::vector<char> data;
-  template <class T>
-  bool read(uint64_t off, T& out) const {
-    if (off > data.size() || sizeof(T) > data.size() - off) return false;
-    std::memcpy(&out, data.data() + off, sizeof(T));
+// The file, read where asked only: the ELF header, the section headers, the section names and
+// the dynamic section with its strings (the whole file once cost a process start under funnel
+// seconds for an executable of hundreds of megabytes).  Bounds-checked: a truncated or hostile
+// ELF yields nullopt or less information, never an out-of-range read.
+class ElfFile {
+ public:
+  explicit ElfFile(const std::filesystem::path& file) : fd_(::open(file.c_str(), O_RDONLY | O_CLOEXEC)) {
+    struct stat st {};
+    if (fd_ >= 0 && ::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode)) size_ = static_cast<uint64_t>(st.st_size);
+  }
+  ~ElfFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  ElfFile(const ElfFile&) = delete;
+  ElfFile& operator=(const ElfFile&) = delete;
+
+  // Bytes [off, off + n) into `out`; false when they are not all in the file.
+  bool read(uint64_t off, void* out, uint64_t n) const {
+    if (off > size_ || n > size_ - off) return false;
+    auto* p = static_cast<char*>(out);
+    while (n > 0) {
+      const ssize_t got = ::pread(fd_, p, n, static_cast<off_t>(off));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) return false;
+      p += got;
+      off += static_cast<uint64_t>(got);
+      n -= static_cast<uint64_t>(got);
+    }
     return true;
   }
-  std::string cstr(uint64_t off, uint64_t limit) const {
-    std::string s;
-    for (uint64_t i = off; i < limit && i < data.size() && data[i] != '\0'; ++i) s.push_back(data[i]);
-    return s;
+  template <class T>
+  bool read(uint64_t off, T& out) const {
+    return read(off, &out, sizeof(T));
   }
+  // A section's bytes; empty when they are not all in the file.
+  std::vector<char> section(const Elf64_Shdr& s) const {
+    if (s.sh_type == SHT_NOBITS || s.sh_offset > size_ || s.sh_size > size_ - s.sh_offset) return {};
+    std::vector<char> out(s.sh_size);
+    if (!read(s.sh_offset, out.data(), out.size())) return {};
+    return out;
+  }
+
+ private:
+  int fd_;
+  uint64_t size_ = 0;
 };
+
+// The NUL-terminated string at `off` of a string table (up to its end).
+std::string cstr(const std::vector<char>& table, uint64_t off) {
+  std::string s;
+  for (uint64_t i = off; i < table.size() && table[i] != '\0'; ++i) s.push_back(table[i]);
+  return s;
+}
 
 }  // namespace
 
 std::optional<ElfInfo> inspect_elf(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return std::nullopt;
-  Bytes b{std::vector<char>(std::istreambuf_iterator<char>(in), {})};
+  const ElfFile f(file);
   Elf64_Ehdr eh{};
-  if (!b.read(0, eh) || std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64)
+  if (!f.read(0, eh) || std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64)
     return std::nullopt;
   ElfInfo info;
   info.is_elf64 = true;
   if (eh.e_shentsize != sizeof(Elf64_Shdr) || eh.e_shnum == 0) return info;
   std::vector<Elf64_Shdr> sh(eh.e_shnum);
-  for (uint16_t i = 0; i < eh.e_shnum; ++i)
-    if (!b.read(eh.e_shoff + uint64_t{i} * sizeof(Elf64_Shdr), sh[i])) return std::nullopt;
+  if (!f.read(eh.e_shoff, sh.data(), uint64_t{eh.e_shnum} * sizeof(Elf64_Shdr))) return std::nullopt;
   if (eh.e_shstrndx < sh.size()) {
-    const auto& names = sh[eh.e_shstrndx];
+    const std::vector<char> names = f.section(sh[eh.e_shstrndx]);
     for (const auto& s : sh) {
-      const std::string name = b.cstr(names.sh_offset + s.sh_name, names.sh_offset + names.sh_size);
+      const std::string name = cstr(names, s.sh_name);
       if (name == ".nv_fatbin" || name == ".nvFatBinSegment") info.has_device_code = true;
     }
   }
   for (const auto& s : sh) {
     if (s.sh_type != SHT_DYNAMIC || s.sh_link >= sh.size()) continue;
-    const auto& strtab = sh[s.sh_link];
-    for (uint64_t off = s.sh_offset; off + sizeof(Elf64_Dyn) <= s.sh_offset + s.sh_size; off += sizeof(Elf64_Dyn)) {
+    const std::vector<char> dynamic = f.section(s);
+    const std::vector<char> strtab = f.section(sh[s.sh_link]);
+    for (uint64_t off = 0; off + sizeof(Elf64_Dyn) <= dynamic.size(); off += sizeof(Elf64_Dyn)) {
       Elf64_Dyn d{};
-      if (!b.read(off, d) || d.d_tag == DT_NULL) break;
+      std::memcpy(&d, dynamic.data() + off, sizeof d);
+      if (d.d_tag == DT_NULL) break;
       if (d.d_tag != DT_NEEDED) continue;
-      std::string lib = b.cstr(strtab.sh_offset + d.d_un.d_val, strtab.sh_offset + strtab.sh_size);
+      std::string lib = cstr(strtab, d.d_un.d_val);
       if (lib.rfind("libcudart.so", 0) == 0) info.needs_shared_cudart = true;
       info.needed.push_back(std::move(lib));
     }

@@ -16,7 +16,8 @@ struct ElfInfo {
   std::vector<std::string> needed;  // every DT_NEEDED entry
 };
 
-// Reads `file`; std::nullopt if it cannot be read or is not ELF64 (a script, ...).
+// Reads the parts of `file` it needs (headers, section names, the dynamic section); std::nullopt
+// if it cannot be read or is not ELF64 (a script, ...).
 std::optional<ElfInfo> inspect_elf(const std::filesystem::path& file);
 
 // True when `info` says: device code, but no shared libcudart.

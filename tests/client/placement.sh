@@ -58,6 +58,17 @@ start_server() {  # start_server CPU [ARGS...]
   "$bin/funnelctl" stats --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["server"]["pid"])' >"$dir/pid" ||
     fail "no stats"
 }
+# wait_attached N: polls up to 10 s until the server serves N clients (the client ids below
+# follow the order of attaching; a loaded machine may start a process late).
+wait_attached() {
+  local n=""
+  for _ in $(seq 200); do
+    n=$("$bin/funnelctl" stats --json 2>/dev/null | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["clients"]))' 2>/dev/null)
+    [ "$n" = "$1" ] && return
+    sleep 0.05
+  done
+  fail "$1 client(s) did not attach within 10 s (the server serves '$n')"
+}
 stop_server() {
   "$bin/funnelctl" shutdown >/dev/null || fail "shutdown"
   for _ in $(seq 100); do [ -d "/proc/$(server_pid)" ] || return; sleep 0.05; done
@@ -73,7 +84,7 @@ grep -q '^GPU 1 0000:01:00.0: Package P#0.*workers on CPUs 1' "$dir/out" || fail
 
 FRACTION_HOLD_MS=4000 taskset -c 0 timeout 60 "$bin/funnel-run" "$prog" >/dev/null 2>"$dir/err1" &
 c1=$!
-sleep 0.3  # client 1 first: the ids in the names below
+wait_attached 1  # client 1 first: the ids in the names below
 FRACTION_HOLD_MS=4000 FUNNEL_GPU_MAP=1 FUNNEL_GPU_FRACTION=0.25 FUNNEL_PRINT_PLAN=1 timeout 60 "$bin/funnel-run" "$prog" \
   >/dev/null 2>"$dir/err2" &
 c2=$!
@@ -105,7 +116,7 @@ for mode in auto gpu; do
   FUNNEL_SERVER_AFFINITY=$mode start_server 1
   FRACTION_HOLD_MS=3000 taskset -c 0 timeout 60 "$bin/funnel-run" "$prog" >/dev/null 2>"$dir/err1" &
   c1=$!
-  sleep 0.3  # client 1 first
+  wait_attached 1  # client 1 first
   FRACTION_HOLD_MS=3000 taskset -c 1 timeout 60 "$bin/funnel-run" "$prog" >/dev/null 2>"$dir/err2" &
   c2=$!
   if [ $mode = auto ]; then

@@ -47,8 +47,7 @@ void atfork_child() noexcept {
 struct BackgroundStartWait {
   std::optional<Settings> settings;
   BackgroundStartWait() {
-    const char* v = std::getenv("FUNNEL_RUN_STARTING");
-    if (v == nullptr || std::strcmp(v, "1") != 0) return;
+    if (!funnel::started_in_background()) return;
     try {
       settings = Settings::from_environment();
     } catch (...) {  // a bad setting: the program is told at its first call

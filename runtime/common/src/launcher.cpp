@@ -30,6 +30,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Set by funnel-run for the program when it started the server in the background.
+constexpr const char* kRunStarting = "FUNNEL_RUN_STARTING";
+
 std::string where(const Settings& s) {
   return fmt::format("run directory {} (FUNNEL_RUN_DIR)", s.run_dir.string());
 }
@@ -112,6 +115,36 @@ std::vector<std::string> server_environment(const std::vector<std::string>& ours
 
 namespace {
 
+// What a starting process said through its pipe: its one-byte `word` alone (ready, or a start
+// under way), or else an error text read to EOF (at most ~4 KiB); `timed_out` when neither came
+// before `deadline`.
+struct PipeReport {
+  std::string said;
+  bool timed_out = false;
+  bool is(char word) const noexcept { return said.size() == 1 && said[0] == word; }
+};
+
+PipeReport read_report(int fd, Clock::time_point deadline, char word) {
+  PipeReport r;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) {
+      r.timed_out = true;
+      return r;
+    }
+    pollfd p{fd, POLLIN, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(left));
+    if (n <= 0) continue;  // EINTR, or the wait ended: the deadline decides
+    char buf[512];
+    const ssize_t got = ::read(fd, buf, sizeof buf);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return r;  // EOF
+    r.said.append(buf, static_cast<size_t>(got));
+    if (r.is(word) || r.said.size() > 4096) return r;
+    // an error message may come in pieces; read to EOF
+  }
+}
+
 void start_server(const Settings& s) {
   const auto binary = server_binary(s);
   int fds[2];
@@ -151,29 +184,12 @@ void start_server(const Settings& s) {
   while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
   }
 
-  std::string said;
-  const auto deadline = Clock::now() + s.attach_timeout;
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0)
-      throw LaunchError(fmt::format("funnel-server ({}) did not become ready within {} ms; see its log in {} ({}), "
-                                    "or raise FUNNEL_ATTACH_TIMEOUT_MS",
-                                    binary.string(), s.attach_timeout.count(), s.log_dir.string(), where(s)));
-    pollfd p{rd.get(), POLLIN, 0};
-    const int n = ::poll(&p, 1, static_cast<int>(left));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) continue;
-    char buf[512];
-    const ssize_t got = ::read(rd.get(), buf, sizeof buf);
-    if (got < 0 && errno == EINTR) continue;
-    if (got > 0) {
-      said.append(buf, static_cast<size_t>(got));
-      if (said.size() == 1 && said[0] == 'R') return;
-      if (said.size() > 4096) break;
-      continue;  // an error message may come in pieces; read to EOF
-    }
-    break;  // EOF
-  }
+  const PipeReport report = read_report(rd.get(), Clock::now() + s.attach_timeout, 'R');
+  if (report.timed_out)
+    throw LaunchError(fmt::format("funnel-server ({}) did not become ready within {} ms; see its log in {} ({}), "
+                                  "or raise FUNNEL_ATTACH_TIMEOUT_MS",
+                                  binary.string(), s.attach_timeout.count(), s.log_dir.string(), where(s)));
+  const std::string& said = report.said;
   if (!said.empty() && said[0] == 'R') return;
   if (said.empty())
     throw LaunchError(fmt::format("funnel-server ({}) exited without becoming ready (exit status {}); see its log in "
@@ -310,29 +326,19 @@ void start_server_in_background(const Settings& s) {
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     throw LaunchError(fmt::format("cannot start funnel-server: fork failed ({})", where(s)));
-  std::string said;
-  const auto deadline = Clock::now() + s.attach_timeout;
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) break;  // the starter is still waiting for something: the program goes on
-    pollfd p{rd.get(), POLLIN, 0};
-    const int n = ::poll(&p, 1, static_cast<int>(left));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) continue;
-    char buf[512];
-    const ssize_t got = ::read(rd.get(), buf, sizeof buf);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) break;  // EOF
-    said.append(buf, static_cast<size_t>(got));
-    if (said[0] == 'L' || said.size() > 4096) break;
-  }
-  if (!said.empty() && said[0] != 'L') throw LaunchError(said);
-  ::setenv("FUNNEL_RUN_STARTING", "1", 1);
+  // Timed out: the starter still waits for something (another start's lock): the program goes on.
+  const PipeReport report = read_report(rd.get(), Clock::now() + s.attach_timeout, 'L');
+  if (!report.said.empty() && !report.is('L')) throw LaunchError(report.said);
+  ::setenv(kRunStarting, "1", 1);
+}
+
+bool started_in_background() noexcept {
+  const char* v = std::getenv(kRunStarting);
+  return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
 void wait_for_background_start(const Settings& s) noexcept {
-  const char* v = std::getenv("FUNNEL_RUN_STARTING");
-  if (v == nullptr || std::strcmp(v, "1") != 0) return;
+  if (!started_in_background()) return;
   try {
     // No O_CREAT: without the lock file no start is under way (and none is made here).
     ipc::UniqueFd fd(::open(start_lock_path(s.run_dir).c_str(), O_RDWR | O_CLOEXEC));

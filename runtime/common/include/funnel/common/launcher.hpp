@@ -38,6 +38,9 @@ ipc::UniqueFd connect_or_start_server(const Settings& settings, bool* started = 
 // (wait_for_background_start).
 void start_server_in_background(const Settings& settings);
 
+// Whether funnel-run started the server in the background for this process (FUNNEL_RUN_STARTING=1).
+bool started_in_background() noexcept;
+
 // For a process that never attached, at its exit: when funnel-run started the server in the
 // background (FUNNEL_RUN_STARTING=1), waits (at most settings.attach_timeout) until that start
 // is over, so that `funnel-run true` still returns with the server up.  Never throws.

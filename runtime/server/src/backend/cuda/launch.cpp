@@ -116,7 +116,7 @@ Status CudaBackend::launch_graph(CudaStream& s, std::span<const BatchedLaunch> p
     }
   }
   const Status st = FUNNEL_CU(s_->drv, cuGraphLaunch, g->exec, s.handle());
-  if (ok(st)) s.graphs().launched(*g, part.size());
+  if (ok(st)) s.graphs().launched(part.size());
   return st;
 }
 

@@ -29,8 +29,7 @@ struct LaunchGraph {
   CUgraph graph = nullptr;  // kept: its node handles name the exec's nodes
   CUgraphExec exec = nullptr;
   std::vector<CUgraphNode> nodes;
-  uint64_t used = 0;      // LaunchGraphs::tick of its last launch
-  uint64_t launches = 0;  // graph launches of it
+  uint64_t used = 0;  // LaunchGraphs::tick of its last launch
 };
 
 // A stream's launch graphs, at most kMaxGraphs (the least recently launched goes).  A graph
@@ -83,9 +82,8 @@ class LaunchGraphs {
     return &graphs_.back();
   }
 
-  // A graph launch of `g` went out with `nodes` launches.
-  void launched(LaunchGraph& g, size_t nodes) noexcept {
-    ++g.launches;
+  // A graph launch went out with `nodes` launches.
+  void launched(size_t nodes) noexcept {
     ++stats_.graph_launches;
     stats_.graph_nodes += nodes;
   }

@@ -11,6 +11,7 @@ packages=(
   gfortran  # mpif90 runs `gfortran`; libopenmpi-dev only pulls in gfortran-12 (tests mpi.fortran*)
   libgtest-dev libgmock-dev
   libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
+  libssl-dev  # OpenSSL's SHA-256: the digest that names a fat binary (runtime/ipc)
   python3 procps psmisc file binutils util-linux
   shellcheck  # tests/lint: the Slurm, bench and GPU-suite scripts (lint.shellcheck)
   python3-matplotlib  # the job report's chart (share/funnel/funnel-report-plot.py, client.job_report) and bench/report.py's plots

@@ -21,7 +21,7 @@
 namespace funnel::ipc {
 
 inline constexpr uint64_t kChannelMagic = 0x31434e4c4e4e5546ull;  // "FUNNLNC1"
-inline constexpr uint32_t kProtocolVersion = 14;
+inline constexpr uint32_t kProtocolVersion = 15;  // 15: module digests are SHA-256
 inline constexpr uint32_t kRecordAlign = 64;  // ring records are multiples of this
 inline constexpr uint32_t kMaxReplySlots = 256;
 inline constexpr uint32_t kMaxEventSlots = 65536;

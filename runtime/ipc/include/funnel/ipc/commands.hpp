@@ -297,8 +297,8 @@ struct DetachCmd { uint64_t run_ns; uint64_t wait_ns; };
 
 // ---- kernels ---------------------------------------------------------------------
 // A fat binary (the bytes nvcc's __cudaRegisterFatBinary wrapper points at) is known by
-// its digest (funnel::ipc::module_digest: Boost.Uuid's SHA-1 name generator over the
-// bytes, 122 bits of SHA-1) and its size.  ModuleQuery asks whether the server already has those bytes (from
+// its digest (funnel::ipc::module_digest: 128 bits of the SHA-256 of the bytes) and its
+// size.  ModuleQuery asks whether the server already has those bytes (from
 // this or any other client); if not, the client sends them through staging slots
 // (ModuleData, in order) and ModuleLoad makes the server check the hash and load them.
 inline constexpr uint32_t kModuleHasVariables = 0x1;  // registers __device__/__constant__ globals:

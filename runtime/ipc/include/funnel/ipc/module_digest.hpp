@@ -1,7 +1,7 @@
-// The digest that names a fat binary between client and server (ModuleCmd::digest):
-// Boost.Uuid's SHA-1 name generator over the bytes, in the nil namespace.  The client
-// computes it once per registered fat binary; the server recomputes it over uploaded
-// bytes before it loads or caches them.
+// The digest that names a fat binary between client and server (ModuleCmd::digest): the
+// first 16 bytes of the SHA-256 of its bytes (OpenSSL's, which uses the CPU's SHA instructions:
+// every PyTorch process hashes cuBLAS's images at its first matmul; doc/performance.md).  The client computes it once per fat binary it loads; the
+// server recomputes it over uploaded bytes before it loads or caches them.
 #pragma once
 #include <array>
 #include <cstddef>

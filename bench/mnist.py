@@ -22,10 +22,13 @@ Prints ONE JSON line at the end:
    ends), "setup_s" (from the process's start, /proc/self/stat, or the script's start where that
    cannot be read ("setup_from"), to the start of training: interpreter, import of torch, CUDA
    context, data made and moved), "setup_phases" (seconds of the set-up's parts: "start" process
-   start to the script, "import" of torch, "cuda" torch.cuda.is_available() and the settings,
-   "data" made on the CPU and moved to the GPU (the first GPU work: the CUDA context,
+   start to the script, "import" of torch, "cuda" torch.cuda.is_available(), "settings" the
+   deterministic and precision settings, "data" made on the CPU and moved to the GPU (the first GPU work: the CUDA context,
    or funnel's attach), "model" the model and optimizer made and the GPU
-   synchronized), "loss_epoch" (mean batch loss of each epoch), "final_loss"
+   synchronized), "cpu" (CPU seconds of the process, its threads' included, and seconds its
+   threads waited for a CPU, in the set-up ("setup_cpu_s", "setup_wait_s") and in the training
+   loop ("train_cpu_s", "train_wait_s"); the waits count threads alive at the end of each),
+   "loss_epoch" (mean batch loss of each epoch), "final_loss"
    (the last batch's loss), "checksum" (the sum of the final weights, in float64)}
 """
 import time
@@ -43,6 +46,23 @@ N_SAMPLES = 60000
 N_FEATURES = 784
 N_CLASSES = 10
 DATA_SEED = 31
+
+
+def cpu_now():
+    """(CPU seconds of this process so far, user + system, its threads' included; seconds its
+    live threads waited for a CPU: /proc/self/task/*/schedstat, 0 where that cannot be read)."""
+    t = os.times()
+    wait_ns = 0
+    try:
+        for task in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{task}/schedstat") as f:
+                    wait_ns += int(f.read().split()[1])
+            except (OSError, ValueError, IndexError):
+                pass  # a thread that ended meanwhile
+    except OSError:
+        pass
+    return t.user + t.system, wait_ns / 1e9
 
 
 def process_start():
@@ -79,6 +99,7 @@ def main():
     if not torch.cuda.is_available():
         print("mnist.py: torch.cuda.is_available() is False", file=sys.stderr)
         return 1
+    marks.append(("cuda", time.time()))
     torch.backends.cudnn.benchmark = False
     torch.use_deterministic_algorithms(True)
     try:  # no NaN fill of every torch.empty (deterministic mode's default): kernels the classic run has not
@@ -93,7 +114,7 @@ def main():
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     cuda = torch.device("cuda")
-    marks.append(("cuda", time.time()))
+    marks.append(("settings", time.time()))
 
     # The data, the same in every process (its own generator, not --seed).
     gen = torch.Generator().manual_seed(DATA_SEED)
@@ -120,6 +141,7 @@ def main():
     batches = N_SAMPLES // args.batch
 
     torch.cuda.synchronize()
+    cpu_setup, wait_setup = cpu_now()
     t_train = time.time()
     marks.append(("model", t_train))
     phases = {name: round(t - marks[i - 1][1] if i else t - t_start, 4) for i, (name, t) in enumerate(marks)}
@@ -141,12 +163,15 @@ def main():
         loss_epoch.append((total / batches).item())
     torch.cuda.synchronize()
     train_s = time.time() - t_train
+    cpu_end, wait_end = cpu_now()
 
     checksum = sum(p.detach().double().sum().item() for p in model.parameters())
     print(json.dumps({
         "pid": os.getpid(), "seed": args.seed, "epochs": args.epochs, "batch": args.batch,
         "train_s": round(train_s, 4), "setup_s": round(t_train - t_start, 4), "setup_from": start_from,
         "setup_phases": phases,
+        "cpu": {"setup_cpu_s": round(cpu_setup, 3), "setup_wait_s": round(wait_setup, 3),
+                "train_cpu_s": round(cpu_end - cpu_setup, 3), "train_wait_s": round(wait_end - wait_setup, 3)},
         "loss_epoch": loss_epoch, "final_loss": float(loss.item()) if loss is not None else None,
         "checksum": checksum,
     }, separators=(",", ":")))

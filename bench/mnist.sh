@@ -24,7 +24,7 @@
 #              (default: of failed ones only), in OUT/rR/nN/funnel/server/
 # Each process runs under `timeout 600`.  Writes OUT/results.jsonl (one line per batch: mode, n,
 # round, wall_s, the processes' train_s and setup_s, their medians, the medians of the set-up's
-# phases (mnist.py's setup_phases), exit codes, match, and for funnel the job report's figures,
+# phases (mnist.py's setup_phases) and of its CPU figures ("median_cpu": mnist.py's cpu), exit codes, match, and for funnel the job report's figures,
 # "server": bench/server_figures.py) and
 # OUT/table.txt (printed last: per N and mode the median wall time over the rounds, its ratio to
 # native and to MPS, the median train_s and setup_s).  Exit 1 if a process failed or differs.
@@ -136,9 +136,11 @@ setup = [r["setup_s"] if r else None for r in rows]
 med = lambda v: round(statistics.median([x for x in v if x is not None]), 4) if any(x is not None for x in v) else None
 phases = [r.get("setup_phases") or {} for r in rows if r]
 names = list(phases[0]) if phases else []
+cpus = [r.get("cpu") or {} for r in rows if r]
 line = {"mode": mode, "n": n, "round": rnd, "wall_s": wall, "train_s": train, "median_train_s": med(train),
         "setup_s": setup, "median_setup_s": med(setup),
-        "median_setup_phases": {k: med([p.get(k) for p in phases]) for k in names}, "rc": rcs, "ok": ok,
+        "median_setup_phases": {k: med([p.get(k) for p in phases]) for k in names},
+        "median_cpu": {k: med([c.get(k) for c in cpus]) for k in (list(cpus[0]) if cpus else [])}, "rc": rcs, "ok": ok,
         "match": match, "differ_seeds": differ, "final_loss": [r["final_loss"] if r else None for r in rows],
         "server": server}
 print(json.dumps(line, separators=(",", ":")))

@@ -18,7 +18,8 @@ natively, under MPS and through funnel.  RMSprop has PyTorch's defaults besides 
 eps 1e-8; Keras's classic run had rho 0.9, eps 1e-7).
 
 Prints ONE JSON line at the end:
-  {"pid", "seed", "epochs", "batch", "train_s" (the training loop, GPU synchronized at both
+  {"pid", "seed", "epochs", "batch", "start_time" (the process's start, seconds since the epoch:
+   to line it up with the server's log), "train_s" (the training loop, GPU synchronized at both
    ends), "setup_s" (from the process's start, /proc/self/stat, or the script's start where that
    cannot be read ("setup_from"), to the start of training: interpreter, import of torch, CUDA
    context, data made and moved), "setup_phases" (seconds of the set-up's parts: "start" process
@@ -169,6 +170,7 @@ def main():
     print(json.dumps({
         "pid": os.getpid(), "seed": args.seed, "epochs": args.epochs, "batch": args.batch,
         "train_s": round(train_s, 4), "setup_s": round(t_train - t_start, 4), "setup_from": start_from,
+        "start_time": round(t_start, 3),
         "setup_phases": phases,
         "cpu": {"setup_cpu_s": round(cpu_setup, 3), "setup_wait_s": round(wait_setup, 3),
                 "train_cpu_s": round(cpu_end - cpu_setup, 3), "train_wait_s": round(wait_end - wait_setup, 3)},

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstring>
 #include <filesystem>
@@ -446,7 +447,12 @@ void Server::Impl::on_client_message(ClientSession& s) {
       }
       s.start_worker(home);
       add(totals.clients_attached, 1);
-      spdlog::info("client {} attached: pid {} rank {} command '{}'", s.id(), s.pid(), s.mpi_rank(), s.command());
+      using Ms = std::chrono::duration<double, std::milli>;
+      spdlog::info("client {} attached: pid {} rank {} command '{}' ({:.1f} ms after its hello; channel made in "
+                   "{:.1f} ms, of which pinning {:.1f} ms)",
+                   s.id(), s.pid(), s.mpi_rank(), s.command(),
+                   Ms(std::chrono::steady_clock::now() - s.attached_at()).count(), Ms(s.channel_time()).count(),
+                   Ms(s.pin_time()).count());
       ThreadPlacement::Client pc;
       pc.pid = s.pid();
       pc.mpi_rank = s.mpi_rank();

@@ -102,7 +102,10 @@ void ClientSession::create_channel(const ChannelSpec& spec) {
   for (uint32_t i = 0; i < h.event_slots; ++i) view_.event_state(i).store(0);
   // One registration covers the event state words and the staging area after them: the
   // GPU writes the former and DMAs to and from the latter.
+  const auto pin_start = std::chrono::steady_clock::now();
   const Status st = spec.backend->host_register(registered_base(), h.segment_size - h.event_states_offset);
+  const auto pinned = std::chrono::steady_clock::now();
+  pin_time_ = pinned - pin_start;
   if (st != Status::Success) {
     ::unlink(path.c_str());
     throw std::runtime_error(fmt::format(
@@ -111,6 +114,7 @@ void ClientSession::create_channel(const ChannelSpec& spec) {
         static_cast<int>(st), spec.run_dir.string()));
   }
   registered_ = true;
+  channel_time_ = pinned - attached_at_;
 }
 
 void ClientSession::start_worker(int home_device) {

@@ -90,6 +90,10 @@ class ClientSession {
   // The client's device-memory limit on `device` (0: none).
   uint64_t device_mem_limit(int device) const noexcept { return shared_.device_mem_limit[static_cast<size_t>(device)]; }
   std::chrono::steady_clock::time_point attached_at() const noexcept { return attached_at_; }
+  // How long create_channel took, and of that the driver's pinning of its staging area (for
+  // the attach's log line: a slow attach is a slow first CUDA call).
+  std::chrono::steady_clock::duration channel_time() const noexcept { return channel_time_; }
+  std::chrono::steady_clock::duration pin_time() const noexcept { return pin_time_; }
   const std::string& command() const noexcept { return command_; }
   const std::string& channel_file() const noexcept { return channel_file_; }
   uint64_t segment_size() const noexcept { return channel_.size(); }
@@ -117,6 +121,8 @@ class ClientSession {
   int home_device_ = 0;
   bool terminated_ = false;
   std::chrono::steady_clock::time_point attached_at_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::duration channel_time_{};
+  std::chrono::steady_clock::duration pin_time_{};
   std::string command_;
   std::string channel_file_;
   std::filesystem::path channel_path_;

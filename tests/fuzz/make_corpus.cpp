@@ -197,6 +197,18 @@ void write_all(const std::filesystem::path& dir) {
       .bare(Opcode::DeviceSynchronize, true, 0, 1)
       .write(dir, "host_func");
   // Device commands.
+  ipc::TensorMapCmd tmap{};
+  tmap.data_type = 7;
+  tmap.rank = 2;
+  tmap.global_address = 0x10000;
+  tmap.global_dim[0] = 256;
+  tmap.global_dim[1] = 16;
+  tmap.global_strides[0] = 1024;
+  tmap.box_dim[0] = 64;
+  tmap.box_dim[1] = 16;
+  tmap.element_strides[0] = tmap.element_strides[1] = 1;
+  ipc::TensorMapCmd tmap_last = tmap;
+  tmap_last.part = ipc::kTensorMapParts - 1;
   Seed()
       .cmd(Opcode::SetLimit, ipc::LimitCmd{0, 0, 4096}, true)
       .cmd(Opcode::GetLimit, ipc::LimitCmd{0, 0, 0}, true)
@@ -208,6 +220,8 @@ void write_all(const std::filesystem::path& dir) {
       .bare(Opcode::DeviceSynchronize, true)
       .bare(Opcode::DeviceReset, true, 0, 1)
       .bare(Opcode::Fence, true)
+      .cmd(Opcode::TensorMapEncode, tmap, true)
+      .cmd(Opcode::TensorMapEncode, tmap_last, true)
       .write(dir, "device");
   // Kernels of the test fat binary (module 1, loaded by the harness when built with it).
   const std::string mixed = "mixed", none = "no_params", big = "big_param", counter = "server_counter",

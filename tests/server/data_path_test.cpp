@@ -4,9 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <bit>
 #include <chrono>
+#include <cstddef>
+#include <cstring>
 #include <numeric>
 #include <thread>
 #include <tuple>
@@ -1250,6 +1254,62 @@ TEST_F(ServerTest, AStoreSeenAfterItsStreamWentIdleCannotHideALaterAnswer) {
       << "the held store never landed";
   EXPECT_EQ(c.wait(slot, second, std::chrono::seconds(3)).status, Status::Success) << "the answer was lost";
   c.detach();
+}
+
+// cuTensorMapEncodeTiled's command: the map in four parts of 40 bytes (the sim packs the
+// arguments as they came); a part, rank or reserved word out of range, and what the backend
+// refuses (a misaligned address), fail that call only.
+TEST_F(ServerTest, TensorMapsAreEncodedInParts) {
+  start_server();
+  TestClient a(run_dir_);
+  ASSERT_TRUE(a.ok());
+  const uint64_t g = a.alloc(1 << 20);
+  ipc::TensorMapCmd c{};
+  c.data_type = 7;
+  c.rank = 2;
+  c.swizzle = 3;
+  c.global_address = g;
+  c.global_dim[0] = 128;
+  c.global_dim[1] = 8;
+  c.global_strides[0] = 512;
+  c.box_dim[0] = 64;
+  c.box_dim[1] = 8;
+  c.element_strides[0] = c.element_strides[1] = 1;
+  std::array<std::byte, ipc::kTensorMapBytes> map{};
+  for (uint32_t part = 0; part < ipc::kTensorMapParts; ++part) {
+    c.part = part;
+    const auto r = a.call(Opcode::TensorMapEncode, c);
+    ASSERT_EQ(r.status, Status::Success) << "part " << part;
+    const size_t from = part * sizeof r.value;
+    std::memcpy(map.data() + from, r.value, std::min(sizeof r.value, map.size() - from));
+  }
+  uint64_t address = 0, dim1 = 0, stride0 = 0;
+  uint32_t box0 = 0;
+  std::memcpy(&address, map.data(), 8);
+  std::memcpy(&dim1, map.data() + 16, 8);
+  std::memcpy(&stride0, map.data() + 48, 8);
+  std::memcpy(&box0, map.data() + 80, 4);
+  EXPECT_EQ(address, g);
+  EXPECT_EQ(dim1, 8u);
+  EXPECT_EQ(stride0, 512u);
+  EXPECT_EQ(box0, 64u);
+  EXPECT_EQ(std::to_integer<int>(map[120]), 7) << "data type";
+  EXPECT_EQ(std::to_integer<int>(map[121]), 2) << "rank";
+  EXPECT_EQ(std::to_integer<int>(map[123]), 3) << "swizzle";
+  c.part = ipc::kTensorMapParts;
+  EXPECT_EQ(a.call(Opcode::TensorMapEncode, c).status, Status::InvalidValue);
+  c.part = 0;
+  c.rank = ipc::kTensorMapMaxRank + 1;
+  EXPECT_EQ(a.call(Opcode::TensorMapEncode, c).status, Status::InvalidValue);
+  c.rank = 2;
+  c.reserved = 1;
+  EXPECT_EQ(a.call(Opcode::TensorMapEncode, c).status, Status::InvalidValue);
+  c.reserved = 0;
+  c.global_address = g + 4;
+  EXPECT_EQ(a.call(Opcode::TensorMapEncode, c).status, Status::InvalidValue);
+  c.global_address = g;
+  EXPECT_EQ(a.call(Opcode::TensorMapEncode, c).status, Status::Success) << "the client goes on";
+  EXPECT_EQ(a.free(g), Status::Success);
 }
 
 }  // namespace

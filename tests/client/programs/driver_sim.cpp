@@ -850,6 +850,65 @@ int main() {
                 hf, can);
   }
 
+  // A tensor map (JAX's and Triton's Hopper kernels): the server's driver encodes it; the sim
+  // backend packs the arguments as they came (address, dims, strides, box, element strides,
+  // then one byte each of type, rank, interleave, swizzle, L2 promotion, fill), so every one of
+  // them must arrive, in place.  The same arguments again are answered by the client (the same
+  // bytes); a rank of 6, a missing array and (the sim's check, through the server) a misaligned
+  // address are refused.
+  {
+    CUdeviceptr g = 0;
+    CHECK(cuMemAlloc(&g, 1 << 20), CUDA_SUCCESS);
+    const cuuint64_t dims[3] = {256, 64, 4};
+    const cuuint64_t strides[2] = {1024, 1024 * 64};
+    const cuuint32_t box[3] = {64, 32, 1};
+    const cuuint32_t estrides[3] = {1, 1, 1};
+    CUtensorMap m{}, again{};
+    CHECK(cuTensorMapEncodeTiled(&m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, reinterpret_cast<void*>(g), dims, strides,
+                                 box, estrides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+          CUDA_SUCCESS);
+    unsigned char want[128] = {};
+    unsigned char* w = want;
+    const auto put = [&w](const void* v, size_t n) {
+      std::memcpy(w, v, n);
+      w += n;
+    };
+    const uint64_t address = g;
+    const uint64_t d5[5] = {256, 64, 4, 0, 0}, s4[4] = {1024, 1024 * 64, 0, 0};
+    const uint32_t b5[5] = {64, 32, 1, 0, 0}, e5[5] = {1, 1, 1, 0, 0};
+    put(&address, 8);
+    put(d5, sizeof d5);
+    put(s4, sizeof s4);
+    put(b5, sizeof b5);
+    put(e5, sizeof e5);
+    const unsigned char small[6] = {CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                    CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE};
+    put(small, sizeof small);
+    const bool packed = std::memcmp(&m, want, sizeof want) == 0;
+    CHECK(cuTensorMapEncodeTiled(&again, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, reinterpret_cast<void*>(g), dims,
+                                 strides, box, estrides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+          CUDA_SUCCESS);
+    const bool same = std::memcmp(&m, &again, sizeof m) == 0;
+    CHECK(cuTensorMapEncodeTiled(&again, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 6, reinterpret_cast<void*>(g), dims,
+                                 strides, box, estrides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                 CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+          CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuTensorMapEncodeTiled(&again, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, reinterpret_cast<void*>(g), dims,
+                                 nullptr, box, estrides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                 CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+          CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuTensorMapEncodeTiled(&again, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, reinterpret_cast<void*>(g + 4), dims,
+                                 strides, box, estrides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                 CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+          CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuMemFree(g), CUDA_SUCCESS);
+    std::printf("tensor map: every argument reached the server %s, the same again %s\n", packed ? "yes" : "no",
+                same ? "yes" : "no");
+  }
+
   // A wait left pending at exit, on a word nothing writes: the server meets it when the client
   // goes, so the client detaches cleanly (run_program.sh) and the server's teardown ends.  In the
   // last exit handler (registered first): a free after it would wait for it, as under CUDA.

@@ -12,6 +12,7 @@
 #include "ipc_memory.hpp"
 #include "managed.hpp"
 #include "pinned.hpp"
+#include "tensor_maps.hpp"
 
 using funnel::client::Reply;
 using funnel::client::Runtime;
@@ -567,4 +568,36 @@ FUNNEL_DRIVER_API CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* si
   if (base != nullptr) *base = c.base;
   if (size != nullptr) *size = c.size;
   return CUDA_SUCCESS;
+}
+
+// A tensor-memory-accelerator descriptor (Hopper's bulk tensor copies; Triton and XLA encode one
+// before each launch that uses it): encoded by the server's driver (tensor_maps.hpp), for the
+// device of the current context, or device 0 without one (the call needs no context).
+FUNNEL_DRIVER_API CUresult cuTensorMapEncodeTiled(CUtensorMap* tensorMap, CUtensorMapDataType tensorDataType,
+                                                  cuuint32_t tensorRank, void* globalAddress, const cuuint64_t* globalDim,
+                                                  const cuuint64_t* globalStrides, const cuuint32_t* boxDim,
+                                                  const cuuint32_t* elementStrides, CUtensorMapInterleave interleave,
+                                                  CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion,
+                                                  CUtensorMapFloatOOBfill oobFill) {
+  if (CUresult r = funnel::driver::ready(); r != CUDA_SUCCESS) return r;
+  if (tensorMap == nullptr || tensorRank == 0 || tensorRank > funnel::ipc::kTensorMapMaxRank || globalDim == nullptr ||
+      (tensorRank > 1 && globalStrides == nullptr) || boxDim == nullptr || elementStrides == nullptr)
+    return CUDA_ERROR_INVALID_VALUE;
+  funnel::ipc::TensorMapCmd c{};
+  c.data_type = static_cast<uint32_t>(tensorDataType);
+  c.rank = tensorRank;
+  c.interleave = static_cast<uint32_t>(interleave);
+  c.swizzle = static_cast<uint32_t>(swizzle);
+  c.l2_promotion = static_cast<uint32_t>(l2Promotion);
+  c.oob_fill = static_cast<uint32_t>(oobFill);
+  c.global_address = reinterpret_cast<uintptr_t>(globalAddress);
+  for (cuuint32_t i = 0; i < tensorRank; ++i) {
+    c.global_dim[i] = globalDim[i];
+    c.box_dim[i] = boxDim[i];
+    c.element_strides[i] = elementStrides[i];
+    if (i + 1 < tensorRank) c.global_strides[i] = globalStrides[i];
+  }
+  int d = 0;
+  if (funnel::driver::current(d) != CUDA_SUCCESS) d = 0;
+  return funnel::driver::to_cu(funnel::client::encode_tensor_map(d, c, tensorMap));
 }

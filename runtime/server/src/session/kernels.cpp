@@ -457,6 +457,22 @@ Status Worker::cluster_query(const ipc::CommandHeader& h, const ipc::LaunchCmd& 
   return Status::Success;
 }
 
+// One part of a tensor map: the whole map is encoded for each part (a host-side call of the
+// driver's, microseconds), so the server keeps nothing between the parts.
+Status Worker::tensor_map_encode(const ipc::CommandHeader& h, const ipc::TensorMapCmd& c) {
+  if (one_way(h)) return Status::InvalidValue;
+  if (Status st = check_device(h.device); st != Status::Success) return st;
+  if (c.part >= ipc::kTensorMapParts || c.rank == 0 || c.rank > ipc::kTensorMapMaxRank || c.reserved != 0)
+    return Status::InvalidValue;
+  std::array<std::byte, ipc::kTensorMapBytes> map{};
+  if (Status st = backend_.tensor_map_encode(h.device, c, map); st != Status::Success) return st;
+  std::array<uint64_t, 5> v{};
+  const size_t from = size_t{c.part} * sizeof v;
+  std::memcpy(v.data(), map.data() + from, std::min(sizeof v, map.size() - from));
+  answers_.answer(h, v);
+  return Status::Success;
+}
+
 // ---- host functions -----------------------------------------------------------
 
 Status Worker::host_func(const ipc::CommandHeader& h, const ipc::HostFuncCmd& c) {

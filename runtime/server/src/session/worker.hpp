@@ -166,6 +166,7 @@ class Worker {
   Status max_active_clusters(const ipc::CommandHeader& h, const ipc::LaunchCmd& c) { return cluster_query(h, c, false); }
   Status max_cluster_size(const ipc::CommandHeader& h, const ipc::LaunchCmd& c) { return cluster_query(h, c, true); }
   Status cluster_query(const ipc::CommandHeader& h, const ipc::LaunchCmd& c, bool size);
+  Status tensor_map_encode(const ipc::CommandHeader& h, const ipc::TensorMapCmd& c);
   Status host_func(const ipc::CommandHeader& h, const ipc::HostFuncCmd& c);
   // graphs.cpp: graph builds, executable graphs, their launches
   Status graph_node(const ipc::CommandHeader& h, const ipc::GraphNodeCmd& c, const std::byte* trailing);

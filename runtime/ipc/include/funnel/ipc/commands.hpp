@@ -110,7 +110,9 @@ namespace funnel::ipc {
   X(MaxActiveClusters, 73, LaunchCmd, NoBytes, NoQueue, max_active_clusters)                                \
   /* cluster dimensions ignored -> value[0] = the largest cluster size that fits (header.device) */          \
   X(MaxClusterSize, 75, LaunchCmd, NoBytes, NoQueue, max_cluster_size)                                      \
-  /* 74 and 76..79 stay reserved for kernels. */                                                            \
+  /* cuTensorMapEncodeTiled's arguments -> value[0..4] = bytes 40 x part.. of the 128-byte map */            \
+  X(TensorMapEncode, 74, TensorMapCmd, NoBytes, NoQueue, tensor_map_encode)                                 \
+  /* 77..79 stay reserved for kernels. */                                                                   \
   /* Graphs (doc/design/graphs.md): a graph's nodes, each after those it depends on, into build    */      \
   /* graph_id (index 0 starts it), then instantiated into an executable graph (ids the client's). */      \
   X(GraphNode, 80, GraphNodeCmd, GraphBytes, NoQueue, graph_node) /* + dependencies, params; one-way */     \
@@ -414,6 +416,32 @@ constexpr FuncAttributes unpack_func_attributes(const uint64_t (&v)[5]) noexcept
 inline constexpr uint32_t kFuncCacheConfig = 0x10000;
 struct FuncSetAttributeCmd { uint64_t kernel_id; uint32_t attribute; int32_t value; };
 struct OccupancyCmd { uint64_t kernel_id; uint32_t block_size; uint32_t flags; uint64_t dynamic_shared_bytes; };
+
+// cuTensorMapEncodeTiled (a Hopper tensor-memory-accelerator descriptor, CUtensorMap): its
+// arguments, `rank` (1..5) entries of each array and zeros after them.  The driver encodes it
+// on the host alone, but only NVIDIA's driver knows the format, so the server encodes it and
+// answers part `part` (0..3) of its 128 bytes, bytes [40 part, 40 part + 40), in value[0..4]
+// (the last part: 8 bytes).  global_address is device memory as the client sees it (the
+// server's address too).
+inline constexpr uint32_t kTensorMapBytes = 128;
+inline constexpr uint32_t kTensorMapParts = 4;  // of a reply's 40 value bytes each
+inline constexpr uint32_t kTensorMapMaxRank = 5;
+struct TensorMapCmd {
+  uint32_t part;
+  uint32_t data_type;     // CUtensorMapDataType
+  uint32_t rank;
+  uint32_t interleave;    // CUtensorMapInterleave
+  uint32_t swizzle;       // CUtensorMapSwizzle
+  uint32_t l2_promotion;  // CUtensorMapL2promotion
+  uint32_t oob_fill;      // CUtensorMapFloatOOBfill
+  uint32_t reserved;
+  uint64_t global_address;
+  uint64_t global_dim[kTensorMapMaxRank];
+  uint64_t global_strides[kTensorMapMaxRank - 1];  // bytes, of dimensions 1..rank-1
+  uint32_t box_dim[kTensorMapMaxRank];
+  uint32_t element_strides[kTensorMapMaxRank];
+};
+static_assert(sizeof(TensorMapCmd) == 152);
 
 // cudaLaunchHostFunc: the stream stores `generation` into event state word
 // `reached_slot` when it gets there, then waits until the client stores `generation`

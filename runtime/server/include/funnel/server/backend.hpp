@@ -354,6 +354,10 @@ class Backend {
   virtual Status max_active_clusters(BackendKernel& k, int device, const LaunchDesc& d, int& clusters) = 0;
   // cudaOccupancyMaxPotentialClusterSize: the largest cluster of the launch's blocks that fits.
   virtual Status max_cluster_size(BackendKernel& k, int device, const LaunchDesc& d, int& size) = 0;
+  // cuTensorMapEncodeTiled of the arguments in `c` (rank checked by the worker; the driver
+  // checks the rest): the 128-byte descriptor into `map`.
+  virtual Status tensor_map_encode(int device, const ipc::TensorMapCmd& c,
+                                   std::array<std::byte, ipc::kTensorMapBytes>& map) = 0;
   // cudaCtxResetPersistingL2Cache: the device's persisting L2 lines made normal (the context's,
   // so every client's on the device).
   virtual Status reset_persisting_l2(int device) = 0;

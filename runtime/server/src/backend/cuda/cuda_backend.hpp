@@ -104,6 +104,8 @@ class CudaBackend final : public Backend {
                                 uint64_t& bytes) override;
   Status max_active_clusters(BackendKernel& bk, int device, const LaunchDesc& d, int& clusters) override;
   Status max_cluster_size(BackendKernel& bk, int device, const LaunchDesc& d, int& size) override;
+  Status tensor_map_encode(int device, const ipc::TensorMapCmd& c,
+                           std::array<std::byte, ipc::kTensorMapBytes>& map) override;
   Status reset_persisting_l2(int device) override;
   Status stream_access_policy(BackendStream& bs, DeviceAddress base, uint64_t bytes, float hit_ratio, uint32_t hit_prop,
                               uint32_t miss_prop) override;

@@ -115,6 +115,7 @@ static_assert(sizeof(size_t) == sizeof(uint64_t));
   X(cuOccupancyMaxActiveClusters, PFN_cuOccupancyMaxActiveClusters_v11070) \
   X(cuOccupancyMaxPotentialClusterSize, PFN_cuOccupancyMaxPotentialClusterSize_v11070) \
   X(cuCtxResetPersistingL2Cache, PFN_cuCtxResetPersistingL2Cache_v11000) \
+  X(cuTensorMapEncodeTiled, PFN_cuTensorMapEncodeTiled_v12000)         \
   X(cuStreamSetAttribute, PFN_cuStreamSetAttribute_v11000)             \
   X(cuDeviceGetDevResource, PFN_cuDeviceGetDevResource_v12040)             \
   X(cuDevSmResourceSplitByCount, PFN_cuDevSmResourceSplitByCount_v12040)   \

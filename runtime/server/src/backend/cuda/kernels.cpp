@@ -9,6 +9,7 @@
 #pragma GCC diagnostic ignored "-Wstringop-overflow"
 #endif
 #include <algorithm>
+#include <cstring>
 #include <shared_mutex>
 #include <string>
 #include <vector>
@@ -182,6 +183,20 @@ Status CudaBackend::max_cluster_size(BackendKernel& bk, int device, const Launch
   int v = 0;
   const Status st = FUNNEL_CU(s_->drv, cuOccupancyMaxPotentialClusterSize, &v, f, &c.config);
   if (ok(st)) size = v;
+  return st;
+}
+
+Status CudaBackend::tensor_map_encode(int device, const ipc::TensorMapCmd& c,
+                                      std::array<std::byte, ipc::kTensorMapBytes>& map) {
+  static_assert(sizeof(CUtensorMap) == ipc::kTensorMapBytes);
+  if (Status st = s_->bind(device); !ok(st)) return st;
+  CUtensorMap m{};
+  const Status st = FUNNEL_CU(
+      s_->drv, cuTensorMapEncodeTiled, &m, static_cast<CUtensorMapDataType>(c.data_type), c.rank,
+      host_pointer(c.global_address), c.global_dim, c.global_strides, c.box_dim, c.element_strides,
+      static_cast<CUtensorMapInterleave>(c.interleave), static_cast<CUtensorMapSwizzle>(c.swizzle),
+      static_cast<CUtensorMapL2promotion>(c.l2_promotion), static_cast<CUtensorMapFloatOOBfill>(c.oob_fill));
+  if (ok(st)) std::memcpy(map.data(), &m, sizeof m);
   return st;
 }
 

@@ -306,4 +306,32 @@ Status SimBackend::max_cluster_size(BackendKernel& kernel, int device, const Lau
   return Status::Success;
 }
 
+// A stand-in for the driver's encoding (its format is NVIDIA's): the arguments packed as they
+// come, so that a test sees every one of them reach the server.  Rejects what the driver's
+// documentation says it rejects among the simple cases: a global address not 16-byte aligned,
+// a dimension or box of 0, a box over 256.
+Status SimBackend::tensor_map_encode(int device, const ipc::TensorMapCmd& c,
+                                     std::array<std::byte, ipc::kTensorMapBytes>& map) {
+  if (!valid(device)) return Status::InvalidDevice;
+  if (c.global_address % 16 != 0) return Status::InvalidValue;
+  for (uint32_t i = 0; i < c.rank; ++i)
+    if (c.global_dim[i] == 0 || c.box_dim[i] == 0 || c.box_dim[i] > 256 || c.element_strides[i] == 0)
+      return Status::InvalidValue;
+  std::byte* p = map.data();
+  const auto put = [&p](const void* v, size_t n) {
+    std::memcpy(p, v, n);
+    p += n;
+  };
+  put(&c.global_address, sizeof c.global_address);
+  put(c.global_dim, sizeof c.global_dim);
+  put(c.global_strides, sizeof c.global_strides);
+  put(c.box_dim, sizeof c.box_dim);
+  put(c.element_strides, sizeof c.element_strides);
+  for (uint32_t v : {c.data_type, c.rank, c.interleave, c.swizzle, c.l2_promotion, c.oob_fill}) {
+    const auto b = static_cast<uint8_t>(v);
+    put(&b, 1);
+  }
+  return Status::Success;
+}
+
 }  // namespace funnel::server::sim

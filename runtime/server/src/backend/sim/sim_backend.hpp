@@ -128,6 +128,8 @@ class SimBackend final : public Backend {
                                 uint64_t& bytes) override;
   Status max_active_clusters(BackendKernel& kernel, int device, const LaunchDesc& d, int& clusters) override;
   Status max_cluster_size(BackendKernel& kernel, int device, const LaunchDesc& d, int& size) override;
+  Status tensor_map_encode(int device, const ipc::TensorMapCmd& c,
+                           std::array<std::byte, ipc::kTensorMapBytes>& map) override;
   Status launch_occupancy(BackendKernel& kernel, int device, const LaunchDesc& d, int& per_sm);
   Status reset_persisting_l2(int device) override { return valid(device) ? Status::Success : Status::InvalidDevice; }
   Status stream_access_policy(BackendStream& s, DeviceAddress, uint64_t, float, uint32_t, uint32_t) override {

@@ -424,7 +424,7 @@ void write_all(const std::filesystem::path& dir) {
   std::memcpy(forty.data(), &small, sizeof small);
   Seed()
       .bare(static_cast<Opcode>(99), true)
-      .bare(static_cast<Opcode>(74), true)
+      .bare(static_cast<Opcode>(77), true)
       .bare(Opcode::ModuleQuery, true)
       .raw(Opcode::MemAlloc, forty.data(), forty.size(), true, 0, 0, 0)
       .raw(Opcode::MemAlloc, &small, sizeof small, false, 0, 0, fuzz::kRawReplySlot)

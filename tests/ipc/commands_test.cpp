@@ -66,8 +66,8 @@ WATCHED_TEST(KernelCommands, FuncAttributesRoundTrip) {
 }
 
 WATCHED_TEST(KernelCommands, PayloadSizesKnownForEveryKernelOpcode) {
-  for (uint16_t op = 60; op <= 73; ++op) EXPECT_GT(payload_size(static_cast<Opcode>(op)), 0) << op;
-  EXPECT_EQ(payload_size(static_cast<Opcode>(74)), -1);
+  for (uint16_t op = 60; op <= 76; ++op) EXPECT_GT(payload_size(static_cast<Opcode>(op)), 0) << op;
+  EXPECT_EQ(payload_size(static_cast<Opcode>(77)), -1);
   EXPECT_LE(record_size_for(sizeof(LaunchCmd) + kMaxParamBytes), kMaxRecordSize);
   EXPECT_LE(record_size_for(sizeof(KernelGetCmd) + kMaxNameBytes), kMaxRecordSize);
 }
@@ -86,7 +86,7 @@ WATCHED_TEST(CommandTable, FramingFollowsEachRow) {
   EXPECT_EQ(framing(Opcode::MemAlloc, sizeof(MemAllocCmd) + kRecordAlign, MemAllocCmd{64, 0}), Framing::BadSize);
   EXPECT_EQ(framing(Opcode::Fence, 0, 0), Framing::Ok);
   EXPECT_EQ(framing(Opcode::Fence, kRecordAlign, 0), Framing::BadSize);
-  EXPECT_EQ(framing(static_cast<Opcode>(74), 0, 0), Framing::UnknownOpcode);
+  EXPECT_EQ(framing(static_cast<Opcode>(77), 0, 0), Framing::UnknownOpcode);
   LaunchCmd launch{};
   launch.param_bytes = 100;
   EXPECT_EQ(framing(Opcode::Launch, sizeof launch + 100, launch), Framing::Ok);

@@ -37,6 +37,19 @@ std::string where(const Settings& s) {
   return fmt::format("run directory {} (FUNNEL_RUN_DIR)", s.run_dir.string());
 }
 
+// Takes the flock of `fd`, polling (LOCK_NB keeps the wait bounded: a blocking flock has no
+// timeout) until `deadline`.  `busy` (if given) is called once when another process holds the
+// lock, before the wait for it.  0 once locked, ETIMEDOUT at the deadline, or flock's errno.
+int lock_until(int fd, Clock::time_point deadline, void (*busy)(void*) = nullptr, void* busy_arg = nullptr) {
+  while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) return errno;
+    if (busy != nullptr && errno == EWOULDBLOCK) std::exchange(busy, nullptr)(busy_arg);
+    if (Clock::now() >= deadline) return ETIMEDOUT;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return 0;
+}
+
 // Holds the start lock; released (and closed) on scope exit.
 class StartLock {
  public:
@@ -47,19 +60,13 @@ class StartLock {
     fd_ = ipc::UniqueFd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
     if (!fd_) throw LaunchError(fmt::format("cannot open the start lock {}: {}. Check the {}", path.string(),
                                             std::strerror(errno), where(s)));
-    const auto deadline = Clock::now() + s.attach_timeout;
-    // Polling with LOCK_NB keeps the wait bounded (a blocking flock has no timeout).
-    while (::flock(fd_.get(), LOCK_EX | LOCK_NB) != 0) {
-      if (errno != EWOULDBLOCK && errno != EINTR)
-        throw LaunchError(fmt::format("cannot lock {}: {}", path.string(), std::strerror(errno)));
-      if (busy != nullptr && errno == EWOULDBLOCK) std::exchange(busy, nullptr)(busy_arg);
-      if (Clock::now() >= deadline)
-        throw LaunchError(fmt::format("timed out after {} ms waiting for the server start lock {}: another process "
-                                      "is starting funnel-server and did not finish. Check the {} and the server log "
-                                      "in {}, or raise FUNNEL_ATTACH_TIMEOUT_MS",
-                                      s.attach_timeout.count(), path.string(), where(s), s.log_dir.string()));
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    const int err = lock_until(fd_.get(), Clock::now() + s.attach_timeout, busy, busy_arg);
+    if (err == ETIMEDOUT)
+      throw LaunchError(fmt::format("timed out after {} ms waiting for the server start lock {}: another process "
+                                    "is starting funnel-server and did not finish. Check the {} and the server log "
+                                    "in {}, or raise FUNNEL_ATTACH_TIMEOUT_MS",
+                                    s.attach_timeout.count(), path.string(), where(s), s.log_dir.string()));
+    if (err != 0) throw LaunchError(fmt::format("cannot lock {}: {}", path.string(), std::strerror(err)));
   }
 
  private:
@@ -342,12 +349,7 @@ void wait_for_background_start(const Settings& s) noexcept {
   try {
     // No O_CREAT: without the lock file no start is under way (and none is made here).
     ipc::UniqueFd fd(::open(start_lock_path(s.run_dir).c_str(), O_RDWR | O_CLOEXEC));
-    if (!fd) return;
-    const auto deadline = Clock::now() + s.attach_timeout;
-    while (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
-      if ((errno != EWOULDBLOCK && errno != EINTR) || Clock::now() >= deadline) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    if (fd) (void)lock_until(fd.get(), Clock::now() + s.attach_timeout);  // over, failed or timed out: go on
   } catch (...) {
   }
 }

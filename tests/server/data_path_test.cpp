@@ -4,7 +4,6 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <array>
 #include <atomic>
 #include <bit>
@@ -1280,8 +1279,8 @@ TEST_F(ServerTest, TensorMapsAreEncodedInParts) {
     c.part = part;
     const auto r = a.call(Opcode::TensorMapEncode, c);
     ASSERT_EQ(r.status, Status::Success) << "part " << part;
-    const size_t from = part * sizeof r.value;
-    std::memcpy(map.data() + from, r.value, std::min(sizeof r.value, map.size() - from));
+    const ipc::TensorMapPart where = ipc::tensor_map_part(part);
+    std::memcpy(map.data() + where.first, r.value, where.bytes);
   }
   uint64_t address = 0, dim1 = 0, stride0 = 0;
   uint32_t box0 = 0;

@@ -1,6 +1,5 @@
 #include "tensor_maps.hpp"
 
-#include <algorithm>
 #include <array>
 #include <cstring>
 #include <mutex>
@@ -53,8 +52,8 @@ cudaError_t encode_tensor_map(int device, ipc::TensorMapCmd args, void* map) noe
       if (cudaError_t e = to_cuda(Runtime::get().call(Opcode::TensorMapEncode, device, 0, &args, sizeof args, &r));
           e != cudaSuccess)
         return e;
-      const size_t from = size_t{part} * sizeof r.value;
-      std::memcpy(m.data() + from, r.value, std::min(sizeof r.value, m.size() - from));
+      const ipc::TensorMapPart where = ipc::tensor_map_part(part);
+      std::memcpy(m.data() + where.first, r.value, where.bytes);
     }
     std::memcpy(map, m.data(), m.size());
     std::lock_guard lk(c.mu);

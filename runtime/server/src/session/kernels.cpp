@@ -467,8 +467,9 @@ Status Worker::tensor_map_encode(const ipc::CommandHeader& h, const ipc::TensorM
   std::array<std::byte, ipc::kTensorMapBytes> map{};
   if (Status st = backend_.tensor_map_encode(h.device, c, map); st != Status::Success) return st;
   std::array<uint64_t, 5> v{};
-  const size_t from = size_t{c.part} * sizeof v;
-  std::memcpy(v.data(), map.data() + from, std::min(sizeof v, map.size() - from));
+  static_assert(sizeof v == ipc::kTensorMapPartBytes);
+  const ipc::TensorMapPart part = ipc::tensor_map_part(c.part);
+  std::memcpy(v.data(), map.data() + part.first, part.bytes);
   answers_.answer(h, v);
   return Status::Success;
 }

@@ -424,8 +424,15 @@ struct OccupancyCmd { uint64_t kernel_id; uint32_t block_size; uint32_t flags; u
 // (the last part: 8 bytes).  global_address is device memory as the client sees it (the
 // server's address too).
 inline constexpr uint32_t kTensorMapBytes = 128;
-inline constexpr uint32_t kTensorMapParts = 4;  // of a reply's 40 value bytes each
+inline constexpr uint32_t kTensorMapPartBytes = 40;  // a reply's five values
+inline constexpr uint32_t kTensorMapParts = (kTensorMapBytes + kTensorMapPartBytes - 1) / kTensorMapPartBytes;
 inline constexpr uint32_t kTensorMapMaxRank = 5;
+// Where part `part` (< kTensorMapParts) lies in the map: its first byte and its length.
+struct TensorMapPart { uint32_t first, bytes; };
+constexpr TensorMapPart tensor_map_part(uint32_t part) noexcept {
+  const uint32_t first = part * kTensorMapPartBytes;
+  return {first, first + kTensorMapPartBytes <= kTensorMapBytes ? kTensorMapPartBytes : kTensorMapBytes - first};
+}
 struct TensorMapCmd {
   uint32_t part;
   uint32_t data_type;     // CUtensorMapDataType

@@ -134,13 +134,17 @@ else:
 train = [r["train_s"] if r else None for r in rows]
 setup = [r["setup_s"] if r else None for r in rows]
 med = lambda v: round(statistics.median([x for x in v if x is not None]), 4) if any(x is not None for x in v) else None
-phases = [r.get("setup_phases") or {} for r in rows if r]
-names = list(phases[0]) if phases else []
-cpus = [r.get("cpu") or {} for r in rows if r]
+
+
+def med_each(field):
+    """The median of each key of the processes' `field` dicts (mnist.py's setup_phases, cpu)."""
+    ds = [r.get(field) or {} for r in rows if r]
+    return {k: med([d.get(k) for d in ds]) for k in (list(ds[0]) if ds else [])}
+
+
 line = {"mode": mode, "n": n, "round": rnd, "wall_s": wall, "train_s": train, "median_train_s": med(train),
         "setup_s": setup, "median_setup_s": med(setup),
-        "median_setup_phases": {k: med([p.get(k) for p in phases]) for k in names},
-        "median_cpu": {k: med([c.get(k) for c in cpus]) for k in (list(cpus[0]) if cpus else [])}, "rc": rcs, "ok": ok,
+        "median_setup_phases": med_each("setup_phases"), "median_cpu": med_each("cpu"), "rc": rcs, "ok": ok,
         "match": match, "differ_seeds": differ, "final_loss": [r["final_loss"] if r else None for r in rows],
         "server": server}
 print(json.dumps(line, separators=(",", ":")))
